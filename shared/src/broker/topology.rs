@@ -1,0 +1,175 @@
+//! Names of the AMQP objects of one namespace, and their (idempotent) declaration.
+
+use super::error::BrokerError;
+use lapin::options::{
+    ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
+    QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{Channel, ExchangeKind};
+
+/// Names of the AMQP objects of one namespace.
+#[derive(Clone, Debug)]
+pub struct Topology {
+    /// Namespace prefix shared by every object, e.g. "savepoint".
+    pub namespace: String,
+    /// Logical task queue name inside the namespace, e.g. "default".
+    pub queue: String,
+}
+
+impl Topology {
+    /// Builds the topology of queue `queue` in namespace `namespace`.
+    pub fn new(namespace: &str, queue: &str) -> Self {
+        Topology {
+            namespace: namespace.to_owned(),
+            queue: queue.to_owned(),
+        }
+    }
+
+    /// The task exchange: `"{ns}.tasks"` (direct, durable).
+    pub fn exchange(&self) -> String {
+        format!("{}.tasks", self.namespace)
+    }
+
+    /// The task queue: `"{ns}.q.{queue}"` (durable quorum queue with a delivery limit,
+    /// dead-lettering to [`Topology::dlx`]).
+    pub fn queue_name(&self) -> String {
+        format!("{}.q.{}", self.namespace, self.queue)
+    }
+
+    /// Routing key binding the task queue to the task exchange: `"{queue}"`.
+    pub fn routing_key(&self) -> String {
+        self.queue.clone()
+    }
+
+    /// The dead-letter exchange: `"{ns}.dlx"` (fanout, durable).
+    pub fn dlx(&self) -> String {
+        format!("{}.dlx", self.namespace)
+    }
+
+    /// The dead-letter queue: `"{ns}.dlq"` (durable quorum queue bound to the DLX).
+    pub fn dlq(&self) -> String {
+        format!("{}.dlq", self.namespace)
+    }
+
+    /// Checks that every derived name is a valid AMQP short string.
+    pub(crate) fn validate(&self) -> Result<(), BrokerError> {
+        for name in [self.exchange(), self.queue_name(), self.dlx(), self.dlq()] {
+            short(&name)?;
+        }
+        short(&self.routing_key()).map(|_| ())
+    }
+}
+
+/// Converts to an AMQP short string without panicking on overlong input.
+pub(crate) fn short(s: &str) -> Result<ShortString, BrokerError> {
+    ShortString::try_new(s).map_err(|e| BrokerError::InvalidName {
+        name: s.chars().take(64).collect(),
+        reason: e.to_string(),
+    })
+}
+
+fn quorum_args() -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString(LongString::from("quorum")),
+    );
+    args
+}
+
+/// Declares exchanges, queues and bindings of `topo`; safe to repeat.
+pub(crate) async fn declare(
+    ch: &Channel,
+    topo: &Topology,
+    delivery_limit: u32,
+) -> Result<(), BrokerError> {
+    let durable_ex = ExchangeDeclareOptions {
+        durable: true,
+        ..ExchangeDeclareOptions::default()
+    };
+    let (exchange, queue, dlx, dlq) = (topo.exchange(), topo.queue_name(), topo.dlx(), topo.dlq());
+
+    ch.exchange_declare(short(&exchange)?, ExchangeKind::Direct, durable_ex, FieldTable::default())
+        .await
+        .map_err(|e| BrokerError::amqp(format!("exchange.declare {exchange}"), e))?;
+    ch.exchange_declare(short(&dlx)?, ExchangeKind::Fanout, durable_ex, FieldTable::default())
+        .await
+        .map_err(|e| BrokerError::amqp(format!("exchange.declare {dlx}"), e))?;
+
+    let mut qargs = quorum_args();
+    let limit = i32::try_from(delivery_limit).unwrap_or(i32::MAX);
+    qargs.insert("x-delivery-limit".into(), AMQPValue::LongInt(limit));
+    qargs.insert(
+        "x-dead-letter-exchange".into(),
+        AMQPValue::LongString(LongString::from(dlx.as_str())),
+    );
+    ch.queue_declare(short(&queue)?, QueueDeclareOptions::durable(), qargs)
+        .await
+        .map_err(|e| BrokerError::amqp(format!("queue.declare {queue}"), e))?;
+    ch.queue_bind(
+        short(&queue)?,
+        short(&exchange)?,
+        short(&topo.routing_key())?,
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .map_err(|e| BrokerError::amqp(format!("queue.bind {queue}"), e))?;
+
+    ch.queue_declare(short(&dlq)?, QueueDeclareOptions::durable(), quorum_args())
+        .await
+        .map_err(|e| BrokerError::amqp(format!("queue.declare {dlq}"), e))?;
+    ch.queue_bind(
+        short(&dlq)?,
+        short(&dlx)?,
+        ShortString::default(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .map_err(|e| BrokerError::amqp(format!("queue.bind {dlq}"), e))?;
+    Ok(())
+}
+
+/// Ready-message count of `queue` via a passive declare (fails if it does not exist).
+pub(crate) async fn depth(ch: &Channel, queue: &str) -> Result<u32, BrokerError> {
+    let opts = QueueDeclareOptions::durable().passive();
+    let q = ch
+        .queue_declare(short(queue)?, opts, FieldTable::default())
+        .await
+        .map_err(|e| BrokerError::amqp(format!("queue.declare(passive) {queue}"), e))?;
+    Ok(q.message_count())
+}
+
+/// Deletes queues then exchanges of `topo`.
+pub(crate) async fn delete(ch: &Channel, topo: &Topology) -> Result<(), BrokerError> {
+    for queue in [topo.queue_name(), topo.dlq()] {
+        ch.queue_delete(short(&queue)?, QueueDeleteOptions::default())
+            .await
+            .map_err(|e| BrokerError::amqp(format!("queue.delete {queue}"), e))?;
+    }
+    for exchange in [topo.exchange(), topo.dlx()] {
+        ch.exchange_delete(short(&exchange)?, ExchangeDeleteOptions::default())
+            .await
+            .map_err(|e| BrokerError::amqp(format!("exchange.delete {exchange}"), e))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        let t = Topology::new("sp", "default");
+        assert_eq!(t.exchange(), "sp.tasks");
+        assert_eq!(t.queue_name(), "sp.q.default");
+        assert_eq!(t.routing_key(), "default");
+        assert_eq!(t.dlx(), "sp.dlx");
+        assert_eq!(t.dlq(), "sp.dlq");
+        assert!(t.validate().is_ok());
+        assert!(Topology::new(&"x".repeat(300), "q").validate().is_err());
+    }
+}

@@ -1,0 +1,211 @@
+//! Named crash points (DESIGN §8). `SAVEPOINT_FAILPOINTS="name=action;…"` makes a process
+//! abort (as under `kill -9`) or fail with a transient error at a named point.
+//!
+//! Actions: `abort`, `error`, with an optional trigger: `abort@N` fires on the N-th hit only,
+//! `abort%P` fires on each hit with probability P percent. With nothing configured a check is
+//! one branch on an empty map.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Every failpoint name the engine checks.
+pub const NAMES: &[&str] = &[
+    "worker.after_claim",
+    "worker.after_ack",
+    "step.before_commit",
+    "step.after_commit",
+    "effect.after_intent",
+    "effect.after_call",
+    "effect.after_done",
+    "publish.before",
+    "publish.after",
+    "scheduler.before_publish",
+];
+
+/// What a failpoint does when it fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Die at once, like `kill -9` (in-process workers of `savepoint dev` use a crash hook).
+    Abort,
+    /// Fail the operation with a transient error.
+    Error,
+}
+
+/// When it fires.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Trigger {
+    /// Every hit.
+    Always,
+    /// Only the N-th hit (1-based).
+    Nth(u64),
+    /// Each hit with this probability (0–100).
+    Percent(f64),
+}
+
+#[derive(Debug)]
+struct Point {
+    action: Action,
+    trigger: Trigger,
+    hits: AtomicU64,
+}
+
+/// A bad `SAVEPOINT_FAILPOINTS` value.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum FailpointParseError {
+    /// The entry is not `name=action[@N|%P]`.
+    #[error("failpoint entry {0:?} is not name=action[@N|%P]")]
+    Syntax(String),
+    /// Unknown point.
+    #[error("unknown failpoint {0:?}; known: {1}")]
+    UnknownName(String, String),
+    /// Unknown action.
+    #[error("unknown failpoint action {0:?}; use abort or error")]
+    UnknownAction(String),
+}
+
+/// The error a failpoint with action `error` injects.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("failpoint {0} injected an error")]
+pub struct Injected(pub &'static str);
+
+type CrashHook = Arc<dyn Fn(&'static str) + Send + Sync>;
+
+/// The configured failpoints of one process (or one in-process worker).
+#[derive(Clone, Default)]
+pub struct Failpoints {
+    points: Arc<HashMap<&'static str, Point>>,
+    crash: Option<CrashHook>,
+}
+
+impl std::fmt::Debug for Failpoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.points.iter().map(|(k, p)| (k, (p.action, p.trigger)))).finish()
+    }
+}
+
+impl Failpoints {
+    /// No failpoints.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Parses `name=action[@N|%P];…` (empty → none).
+    pub fn parse(spec: &str) -> Result<Self, FailpointParseError> {
+        let mut points = HashMap::new();
+        for raw in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+            let (name, action) =
+                raw.split_once('=').ok_or_else(|| FailpointParseError::Syntax(raw.into()))?;
+            let name = NAMES.iter().copied().find(|n| *n == name.trim()).ok_or_else(|| {
+                FailpointParseError::UnknownName(name.trim().into(), NAMES.join(", "))
+            })?;
+            let action = action.trim();
+            let (verb, trigger) = if let Some((v, n)) = action.split_once('@') {
+                let n: u64 = n.parse().map_err(|_| FailpointParseError::Syntax(raw.into()))?;
+                (v, Trigger::Nth(n.max(1)))
+            } else if let Some((v, p)) = action.split_once('%') {
+                let p: f64 = p.parse().map_err(|_| FailpointParseError::Syntax(raw.into()))?;
+                if !(0.0..=100.0).contains(&p) {
+                    return Err(FailpointParseError::Syntax(raw.into()));
+                }
+                (v, Trigger::Percent(p))
+            } else {
+                (action, Trigger::Always)
+            };
+            let action = match verb {
+                "abort" => Action::Abort,
+                "error" => Action::Error,
+                other => return Err(FailpointParseError::UnknownAction(other.into())),
+            };
+            points.insert(name, Point { action, trigger, hits: AtomicU64::new(0) });
+        }
+        Ok(Self { points: Arc::new(points), crash: None })
+    }
+
+    /// Replaces `abort`'s process exit with a hook (used by `savepoint dev` to crash one
+    /// in-process worker without killing the others). The hook must stop the caller's task.
+    pub fn with_crash_hook(mut self, hook: impl Fn(&'static str) + Send + Sync + 'static) -> Self {
+        self.crash = Some(Arc::new(hook));
+        self
+    }
+
+    /// True when nothing is configured.
+    pub fn is_empty(&self) -> bool {
+        self.points.is_empty()
+    }
+
+    /// Checks point `name`: aborts the process, returns an injected error, or does nothing.
+    /// With a crash hook installed, `abort` calls the hook and then never returns
+    /// (the hook is expected to cancel the calling task).
+    pub async fn check(&self, name: &'static str) -> Result<(), Injected> {
+        if self.points.is_empty() {
+            return Ok(());
+        }
+        match self.fire(name) {
+            None => Ok(()),
+            Some(Action::Error) => Err(Injected(name)),
+            Some(Action::Abort) => match &self.crash {
+                Some(hook) => {
+                    tracing::error!(failpoint = name, "failpoint: crashing this worker");
+                    hook(name);
+                    std::future::pending::<()>().await;
+                    Ok(())
+                }
+                None => {
+                    eprintln!("savepoint: failpoint {name} fired: aborting the process");
+                    std::process::abort();
+                }
+            },
+        }
+    }
+
+    fn fire(&self, name: &str) -> Option<Action> {
+        let p = self.points.get(name)?;
+        let hit = p.hits.fetch_add(1, Ordering::SeqCst) + 1;
+        let fires = match p.trigger {
+            Trigger::Always => true,
+            Trigger::Nth(n) => hit == n,
+            Trigger::Percent(pct) => rand::random::<f64>() * 100.0 < pct,
+        };
+        fires.then_some(p.action)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_actions_and_triggers() {
+        let f = Failpoints::parse("step.after_commit=abort@2; effect.after_call=error;publish.before=error%50").unwrap();
+        assert_eq!(f.points.len(), 3);
+        assert_eq!(f.points["step.after_commit"].trigger, Trigger::Nth(2));
+        assert_eq!(f.points["effect.after_call"].action, Action::Error);
+        assert!(Failpoints::parse("").unwrap().is_empty());
+        assert!(matches!(Failpoints::parse("nope=abort"), Err(FailpointParseError::UnknownName(..))));
+        assert!(matches!(Failpoints::parse("publish.before=explode"), Err(FailpointParseError::UnknownAction(_))));
+        assert!(matches!(Failpoints::parse("publish.before"), Err(FailpointParseError::Syntax(_))));
+        assert!(Failpoints::parse("publish.before=error%150").is_err());
+    }
+
+    #[tokio::test]
+    async fn nth_fires_once() {
+        let f = Failpoints::parse("publish.after=error@2").unwrap();
+        assert!(f.check("publish.after").await.is_ok());
+        assert!(f.check("publish.after").await.is_err());
+        assert!(f.check("publish.after").await.is_ok());
+        assert!(f.check("publish.before").await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn crash_hook_replaces_abort() {
+        let hit = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let h = hit.clone();
+        let f = Failpoints::parse("worker.after_claim=abort").unwrap().with_crash_hook(move |_| {
+            h.store(true, Ordering::SeqCst);
+        });
+        let r = tokio::time::timeout(std::time::Duration::from_millis(50), f.check("worker.after_claim")).await;
+        assert!(r.is_err(), "abort with a hook never returns");
+        assert!(hit.load(Ordering::SeqCst));
+    }
+}

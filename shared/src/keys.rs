@@ -1,0 +1,128 @@
+//! The Redis key layout (DESIGN §4). Every key of one run shares the hash tag `{pNN}` so
+//! each script touches one Redis Cluster slot; global effect keys are spread by their own
+//! hash over `{fxNN}`.
+
+use crate::ids::{stable_hash, EffectKey, Namespace, ThreadId};
+
+/// Default number of partitions of a deployment (fixed when it is created).
+pub const DEFAULT_PARTITIONS: u16 = 64;
+
+/// Builds the Redis keys of one namespace.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    ns: Namespace,
+    partitions: u16,
+}
+
+/// The keys one run's scripts touch, all in the run's slot.
+#[derive(Debug, Clone)]
+pub struct RunKeys {
+    /// Run header + journal hash.
+    pub run: String,
+    /// The partition's due sorted set.
+    pub due: String,
+    /// The run's event stream.
+    pub events: String,
+    /// Signals delivered before the run asked for them.
+    pub signals: String,
+    /// The partition's index of runs by creation time (for listing).
+    pub index: String,
+}
+
+impl Keys {
+    /// Key builder for `ns` with `partitions` partitions (at least 1).
+    pub fn new(ns: Namespace, partitions: u16) -> Self {
+        Self {
+            ns,
+            partitions: partitions.max(1),
+        }
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &Namespace {
+        &self.ns
+    }
+
+    /// Number of partitions.
+    pub fn partitions(&self) -> u16 {
+        self.partitions
+    }
+
+    /// The partition of a thread: `hash(thread_id) % P`.
+    pub fn partition(&self, thread: &ThreadId) -> u16 {
+        (stable_hash(thread.as_str()) % u64::from(self.partitions)) as u16
+    }
+
+    fn tag(&self, p: u16) -> String {
+        format!("{}:{{p{:02}}}", self.ns, p)
+    }
+
+    /// All keys of one run.
+    pub fn run(&self, thread: &ThreadId) -> RunKeys {
+        let tag = self.tag(self.partition(thread));
+        RunKeys {
+            run: format!("{tag}:run:{thread}"),
+            due: format!("{tag}:due"),
+            events: format!("{tag}:ev:{thread}"),
+            signals: format!("{tag}:sig:{thread}"),
+            index: format!("{tag}:runs"),
+        }
+    }
+
+    /// The due sorted set of partition `p`.
+    pub fn due(&self, p: u16) -> String {
+        format!("{}:due", self.tag(p))
+    }
+
+    /// The run index sorted set of partition `p`.
+    pub fn index(&self, p: u16) -> String {
+        format!("{}:runs", self.tag(p))
+    }
+
+    /// Run hash key from a partition and thread (used when listing an index).
+    pub fn run_in(&self, p: u16, thread: &str) -> String {
+        format!("{}:run:{thread}", self.tag(p))
+    }
+
+    /// The dedup record of an effect key, spread over `{fxNN}` by the key's own hash.
+    pub fn effect(&self, key: &EffectKey) -> String {
+        let p = stable_hash(key.as_str()) % u64::from(self.partitions);
+        format!("{}:{{fx{:02}}}:fx:{}", self.ns, p, key)
+    }
+
+    /// The catalog of workflows served by the fleet (name → version range), written by workers.
+    pub fn catalog(&self) -> String {
+        format!("{}:workflows", self.ns)
+    }
+
+    /// The demo workflows' effect log (a list of JSON records).
+    pub fn demo_effects(&self) -> String {
+        format!("{}:demo:effects", self.ns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_keys_share_one_hash_tag() {
+        let k = Keys::new(Namespace::new("sp").unwrap(), 64);
+        let t = ThreadId::new("invoice-42").unwrap();
+        let rk = k.run(&t);
+        let p = k.partition(&t);
+        let tag = format!("{{p{p:02}}}");
+        for key in [&rk.run, &rk.due, &rk.events, &rk.signals, &rk.index] {
+            assert!(key.starts_with(&format!("sp:{tag}:")), "{key}");
+        }
+        assert_eq!(rk.run, format!("sp:{tag}:run:invoice-42"));
+        assert_eq!(k.due(p), rk.due);
+    }
+
+    #[test]
+    fn effect_keys_are_spread() {
+        let k = Keys::new(Namespace::new("sp").unwrap(), 64);
+        let a = k.effect(&EffectKey::new("ledger:INV-1").unwrap());
+        assert!(a.starts_with("sp:{fx") && a.ends_with(":fx:ledger:INV-1"));
+    }
+}

@@ -1,0 +1,11 @@
+//! Savepoint core library: durable workflows checkpointed in Redis and dispatched over
+//! RabbitMQ. See `docs/ARCHITECTURE.md` for the picture and DESIGN for the contract.
+#![forbid(unsafe_code)]
+
+pub mod broker;
+pub mod failpoints;
+pub mod ids;
+pub mod journal;
+pub mod keys;
+pub mod protocol;
+pub mod store;

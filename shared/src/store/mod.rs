@@ -1,0 +1,73 @@
+//! The checkpoint store: run headers, journals, due times, effect records (DESIGN §4).
+//!
+//! The data model lives here as plain types; [`redis::RedisStore`] is the one implementation.
+//! Every state change is one Lua script that validates before it writes.
+
+pub mod model;
+pub mod redis;
+
+pub use model::{Claimed, ClaimOutcome, EffectClaim, Lease, RunHeader, RunStatus, Wait};
+pub use self::redis::{RedisStore, StoreConfig};
+
+/// Errors of the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Redis could not be reached or answered with an error.
+    #[error("redis: {0}")]
+    Redis(#[from] ::redis::RedisError),
+    /// The caller no longer holds the run's lease: another worker claimed it, or it was
+    /// cancelled. Nothing was written.
+    #[error("lease lost on run {thread}: status {status}, owner {owner:?}, fence {fence}")]
+    Fenced {
+        /// The run.
+        thread: String,
+        /// Its status now.
+        status: String,
+        /// Its owner now.
+        owner: String,
+        /// Its fence now.
+        fence: String,
+    },
+    /// The run's version moved (compare-and-swap failed). Nothing was written.
+    #[error("version conflict on run {thread}: now at version {version}")]
+    Conflict {
+        /// The run.
+        thread: String,
+        /// The current version.
+        version: String,
+    },
+    /// The journal is not where the writer thought it was.
+    #[error("journal index mismatch on run {thread}: journal has {steps} entries")]
+    Index {
+        /// The run.
+        thread: String,
+        /// Entries in the journal.
+        steps: u32,
+    },
+    /// The run does not exist (never created, or expired).
+    #[error("run {0} not found")]
+    Missing(String),
+    /// A script answered something this build does not understand.
+    #[error("unexpected store reply: {0}")]
+    Reply(String),
+    /// A stored record could not be read.
+    #[error("corrupt record: {0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    /// True when retrying later may succeed (Redis unreachable, timeouts, busy scripts).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Redis(e) => {
+                e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || !e.is_unrecoverable_error()
+            }
+            _ => false,
+        }
+    }
+
+    /// True when the caller lost the run (fenced, version moved, journal moved on).
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, StoreError::Fenced { .. } | StoreError::Conflict { .. } | StoreError::Index { .. })
+    }
+}

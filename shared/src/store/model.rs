@@ -1,0 +1,274 @@
+//! Plain data of a run as stored: header, status, claims.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+use super::StoreError;
+use crate::ids::ThreadId;
+use crate::journal::Entry;
+use crate::keys::RunKeys;
+
+/// Where a run is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Created or made runnable again; a task will (or did) ring a worker.
+    Pending,
+    /// A worker holds the lease.
+    Running,
+    /// On a durable timer (or backing off before a retry).
+    Sleeping,
+    /// Waiting for an interrupt answer or a signal.
+    Waiting,
+    /// Finished with an output.
+    Completed,
+    /// Finished with an error.
+    Failed,
+    /// Cancelled by an operator.
+    Cancelled,
+    /// Stopped, with a reason, until an operator acts (in-doubt effect, non-determinism…).
+    Blocked,
+}
+
+impl RunStatus {
+    /// All statuses, in lifecycle order.
+    pub const ALL: [RunStatus; 8] = [
+        RunStatus::Pending,
+        RunStatus::Running,
+        RunStatus::Sleeping,
+        RunStatus::Waiting,
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+        RunStatus::Blocked,
+    ];
+
+    /// The stored / API name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Pending => "pending",
+            RunStatus::Running => "running",
+            RunStatus::Sleeping => "sleeping",
+            RunStatus::Waiting => "waiting",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Blocked => "blocked",
+        }
+    }
+
+    /// Parses a stored / API name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// True for completed, failed and cancelled (blocked can still be resolved).
+    pub fn is_final(self) -> bool {
+        matches!(self, RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled)
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a waiting run waits for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Wait {
+    /// `interrupt` or `signal`.
+    pub kind: String,
+    /// The interrupt or signal name.
+    pub name: String,
+    /// The interrupt's payload (shown to the human who answers it).
+    pub payload: Value,
+}
+
+/// The run header: everything but the journal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunHeader {
+    /// The run.
+    pub thread: ThreadId,
+    /// Workflow name.
+    pub workflow: String,
+    /// Workflow version the run was started with.
+    pub workflow_version: u32,
+    /// Checkpoint schema version.
+    pub schema: u32,
+    /// Status.
+    pub status: RunStatus,
+    /// Journal length.
+    pub steps: u32,
+    /// Version (bumped by every write).
+    pub version: u64,
+    /// Lease owner (worker incarnation), if leased.
+    pub owner: Option<String>,
+    /// Fencing token of the latest claim.
+    pub fence: u64,
+    /// Lease expiry (ms since epoch, server clock).
+    pub lease_until: u64,
+    /// Number of claims so far.
+    pub attempt: u32,
+    /// Due time (ms), if any.
+    pub due: Option<u64>,
+    /// Created at (ms).
+    pub created_at: u64,
+    /// Last write (ms).
+    pub updated_at: u64,
+    /// Finished at (ms), for ended runs.
+    pub finished_at: Option<u64>,
+    /// Input (JSON).
+    pub input: Value,
+    /// Output, once completed.
+    pub output: Option<Value>,
+    /// Error, once failed.
+    pub error: Option<String>,
+    /// Why the run is blocked or was cancelled.
+    pub reason: Option<String>,
+    /// The in-doubt effect key a blocked run waits on.
+    pub blocked_effect: Option<String>,
+    /// What a waiting run waits for.
+    pub wait: Option<Wait>,
+    /// W3C trace context of the run (one run is one trace).
+    pub trace: Option<String>,
+}
+
+fn text(map: &BTreeMap<String, Vec<u8>>, k: &str) -> Option<String> {
+    map.get(k).map(|v| String::from_utf8_lossy(v).into_owned()).filter(|s| !s.is_empty())
+}
+
+fn num<T: std::str::FromStr>(map: &BTreeMap<String, Vec<u8>>, k: &str) -> Option<T> {
+    text(map, k).and_then(|s| s.parse().ok())
+}
+
+fn json(map: &BTreeMap<String, Vec<u8>>, k: &str) -> Result<Option<Value>, StoreError> {
+    match map.get(k).filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(v) => serde_json::from_slice(v)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt(format!("field {k}: {e}"))),
+    }
+}
+
+impl RunHeader {
+    /// Builds a header from the run hash's fields (journal fields are ignored).
+    pub fn from_fields(thread: &ThreadId, map: &BTreeMap<String, Vec<u8>>) -> Result<Self, StoreError> {
+        let status_s = text(map, "status").ok_or_else(|| StoreError::Missing(thread.to_string()))?;
+        let status = RunStatus::parse(&status_s)
+            .ok_or_else(|| StoreError::Corrupt(format!("run {thread}: unknown status {status_s:?}")))?;
+        let wait = match (text(map, "wait_kind"), text(map, "wait_name")) {
+            (Some(kind), Some(name)) => Some(Wait {
+                kind,
+                name,
+                payload: json(map, "wait_payload")?.unwrap_or(Value::Null),
+            }),
+            _ => None,
+        };
+        Ok(Self {
+            thread: thread.clone(),
+            workflow: text(map, "wf").unwrap_or_default(),
+            workflow_version: num(map, "wfv").unwrap_or(0),
+            schema: num(map, "schema").unwrap_or(0),
+            status,
+            steps: num(map, "steps").unwrap_or(0),
+            version: num(map, "ver").unwrap_or(0),
+            owner: text(map, "owner"),
+            fence: num(map, "fence").unwrap_or(0),
+            lease_until: num(map, "lease").unwrap_or(0),
+            attempt: num(map, "attempt").unwrap_or(0),
+            due: num(map, "due"),
+            created_at: num(map, "created").unwrap_or(0),
+            updated_at: num(map, "updated").unwrap_or(0),
+            finished_at: num(map, "finished"),
+            input: json(map, "input")?.unwrap_or(Value::Null),
+            output: json(map, "output")?,
+            error: text(map, "error"),
+            reason: text(map, "reason"),
+            blocked_effect: text(map, "blocked_fx"),
+            wait,
+            trace: text(map, "trace"),
+        })
+    }
+}
+
+/// Decodes the journal fields `j:0..steps` of a run hash, in order.
+pub fn journal_from_fields(
+    header: &RunHeader,
+    map: &BTreeMap<String, Vec<u8>>,
+) -> Result<Vec<Entry>, StoreError> {
+    (0..header.steps)
+        .map(|i| {
+            let raw = map.get(&format!("j:{i}")).ok_or_else(|| {
+                StoreError::Corrupt(format!("run {}: journal entry {i} missing", header.thread))
+            })?;
+            Entry::decode(raw)
+                .map_err(|e| StoreError::Corrupt(format!("run {}: entry {i}: {e}", header.thread)))
+        })
+        .collect()
+}
+
+/// A lease held by a worker: what every fenced write presents.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    /// The run.
+    pub thread: ThreadId,
+    /// The run's keys.
+    pub keys: RunKeys,
+    /// Worker incarnation.
+    pub owner: String,
+    /// Fencing token.
+    pub fence: u64,
+    /// Version last read or written.
+    pub version: u64,
+}
+
+/// A successful claim: the run, its journal and its buffered signals.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    /// The lease to write with.
+    pub lease: Lease,
+    /// The header after the claim.
+    pub header: RunHeader,
+    /// The journal (or the reason it cannot be read).
+    pub journal: Result<Vec<Entry>, String>,
+    /// Buffered signal fields (`i:<name>`, `s:<name>:<seq>`) → JSON values.
+    pub signals: BTreeMap<String, Value>,
+    /// Server time at the claim (ms).
+    pub server_now: u64,
+    /// True when this claim took over another worker's expired lease.
+    pub takeover: bool,
+}
+
+/// What a claim found.
+#[derive(Debug, Clone)]
+pub enum ClaimOutcome {
+    /// The lease is ours.
+    Claimed(Box<Claimed>),
+    /// No such run (never created or expired).
+    Missing,
+    /// Ended (or blocked); nothing to do.
+    Terminal(RunStatus),
+    /// Waiting for a signal; a task is not enough to wake it.
+    Waiting,
+    /// Sleeping until this time (ms).
+    NotDue(u64),
+    /// Another live worker holds the lease.
+    Leased(String),
+    /// The task is behind the journal (a duplicate or old message).
+    Stale(u32),
+}
+
+/// What recording an effect intent found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EffectClaim {
+    /// We hold the intent: perform the effect.
+    Won,
+    /// Already applied (by any run): record this result and skip the effect.
+    Done(Value),
+    /// This run's earlier attempt recorded the intent and did not finish: outcome unknown.
+    InDoubt,
+    /// Another run holds the intent right now: back off.
+    Busy(String),
+}

@@ -1,0 +1,26 @@
+-- Shared helpers, prepended to every script by the Rust loader (store/redis/scripts.rs).
+-- Time always comes from the Redis server, never from a worker's clock.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Appends one event to a run's capped stream.
+local function event(ev, cap, typ, detail, t)
+  redis.call('XADD', ev, 'MAXLEN', '~', cap, '*', 'type', typ, 'detail', detail, 'at', t)
+end
+
+local terminal = { completed = true, failed = true, cancelled = true, blocked = true }
+
+-- Fencing + compare-and-swap check shared by every write of a lease holder.
+-- Returns nil when `owner`/`fence` still hold the lease of a running run and (when `ver` is
+-- not '') the version is unchanged; otherwise the rejection reply.
+local function check_lease(run, owner, fence, ver)
+  local h = redis.call('HMGET', run, 'status', 'owner', 'fence', 'ver', 'steps')
+  if not h[1] then return { 'missing' } end
+  if h[1] ~= 'running' or h[2] ~= owner or h[3] ~= fence then
+    return { 'fenced', h[1], h[2] or '', h[3] or '' }
+  end
+  if ver ~= '' and h[4] ~= ver then return { 'conflict', h[4] } end
+  return nil
+end

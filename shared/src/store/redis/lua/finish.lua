@@ -1,0 +1,32 @@
+-- finish: end the run as completed, failed or blocked (or end a slice as blocked).
+-- KEYS: 1 run hash, 2 partition due zset, 3 run event stream, 4 run signals hash
+-- ARGV: 1 thread id, 2 owner, 3 fence, 4 version read, 5 entry index ('' = no entry),
+--       6 entry (MessagePack), 7 status (completed | failed | blocked), 8 output (JSON or ''),
+--       9 error ('' = none), 10 blocked reason, 11 blocked effect key, 12 retention_ms,
+--       13 event cap, 14 event type, 15 event detail
+-- Returns: {'ok', new_version} | {'missing'} | {'fenced', ...} | {'conflict', v} | {'index', steps}
+-- Completed and failed runs expire after the retention; blocked runs wait for an operator.
+local bad = check_lease(KEYS[1], ARGV[2], ARGV[3], ARGV[4])
+if bad then return bad end
+local t = now_ms()
+if ARGV[5] ~= '' then
+  local steps = tonumber(redis.call('HGET', KEYS[1], 'steps'))
+  if steps ~= tonumber(ARGV[5]) then return { 'index', steps } end
+  redis.call('HSET', KEYS[1], 'j:' .. ARGV[5], ARGV[6], 'steps', steps + 1)
+end
+local ver = tonumber(ARGV[4]) + 1
+redis.call('HSET', KEYS[1], 'status', ARGV[7], 'owner', '', 'lease', 0, 'ver', ver,
+  'updated', t, 'finished', t)
+redis.call('HDEL', KEYS[1], 'due', 'wait_kind', 'wait_name', 'wait_payload')
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'output', ARGV[8]) end
+if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[9]) end
+if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'reason', ARGV[10]) end
+if ARGV[11] ~= '' then redis.call('HSET', KEYS[1], 'blocked_fx', ARGV[11]) end
+redis.call('ZREM', KEYS[2], ARGV[1])
+event(KEYS[3], ARGV[13], ARGV[14], ARGV[15], t)
+if ARGV[7] ~= 'blocked' and tonumber(ARGV[12]) > 0 then
+  for i = 1, 4 do
+    if i ~= 2 then redis.call('PEXPIRE', KEYS[i], ARGV[12]) end
+  end
+end
+return { 'ok', ver }

@@ -1,0 +1,31 @@
+-- signal: deliver a resume value (answer to the pending interrupt) or a named signal.
+-- KEYS: 1 run hash, 2 partition due zset, 3 run event stream, 4 run signals hash
+-- ARGV: 1 thread id, 2 kind (interrupt | signal), 3 name ('' = the pending interrupt),
+--       4 value (JSON), 5 redeliver_ms, 6 event cap
+-- Returns: {'woke', name} (run is pending again: publish a task) | {'buffered', name}
+--        | {'missing'} | {'terminal', status} | {'not_waiting', status, wait kind, wait name}
+local h = redis.call('HMGET', KEYS[1], 'status', 'wait_kind', 'wait_name', 'ver')
+if not h[1] then return { 'missing' } end
+if terminal[h[1]] then return { 'terminal', h[1] } end
+local kind, name = ARGV[2], ARGV[3]
+local waiting = h[1] == 'waiting' and h[2] == kind
+if kind == 'interrupt' then
+  if not waiting or (name ~= '' and name ~= h[3]) then
+    return { 'not_waiting', h[1], h[2] or '', h[3] or '' }
+  end
+  name = h[3]
+  redis.call('HSET', KEYS[4], 'i:' .. name, ARGV[4])
+else
+  local seq = redis.call('HINCRBY', KEYS[4], '#seq', 1)
+  redis.call('HSET', KEYS[4], string.format('s:%s:%010d', name, seq), ARGV[4])
+end
+local t = now_ms()
+if waiting and h[3] == name then
+  local due = t + tonumber(ARGV[5])
+  redis.call('HSET', KEYS[1], 'status', 'pending', 'ver', tonumber(h[4]) + 1, 'updated', t, 'due', due)
+  redis.call('ZADD', KEYS[2], due, ARGV[1])
+  event(KEYS[3], ARGV[6], kind == 'interrupt' and 'resumed' or 'signalled', name, t)
+  return { 'woke', name }
+end
+event(KEYS[3], ARGV[6], 'signal_buffered', name, t)
+return { 'buffered', name }

@@ -1,0 +1,48 @@
+-- suspend: end a slice without finishing the run: sleep on a durable timer, wait for a
+-- signal or interrupt, yield to a continuation task, or retry later. Releases the lease.
+-- KEYS: 1 run hash, 2 partition due zset, 3 run event stream, 4 run signals hash
+-- ARGV: 1 thread id, 2 owner, 3 fence, 4 version read, 5 entry index ('' = no entry),
+--       6 entry (MessagePack), 7 new status (sleeping | waiting | pending),
+--       8 due delay ms from server now ('' = no due time), 9 wait kind ('' | interrupt | signal),
+--       10 wait name, 11 wait payload (JSON), 12 event cap, 13 event type, 14 event detail,
+--       15 redeliver_ms (used when a waited-for value is already buffered)
+-- Returns: {'ok', new_version, due_ms or ''} | {'woke', new_version, due_ms} (the awaited
+--          value was already buffered: the run is pending again and needs a task)
+--        | {'missing'} | {'fenced', ...} | {'conflict', version} | {'index', steps}
+local bad = check_lease(KEYS[1], ARGV[2], ARGV[3], ARGV[4])
+if bad then return bad end
+local t = now_ms()
+if ARGV[5] ~= '' then
+  local steps = tonumber(redis.call('HGET', KEYS[1], 'steps'))
+  if steps ~= tonumber(ARGV[5]) then return { 'index', steps } end
+  redis.call('HSET', KEYS[1], 'j:' .. ARGV[5], ARGV[6], 'steps', steps + 1)
+end
+local status, delay, reply = ARGV[7], ARGV[8], 'ok'
+if status == 'waiting' then
+  -- A value that arrived while the run was still running must not be stranded.
+  local prefix = (ARGV[9] == 'interrupt' and 'i:' or 's:') .. ARGV[10]
+  for _, f in ipairs(redis.call('HKEYS', KEYS[4])) do
+    if f == prefix or string.sub(f, 1, #prefix + 1) == prefix .. ':' then
+      status, delay, reply = 'pending', ARGV[15], 'woke'
+      break
+    end
+  end
+end
+local ver = tonumber(ARGV[4]) + 1
+redis.call('HSET', KEYS[1], 'status', status, 'owner', '', 'lease', 0, 'ver', ver, 'updated', t)
+if ARGV[9] ~= '' then
+  redis.call('HSET', KEYS[1], 'wait_kind', ARGV[9], 'wait_name', ARGV[10], 'wait_payload', ARGV[11])
+else
+  redis.call('HDEL', KEYS[1], 'wait_kind', 'wait_name', 'wait_payload')
+end
+local due = ''
+if delay ~= '' then
+  due = t + tonumber(delay)
+  redis.call('ZADD', KEYS[2], due, ARGV[1])
+  redis.call('HSET', KEYS[1], 'due', due)
+else
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('HDEL', KEYS[1], 'due')
+end
+event(KEYS[3], ARGV[12], ARGV[13], ARGV[14], t)
+return { reply, ver, due }

@@ -1,0 +1,155 @@
+//! Read-only queries: one run, its events, listing, the workflow catalog.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use super::reply::{as_text, flat_map};
+use super::RedisStore;
+use crate::ids::ThreadId;
+use crate::journal::Entry;
+use crate::store::model::journal_from_fields;
+use crate::store::{RunHeader, RunStatus, StoreError};
+
+/// One event of a run's event stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunEvent {
+    /// Stream id.
+    pub id: String,
+    /// Event type (`claimed`, `step_committed`, `effect_done`, …).
+    #[serde(rename = "type")]
+    pub typ: String,
+    /// Free text detail.
+    pub detail: String,
+    /// Server time (ms).
+    pub at: u64,
+}
+
+/// A workflow the fleet serves, as registered by workers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CatalogEntry {
+    /// Workflow name.
+    pub name: String,
+    /// Newest version served (new runs start at it).
+    pub version: u32,
+    /// Oldest version still served.
+    pub min_version: u32,
+}
+
+impl RedisStore {
+    /// A run's header and journal, if it exists.
+    pub async fn get(&self, thread: &ThreadId) -> Result<Option<(RunHeader, Vec<Entry>)>, StoreError> {
+        let mut conn = self.connection();
+        let v: redis::Value = redis::cmd("HGETALL").arg(&self.keys.run(thread).run).query_async(&mut conn).await?;
+        let fields = flat_map(&v);
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let header = RunHeader::from_fields(thread, &fields)?;
+        let journal = journal_from_fields(&header, &fields)?;
+        Ok(Some((header, journal)))
+    }
+
+    /// A run's header only (HGETALL without decoding the journal).
+    pub async fn header(&self, thread: &ThreadId) -> Result<Option<RunHeader>, StoreError> {
+        let mut conn = self.connection();
+        let v: redis::Value = redis::cmd("HGETALL").arg(&self.keys.run(thread).run).query_async(&mut conn).await?;
+        let fields = flat_map(&v);
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        RunHeader::from_fields(thread, &fields).map(Some)
+    }
+
+    /// The last `count` events of a run, oldest first.
+    pub async fn events(&self, thread: &ThreadId, count: usize) -> Result<Vec<RunEvent>, StoreError> {
+        let mut conn = self.connection();
+        let v: redis::Value = redis::cmd("XREVRANGE")
+            .arg(&self.keys.run(thread).events)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(count)
+            .query_async(&mut conn)
+            .await?;
+        let mut out = Vec::new();
+        if let redis::Value::Array(items) = v {
+            for item in items {
+                if let redis::Value::Array(parts) = item {
+                    if let [id, fields] = parts.as_slice() {
+                        let f = flat_map(fields);
+                        let get = |k: &str| f.get(k).map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+                        out.push(RunEvent { id: as_text(id), typ: get("type"), detail: get("detail"), at: get("at").parse().unwrap_or(0) });
+                    }
+                }
+            }
+        }
+        out.reverse();
+        Ok(out)
+    }
+
+    /// Recent runs, newest first, optionally of one status. Scans every partition's index and
+    /// drops index entries whose run has expired.
+    pub async fn list(&self, status: Option<RunStatus>, limit: usize) -> Result<Vec<RunHeader>, StoreError> {
+        let mut conn = self.connection();
+        let mut candidates: Vec<(u64, u16, String)> = Vec::new();
+        let per = if status.is_some() { limit.saturating_mul(4).max(100) } else { limit };
+        for p in 0..self.keys.partitions() {
+            let ids: Vec<(String, u64)> = redis::cmd("ZREVRANGE")
+                .arg(self.keys.index(p)).arg(0).arg(per.saturating_sub(1).max(0)).arg("WITHSCORES")
+                .query_async(&mut conn).await?;
+            candidates.extend(ids.into_iter().map(|(id, at)| (at, p, id)));
+        }
+        candidates.sort_by(|a, b| b.0.cmp(&a.0));
+        let mut out = Vec::new();
+        for (_, p, id) in candidates {
+            if out.len() >= limit {
+                break;
+            }
+            let Ok(thread) = ThreadId::new(id.clone()) else { continue };
+            let v: redis::Value = redis::cmd("HGETALL").arg(self.keys.run_in(p, &id)).query_async(&mut conn).await?;
+            let fields: BTreeMap<String, Vec<u8>> = flat_map(&v);
+            if fields.is_empty() {
+                let _: i64 = redis::cmd("ZREM").arg(self.keys.index(p)).arg(&id).query_async(&mut conn).await?;
+                continue;
+            }
+            let h = RunHeader::from_fields(&thread, &fields)?;
+            if status.is_none_or(|s| s == h.status) {
+                out.push(h);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Registers workflows served by a worker (newest version wins, oldest min wins).
+    pub async fn register_workflows(&self, entries: &[CatalogEntry]) -> Result<(), StoreError> {
+        let mut conn = self.connection();
+        for e in entries {
+            let cur = self.catalog_entry(&e.name).await?;
+            let merged = match cur {
+                Some(c) => CatalogEntry {
+                    name: e.name.clone(),
+                    version: c.version.max(e.version),
+                    min_version: c.min_version.min(e.min_version),
+                },
+                None => e.clone(),
+            };
+            let json = serde_json::to_string(&merged).map_err(|x| StoreError::Corrupt(x.to_string()))?;
+            let _: i64 = redis::cmd("HSET").arg(self.keys.catalog()).arg(&e.name).arg(json).query_async(&mut conn).await?;
+        }
+        Ok(())
+    }
+
+    /// The catalog entry of a workflow, if any worker registered it.
+    pub async fn catalog_entry(&self, name: &str) -> Result<Option<CatalogEntry>, StoreError> {
+        let mut conn = self.connection();
+        let raw: Option<String> = redis::cmd("HGET").arg(self.keys.catalog()).arg(name).query_async(&mut conn).await?;
+        Ok(raw.and_then(|s| serde_json::from_str(&s).ok()))
+    }
+
+    /// Redis server time (ms).
+    pub async fn server_time(&self) -> Result<u64, StoreError> {
+        let mut conn = self.connection();
+        let (s, us): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
+        Ok(s * 1000 + us / 1000)
+    }
+}
