@@ -3,9 +3,13 @@
 #![forbid(unsafe_code)]
 
 pub mod broker;
+pub mod config;
 pub mod failpoints;
 pub mod ids;
 pub mod journal;
 pub mod keys;
+pub mod metrics;
 pub mod protocol;
 pub mod store;
+pub mod telemetry;
+pub mod workflow;

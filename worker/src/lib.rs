@@ -1,1 +1,16 @@
+//! The Savepoint worker runtime: consumes step tasks, claims runs, replays journals, runs
+//! live steps with a fenced commit each, and finishes, suspends or yields (DESIGN §5).
+//!
+//! Users build their own worker binary: register workflows in a
+//! [`savepoint::workflow::Registry`] and call [`run`].
 #![forbid(unsafe_code)]
+
+pub mod demo;
+mod handle;
+mod heartbeat;
+pub mod replay;
+pub mod signals;
+mod runtime;
+mod slice;
+
+pub use runtime::{run, run_with, WorkerError, WorkerOptions};

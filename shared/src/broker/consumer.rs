@@ -99,7 +99,8 @@ impl Consumer {
                     return Some(Delivery::new(d, Arc::clone(&active.session), shutdown));
                 }
                 Some(Some(Err(e))) => {
-                    self.lost(&format!("channel or connection error: {e}")).await;
+                    self.lost(&format!("channel or connection error: {e}"))
+                        .await;
                 }
                 Some(None) => self.lost("consumer cancelled by the broker").await,
             }
@@ -207,7 +208,11 @@ impl Consumer {
         let link = &active.session.link;
         if link.usable() {
             let tag = active.stream.tag();
-            if let Err(e) = link.channel.basic_cancel(tag, BasicCancelOptions::default()).await {
+            if let Err(e) = link
+                .channel
+                .basic_cancel(tag, BasicCancelOptions::default())
+                .await
+            {
                 debug!(tag = %self.tag, error = %e, "basic.cancel failed during shutdown");
             }
         }

@@ -90,12 +90,22 @@ pub(crate) async fn declare(
     };
     let (exchange, queue, dlx, dlq) = (topo.exchange(), topo.queue_name(), topo.dlx(), topo.dlq());
 
-    ch.exchange_declare(short(&exchange)?, ExchangeKind::Direct, durable_ex, FieldTable::default())
-        .await
-        .map_err(|e| BrokerError::amqp(format!("exchange.declare {exchange}"), e))?;
-    ch.exchange_declare(short(&dlx)?, ExchangeKind::Fanout, durable_ex, FieldTable::default())
-        .await
-        .map_err(|e| BrokerError::amqp(format!("exchange.declare {dlx}"), e))?;
+    ch.exchange_declare(
+        short(&exchange)?,
+        ExchangeKind::Direct,
+        durable_ex,
+        FieldTable::default(),
+    )
+    .await
+    .map_err(|e| BrokerError::amqp(format!("exchange.declare {exchange}"), e))?;
+    ch.exchange_declare(
+        short(&dlx)?,
+        ExchangeKind::Fanout,
+        durable_ex,
+        FieldTable::default(),
+    )
+    .await
+    .map_err(|e| BrokerError::amqp(format!("exchange.declare {dlx}"), e))?;
 
     let mut qargs = quorum_args();
     let limit = i32::try_from(delivery_limit).unwrap_or(i32::MAX);

@@ -1,0 +1,350 @@
+//! Configuration: defaults → optional TOML file → `SAVEPOINT_*` environment → CLI flags,
+//! validated at start into typed errors (DESIGN §8). The environment is read through
+//! [`Env`] so tests never mutate the process environment.
+
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::broker::{BrokerConfig, Topology};
+use crate::ids::Namespace;
+use crate::keys::{Keys, DEFAULT_PARTITIONS};
+use crate::store::StoreConfig;
+use crate::workflow::SliceLimits;
+
+/// Where environment variables come from.
+pub trait Env {
+    /// The variable's value, if set.
+    fn get(&self, key: &str) -> Option<String>;
+}
+
+/// The process environment.
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn get(&self, key: &str) -> Option<String> {
+        std::env::var(key).ok()
+    }
+}
+
+/// A fixed map (tests, embedding).
+#[derive(Default, Clone)]
+pub struct MapEnv(pub HashMap<String, String>);
+
+impl Env for MapEnv {
+    fn get(&self, key: &str) -> Option<String> {
+        self.0.get(key).cloned()
+    }
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The TOML file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// Path.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The TOML file is malformed or has unknown fields.
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// Path.
+        path: String,
+        /// Cause.
+        message: String,
+    },
+    /// An environment variable does not parse.
+    #[error("invalid value {value:?} for {var}: {message}")]
+    Env {
+        /// Variable.
+        var: String,
+        /// Value.
+        value: String,
+        /// Why.
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+/// Worker settings (`[worker]` in TOML).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkerSection {
+    /// Runs executed at once.
+    pub concurrency: usize,
+    /// AMQP prefetch.
+    pub prefetch: u16,
+    /// Live calls per slice before yielding.
+    pub slice_max_steps: u32,
+    /// Wall time per slice before yielding (ms).
+    pub slice_max_ms: u64,
+    /// Journal entries per run.
+    pub max_entries: u32,
+    /// How long SIGTERM waits for in-flight slices (ms).
+    pub shutdown_grace_ms: u64,
+    /// Health/metrics listener.
+    pub http_addr: String,
+    /// Name prefix of the worker's incarnation id.
+    pub name: String,
+}
+
+impl Default for WorkerSection {
+    fn default() -> Self {
+        Self {
+            concurrency: 64,
+            prefetch: 128,
+            slice_max_steps: 64,
+            slice_max_ms: 10_000,
+            max_entries: 10_000,
+            shutdown_grace_ms: 10_000,
+            http_addr: "127.0.0.1:7071".into(),
+            name: "worker".into(),
+        }
+    }
+}
+
+/// Scheduler settings (`[scheduler]` in TOML).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulerSection {
+    /// HTTP API listener.
+    pub http_addr: String,
+    /// Due scanner tick (ms).
+    pub scan_interval_ms: u64,
+    /// Runs handed out per partition per tick.
+    pub scan_batch: u32,
+    /// Largest accepted run input / request body (bytes).
+    pub max_input_bytes: usize,
+}
+
+impl Default for SchedulerSection {
+    fn default() -> Self {
+        Self { http_addr: "127.0.0.1:7070".into(), scan_interval_ms: 250, scan_batch: 500, max_input_bytes: 256 * 1024 }
+    }
+}
+
+/// The whole configuration of a Savepoint process.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// RabbitMQ URL.
+    pub amqp_url: String,
+    /// Redis URL.
+    pub redis_url: String,
+    /// Namespace of keys and queues.
+    pub namespace: String,
+    /// Partitions (fixed when a deployment is created).
+    pub partitions: u16,
+    /// Task queue name.
+    pub queue: String,
+    /// Lease length (ms).
+    pub lease_ms: u64,
+    /// Grace after lease expiry before the scanner rings again (ms).
+    pub grace_ms: u64,
+    /// Safety-net redelivery delay (ms).
+    pub redeliver_ms: u64,
+    /// Retention of finished runs (s).
+    pub retention_secs: u64,
+    /// Retention of effect dedup records (s).
+    pub effect_ttl_secs: u64,
+    /// Events kept per run.
+    pub event_cap: u32,
+    /// `text` or `json` logs.
+    pub log_format: String,
+    /// Failpoints (`name=action;…`).
+    pub failpoints: String,
+    /// Worker section.
+    pub worker: WorkerSection,
+    /// Scheduler section.
+    pub scheduler: SchedulerSection,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            amqp_url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
+            redis_url: "redis://127.0.0.1:6379".into(),
+            namespace: "sp".into(),
+            partitions: DEFAULT_PARTITIONS,
+            queue: "default".into(),
+            lease_ms: 3000,
+            grace_ms: 500,
+            redeliver_ms: 5000,
+            retention_secs: 7 * 24 * 3600,
+            effect_ttl_secs: 30 * 24 * 3600,
+            event_cap: 1000,
+            log_format: "text".into(),
+            failpoints: String::new(),
+            worker: WorkerSection::default(),
+            scheduler: SchedulerSection::default(),
+        }
+    }
+}
+
+fn env_parse<T: std::str::FromStr>(env: &dyn Env, var: &str, slot: &mut T) -> Result<(), ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    if let Some(v) = env.get(var) {
+        *slot = v.trim().parse().map_err(|e: T::Err| ConfigError::Env { var: var.into(), value: v.clone(), message: e.to_string() })?;
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Defaults, then the TOML file named by `file` or `SAVEPOINT_CONFIG`, then the environment.
+    /// Validated.
+    pub fn load(file: Option<&str>, env: &dyn Env) -> Result<Self, ConfigError> {
+        let path = file.map(str::to_owned).or_else(|| env.get("SAVEPOINT_CONFIG"));
+        let mut cfg = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+                toml::from_str(&text).map_err(|e| ConfigError::Parse { path, message: e.to_string() })?
+            }
+            None => Config::default(),
+        };
+        cfg.apply_env(env)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Overrides fields from `SAVEPOINT_*` variables.
+    pub fn apply_env(&mut self, env: &dyn Env) -> Result<(), ConfigError> {
+        env_parse(env, "SAVEPOINT_AMQP_URL", &mut self.amqp_url)?;
+        env_parse(env, "SAVEPOINT_REDIS_URL", &mut self.redis_url)?;
+        env_parse(env, "SAVEPOINT_NAMESPACE", &mut self.namespace)?;
+        env_parse(env, "SAVEPOINT_PARTITIONS", &mut self.partitions)?;
+        env_parse(env, "SAVEPOINT_QUEUE", &mut self.queue)?;
+        env_parse(env, "SAVEPOINT_LEASE_MS", &mut self.lease_ms)?;
+        env_parse(env, "SAVEPOINT_GRACE_MS", &mut self.grace_ms)?;
+        env_parse(env, "SAVEPOINT_REDELIVER_MS", &mut self.redeliver_ms)?;
+        env_parse(env, "SAVEPOINT_RETENTION_SECS", &mut self.retention_secs)?;
+        env_parse(env, "SAVEPOINT_EFFECT_TTL_SECS", &mut self.effect_ttl_secs)?;
+        env_parse(env, "SAVEPOINT_LOG_FORMAT", &mut self.log_format)?;
+        env_parse(env, "SAVEPOINT_FAILPOINTS", &mut self.failpoints)?;
+        let w = &mut self.worker;
+        env_parse(env, "SAVEPOINT_WORKER_CONCURRENCY", &mut w.concurrency)?;
+        env_parse(env, "SAVEPOINT_WORKER_PREFETCH", &mut w.prefetch)?;
+        env_parse(env, "SAVEPOINT_SLICE_MAX_STEPS", &mut w.slice_max_steps)?;
+        env_parse(env, "SAVEPOINT_SLICE_MAX_MS", &mut w.slice_max_ms)?;
+        env_parse(env, "SAVEPOINT_MAX_ENTRIES", &mut w.max_entries)?;
+        env_parse(env, "SAVEPOINT_SHUTDOWN_GRACE_MS", &mut w.shutdown_grace_ms)?;
+        env_parse(env, "SAVEPOINT_WORKER_HTTP_ADDR", &mut w.http_addr)?;
+        env_parse(env, "SAVEPOINT_WORKER_NAME", &mut w.name)?;
+        let s = &mut self.scheduler;
+        env_parse(env, "SAVEPOINT_HTTP_ADDR", &mut s.http_addr)?;
+        env_parse(env, "SAVEPOINT_SCAN_INTERVAL_MS", &mut s.scan_interval_ms)?;
+        env_parse(env, "SAVEPOINT_SCAN_BATCH", &mut s.scan_batch)?;
+        env_parse(env, "SAVEPOINT_MAX_INPUT_BYTES", &mut s.max_input_bytes)?;
+        Ok(())
+    }
+
+    /// Checks ranges and formats.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        Namespace::new(self.namespace.clone()).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if self.partitions == 0 || self.partitions > 1024 {
+            return bad(format!("partitions must be 1..=1024, got {}", self.partitions));
+        }
+        if self.lease_ms < 200 {
+            return bad(format!("lease_ms must be at least 200, got {}", self.lease_ms));
+        }
+        if self.worker.concurrency == 0 {
+            return bad("worker.concurrency must be at least 1".into());
+        }
+        if self.worker.slice_max_steps == 0 || self.worker.max_entries == 0 {
+            return bad("worker.slice_max_steps and worker.max_entries must be at least 1".into());
+        }
+        if !["text", "json"].contains(&self.log_format.as_str()) {
+            return bad(format!("log_format must be text or json, got {:?}", self.log_format));
+        }
+        if self.scheduler.scan_interval_ms == 0 || self.scheduler.max_input_bytes == 0 {
+            return bad("scheduler.scan_interval_ms and max_input_bytes must be positive".into());
+        }
+        crate::failpoints::Failpoints::parse(&self.failpoints).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        Ok(())
+    }
+
+    /// The key layout.
+    pub fn keys(&self) -> Keys {
+        // validate() checked the namespace; fall back to the default rather than panic.
+        let ns = Namespace::new(self.namespace.clone()).unwrap_or_else(|_| Namespace::new("sp").unwrap_or_else(|_| unreachable!()));
+        Keys::new(ns, self.partitions)
+    }
+
+    /// Store timings.
+    pub fn store(&self) -> StoreConfig {
+        StoreConfig {
+            lease: Duration::from_millis(self.lease_ms),
+            grace: Duration::from_millis(self.grace_ms),
+            redeliver: Duration::from_millis(self.redeliver_ms),
+            retention: Duration::from_secs(self.retention_secs),
+            effect_ttl: Duration::from_secs(self.effect_ttl_secs),
+            event_cap: self.event_cap,
+        }
+    }
+
+    /// Broker settings.
+    pub fn broker(&self) -> BrokerConfig {
+        BrokerConfig {
+            amqp_url: self.amqp_url.clone(),
+            topology: Topology::new(&self.namespace, &self.queue),
+            prefetch: self.worker.prefetch,
+            delivery_limit: 20,
+            reconnect_min: Duration::from_millis(100),
+            reconnect_max: Duration::from_secs(5),
+        }
+    }
+
+    /// Slice budgets.
+    pub fn limits(&self) -> SliceLimits {
+        SliceLimits {
+            max_steps: self.worker.slice_max_steps,
+            max_time: Duration::from_millis(self.worker.slice_max_ms),
+            max_entries: self.worker.max_entries,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> MapEnv {
+        MapEnv(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    }
+
+    #[test]
+    fn defaults_validate() {
+        let c = Config::load(None, &env(&[])).unwrap();
+        assert_eq!(c.scheduler.http_addr, "127.0.0.1:7070");
+        assert_eq!(c.namespace, "sp");
+    }
+
+    #[test]
+    fn env_overrides_and_errors() {
+        let c = Config::load(None, &env(&[("SAVEPOINT_NAMESPACE", "t1"), ("SAVEPOINT_LEASE_MS", "1500")])).unwrap();
+        assert_eq!((c.namespace.as_str(), c.lease_ms), ("t1", 1500));
+        assert!(matches!(Config::load(None, &env(&[("SAVEPOINT_LEASE_MS", "soon")])), Err(ConfigError::Env { .. })));
+        assert!(matches!(Config::load(None, &env(&[("SAVEPOINT_NAMESPACE", "Bad NS")])), Err(ConfigError::Invalid(_))));
+        assert!(matches!(Config::load(None, &env(&[("SAVEPOINT_FAILPOINTS", "x=abort")])), Err(ConfigError::Invalid(_))));
+    }
+
+    #[test]
+    fn toml_rejects_unknown_fields() {
+        let dir = std::env::temp_dir().join(format!("sp-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.toml");
+        std::fs::write(&good, "namespace = \"abc\"\n[worker]\nconcurrency = 4\n").unwrap();
+        let c = Config::load(Some(good.to_str().unwrap()), &env(&[])).unwrap();
+        assert_eq!((c.namespace.as_str(), c.worker.concurrency), ("abc", 4));
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, "namespce = \"abc\"\n").unwrap();
+        assert!(matches!(Config::load(Some(bad.to_str().unwrap()), &env(&[])), Err(ConfigError::Parse { .. })));
+    }
+}

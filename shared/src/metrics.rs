@@ -1,0 +1,154 @@
+//! Prometheus metrics (OpenTelemetry-style names), one registry per process, served at
+//! `/metrics` by every process together with `/healthz` and `/readyz`.
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+type Labels = Vec<(&'static str, String)>;
+
+/// Every metric of a process.
+pub struct Metrics {
+    registry: Registry,
+    /// Journal calls committed, by workflow, kind and outcome (`ok`, `error`, `skipped`).
+    pub steps: Family<Labels, Counter>,
+    /// Live step duration (seconds), including retries.
+    pub step_seconds: Family<Labels, Histogram, fn() -> Histogram>,
+    /// Commit script round trip (seconds).
+    pub commit_seconds: Histogram,
+    /// Claims by outcome (`claimed`, `takeover`, `stale`, `leased`, `terminal`, …).
+    pub claims: Family<Labels, Counter>,
+    /// Effects by outcome (`applied`, `skipped`, `in_doubt`, `busy`, `failed`).
+    pub effects: Family<Labels, Counter>,
+    /// Slices ended, by how (`completed`, `failed`, `suspended`, `yielded`, `blocked`, `lease_lost`, `transient`).
+    pub slices: Family<Labels, Counter>,
+    /// Tasks published, by reason.
+    pub published: Family<Labels, Counter>,
+    /// Messages dead-lettered, by reason class.
+    pub dead_lettered: Family<Labels, Counter>,
+    /// Runs started via the API, by outcome.
+    pub runs_started: Family<Labels, Counter>,
+    /// How late overdue runs were when the scanner handed them out (seconds).
+    pub due_lag_seconds: Histogram,
+    /// Runs handed out by the scanner.
+    pub scanned: Counter,
+    /// Runs in flight in this worker.
+    pub inflight: Gauge,
+    /// Broker reconnects.
+    pub reconnects: Gauge,
+    /// HTTP requests by route and status.
+    pub http_requests: Family<Labels, Counter>,
+}
+
+fn latency() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("savepoint");
+        let m = Self {
+            steps: Family::default(),
+            step_seconds: Family::new_with_constructor(latency as fn() -> Histogram),
+            commit_seconds: latency(),
+            claims: Family::default(),
+            effects: Family::default(),
+            slices: Family::default(),
+            published: Family::default(),
+            dead_lettered: Family::default(),
+            runs_started: Family::default(),
+            due_lag_seconds: latency(),
+            scanned: Counter::default(),
+            inflight: Gauge::default(),
+            reconnects: Gauge::default(),
+            http_requests: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register("steps", "Journal calls committed", m.steps.clone());
+        registry.register("step_duration_seconds", "Live step duration", m.step_seconds.clone());
+        registry.register("commit_duration_seconds", "Commit script round trip", m.commit_seconds.clone());
+        registry.register("claims", "Claims by outcome", m.claims.clone());
+        registry.register("effects", "Effects by outcome", m.effects.clone());
+        registry.register("slices", "Slices ended, by how", m.slices.clone());
+        registry.register("tasks_published", "Tasks published, by reason", m.published.clone());
+        registry.register("dead_lettered", "Messages dead-lettered", m.dead_lettered.clone());
+        registry.register("runs_started", "Runs started via the API", m.runs_started.clone());
+        registry.register("due_lag_seconds", "Lateness of overdue runs when handed out", m.due_lag_seconds.clone());
+        registry.register("scanner_handed_out", "Runs handed out by the due scanner", m.scanned.clone());
+        registry.register("runs_inflight", "Runs executing in this worker", m.inflight.clone());
+        registry.register("broker_reconnects", "Broker reconnects", m.reconnects.clone());
+        registry.register("http_requests", "HTTP requests", m.http_requests.clone());
+        Self { registry, ..m }
+    }
+
+    /// Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+/// The process-wide metrics.
+pub fn metrics() -> &'static Metrics {
+    static M: OnceLock<Metrics> = OnceLock::new();
+    M.get_or_init(Metrics::new)
+}
+
+/// Label helper: `labels(&[("workflow", "invoice")])`.
+pub fn labels(pairs: &[(&'static str, &str)]) -> Labels {
+    pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect()
+}
+
+/// Increments a labelled counter.
+pub fn inc(f: &Family<Labels, Counter>, pairs: &[(&'static str, &str)]) {
+    f.get_or_create(&labels(pairs)).inc();
+}
+
+/// Readiness flag shared by a process's parts.
+#[derive(Clone, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    /// Marks ready or not.
+    pub fn set(&self, ready: bool) {
+        self.0.store(ready, Ordering::SeqCst);
+    }
+    /// Whether ready.
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+async fn metrics_handler() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], metrics().render())
+}
+
+async fn ready_handler(State(r): State<Readiness>) -> impl IntoResponse {
+    if r.is_ready() {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}
+
+/// `/metrics`, `/healthz` (alive) and `/readyz` (connected and serving).
+pub fn ops_router(ready: Readiness) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready_handler))
+        .with_state(ready)
+}

@@ -1,0 +1,82 @@
+//! Errors seen by workflow code.
+
+use std::fmt;
+
+/// A step or effect function's failure. Any `std::error::Error` converts into a retryable
+/// one with `?`; use [`StepError::fatal`] for failures that retrying cannot fix.
+///
+/// For effects, returning an error promises the effect did NOT happen (the intent is
+/// released and the effect may run again under the same key).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepError {
+    /// What went wrong.
+    pub message: String,
+    /// Whether the retry policy may try again.
+    pub retryable: bool,
+    /// Error class, matched against the policy's `non_retryable` list.
+    pub class: Option<String>,
+}
+
+impl StepError {
+    /// A failure worth retrying.
+    pub fn retryable(message: impl Into<String>) -> Self {
+        Self { message: message.into(), retryable: true, class: None }
+    }
+
+    /// A failure retrying cannot fix.
+    pub fn fatal(message: impl Into<String>) -> Self {
+        Self { message: message.into(), retryable: false, class: None }
+    }
+
+    /// Tags the error with a class (see `RetryPolicy::non_retryable`).
+    pub fn with_class(mut self, class: impl Into<String>) -> Self {
+        self.class = Some(class.into());
+        self
+    }
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for StepError {
+    fn from(e: E) -> Self {
+        StepError::retryable(e.to_string())
+    }
+}
+
+/// An error returned to (and from) workflow code.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WorkflowError {
+    /// A step or effect failed for good after its retry policy; the failure is journaled, so
+    /// a replay returns the same error. Workflow code may compensate (saga).
+    #[error("{kind} {name:?} failed: {message}")]
+    CallFailed {
+        /// `step` or `effect`.
+        kind: &'static str,
+        /// The call's name.
+        name: String,
+        /// The final error.
+        message: String,
+    },
+    /// A recorded or delivered value did not decode into the type the code asked for.
+    #[error("value of {name:?} does not decode: {message}")]
+    Decode {
+        /// The call's name.
+        name: String,
+        /// The decode error.
+        message: String,
+    },
+    /// The workflow itself decided to fail.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl WorkflowError {
+    /// The workflow fails with this message.
+    pub fn failed(message: impl Into<String>) -> Self {
+        WorkflowError::Failed(message.into())
+    }
+}

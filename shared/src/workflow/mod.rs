@@ -1,0 +1,61 @@
+//! The workflow API (DESIGN §3): a workflow is an ordinary async function over a [`Ctx`]
+//! whose every call is journaled, so a resumed run replays recorded results instead of
+//! repeating work.
+
+mod ctx;
+mod effect;
+mod error;
+mod registry;
+mod retry;
+mod wait;
+
+pub use ctx::{Ctx, CtxParts, SliceExit, SliceLimits};
+pub use effect::{EffectOptions, EffectPolicy, ReconcileFn};
+pub use error::{StepError, WorkflowError};
+pub use registry::{DynWorkflow, Registry, RunError};
+pub use retry::RetryPolicy;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::future::Future;
+
+/// A durable workflow. Register it with a [`Registry`]; the worker runs it.
+///
+/// ```ignore
+/// struct Approval;
+/// impl Workflow for Approval {
+///     const NAME: &'static str = "approval";
+///     type Input = serde_json::Value;
+///     type Output = serde_json::Value;
+///     async fn run(&self, ctx: &mut Ctx, _input: Self::Input) -> Result<Self::Output, WorkflowError> {
+///         ctx.step("first", || async { Ok::<_, StepError>(()) }).await?;
+///         let answer: String = ctx.interrupt("gate", serde_json::json!({"question": "Approve?"})).await?;
+///         Ok(serde_json::json!({"log": ["first", format!("gate={answer}")]}))
+///     }
+/// }
+/// ```
+pub trait Workflow: Send + Sync + 'static {
+    /// The name runs are started under.
+    const NAME: &'static str;
+    /// The code version; new runs record it.
+    const VERSION: u32 = 1;
+    /// The oldest recorded version this code can still replay (use `ctx.patched` to branch).
+    const MIN_VERSION: u32 = 1;
+    /// Input, decoded from the run's JSON input.
+    type Input: DeserializeOwned + Send;
+    /// Output, encoded to JSON when the run completes.
+    type Output: Serialize + Send;
+
+    /// The workflow body. Suspension (sleep, interrupt, signal, yield) is handled by the
+    /// runtime: the future simply stops being polled.
+    fn run(
+        &self,
+        ctx: &mut Ctx,
+        input: Self::Input,
+    ) -> impl Future<Output = Result<Self::Output, WorkflowError>> + Send;
+
+    /// Retry policy of the workflow's steps unless a call gives its own.
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::default()
+    }
+}

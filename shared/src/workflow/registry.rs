@@ -1,0 +1,98 @@
+//! Type-erased workflows, registered by name.
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{Ctx, RetryPolicy, Workflow, WorkflowError};
+use crate::store::redis::CatalogEntry;
+
+/// Why a run's body ended in error.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RunError {
+    /// The workflow returned an error.
+    #[error(transparent)]
+    Workflow(#[from] WorkflowError),
+    /// The run's input does not decode into the workflow's input type.
+    #[error("invalid input: {0}")]
+    Input(String),
+    /// The output does not encode as JSON.
+    #[error("output does not encode as JSON: {0}")]
+    Output(String),
+}
+
+/// A workflow behind a trait object.
+pub trait DynWorkflow: Send + Sync {
+    /// Name.
+    fn name(&self) -> &'static str;
+    /// Newest version.
+    fn version(&self) -> u32;
+    /// Oldest version served.
+    fn min_version(&self) -> u32;
+    /// Default retry policy.
+    fn retry_policy(&self) -> RetryPolicy;
+    /// Runs the body on JSON input.
+    fn run<'a>(&'a self, ctx: &'a mut Ctx, input: Value) -> BoxFuture<'a, Result<Value, RunError>>;
+}
+
+struct Erased<W>(W);
+
+impl<W: Workflow> DynWorkflow for Erased<W> {
+    fn name(&self) -> &'static str {
+        W::NAME
+    }
+    fn version(&self) -> u32 {
+        W::VERSION
+    }
+    fn min_version(&self) -> u32 {
+        W::MIN_VERSION
+    }
+    fn retry_policy(&self) -> RetryPolicy {
+        self.0.retry_policy()
+    }
+    fn run<'a>(&'a self, ctx: &'a mut Ctx, input: Value) -> BoxFuture<'a, Result<Value, RunError>> {
+        Box::pin(async move {
+            let input: W::Input = serde_json::from_value(input).map_err(|e| RunError::Input(e.to_string()))?;
+            let out = self.0.run(ctx, input).await?;
+            serde_json::to_value(out).map_err(|e| RunError::Output(e.to_string()))
+        })
+    }
+}
+
+/// The workflows a worker serves.
+#[derive(Clone, Default)]
+pub struct Registry {
+    map: BTreeMap<String, Arc<dyn DynWorkflow>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a workflow under its name (replacing one of the same name).
+    pub fn register<W: Workflow>(&mut self, w: W) -> &mut Self {
+        self.map.insert(W::NAME.to_owned(), Arc::new(Erased(w)));
+        self
+    }
+
+    /// The workflow of that name.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn DynWorkflow>> {
+        self.map.get(name).cloned()
+    }
+
+    /// Names served.
+    pub fn names(&self) -> Vec<String> {
+        self.map.keys().cloned().collect()
+    }
+
+    /// Catalog entries for the fleet's workflow catalog.
+    pub fn catalog(&self) -> Vec<CatalogEntry> {
+        self.map
+            .values()
+            .map(|w| CatalogEntry { name: w.name().to_owned(), version: w.version(), min_version: w.min_version() })
+            .collect()
+    }
+}

@@ -1,0 +1,90 @@
+//! Retry policy of steps and effects: exponential backoff with jitter.
+
+use std::time::Duration;
+
+use super::StepError;
+
+/// How a failing step is retried before its failure is journaled and returned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Attempts in all (1 = no retry).
+    pub max_attempts: u32,
+    /// Delay before the second attempt.
+    pub initial: Duration,
+    /// Cap on the delay.
+    pub max_delay: Duration,
+    /// Growth factor per attempt.
+    pub multiplier: f64,
+    /// Random spread, 0.0–1.0, as a fraction of the delay (avoids retry storms).
+    pub jitter: f64,
+    /// Error classes that are never retried.
+    pub non_retryable: Vec<String>,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            initial: Duration::from_millis(100),
+            max_delay: Duration::from_secs(10),
+            multiplier: 2.0,
+            jitter: 0.2,
+            non_retryable: Vec::new(),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries.
+    pub fn none() -> Self {
+        Self { max_attempts: 1, ..Self::default() }
+    }
+
+    /// `n` attempts with the default backoff.
+    pub fn attempts(n: u32) -> Self {
+        Self { max_attempts: n.max(1), ..Self::default() }
+    }
+
+    /// Whether attempt `attempt` (1-based) that failed with `err` may be retried.
+    pub fn should_retry(&self, attempt: u32, err: &StepError) -> bool {
+        err.retryable
+            && attempt < self.max_attempts
+            && !err.class.as_ref().is_some_and(|c| self.non_retryable.contains(c))
+    }
+
+    /// Delay after failed attempt `attempt` (1-based), jittered.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let base = self.initial.as_secs_f64() * self.multiplier.powi(attempt.saturating_sub(1) as i32);
+        let capped = base.min(self.max_delay.as_secs_f64());
+        let spread = capped * self.jitter.clamp(0.0, 1.0);
+        let jittered = capped - spread + rand::random::<f64>() * 2.0 * spread;
+        Duration::from_secs_f64(jittered.max(0.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_caps_and_jitters() {
+        let p = RetryPolicy { jitter: 0.0, ..RetryPolicy::default() };
+        assert_eq!(p.backoff(1), Duration::from_millis(100));
+        assert_eq!(p.backoff(2), Duration::from_millis(200));
+        assert_eq!(p.backoff(30), Duration::from_secs(10));
+        let j = RetryPolicy::default();
+        for _ in 0..100 {
+            let d = j.backoff(2).as_millis();
+            assert!((160..=240).contains(&d), "{d}");
+        }
+    }
+
+    #[test]
+    fn retry_decisions() {
+        let p = RetryPolicy { non_retryable: vec!["auth".into()], ..RetryPolicy::attempts(3) };
+        assert!(p.should_retry(1, &StepError::retryable("x")));
+        assert!(!p.should_retry(3, &StepError::retryable("x")));
+        assert!(!p.should_retry(1, &StepError::fatal("x")));
+        assert!(!p.should_retry(1, &StepError::retryable("x").with_class("auth")));
+    }
+}

@@ -1,0 +1,49 @@
+//! `chain {"steps"}`: `steps` trivial steps, each taking and returning a small JSON map;
+//! outputs the last map. Used for benchmarks.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use savepoint::workflow::{Ctx, StepError, Workflow, WorkflowError};
+
+/// Input.
+#[derive(Debug, Deserialize)]
+pub struct ChainIn {
+    /// Number of steps.
+    pub steps: u32,
+    /// Padding bytes added to each step's result (payload-size benchmarks).
+    #[serde(default)]
+    pub payload_bytes: usize,
+}
+
+/// The benchmark workflow.
+pub struct Chain;
+
+impl Workflow for Chain {
+    const NAME: &'static str = "chain";
+    type Input = ChainIn;
+    type Output = Value;
+
+    async fn run(&self, ctx: &mut Ctx, input: ChainIn) -> Result<Value, WorkflowError> {
+        let pad = "x".repeat(input.payload_bytes);
+        let mut state = json!({"i": 0, "acc": 0});
+        for i in 0..input.steps {
+            let prev = &state;
+            let pad = &pad;
+            state = ctx
+                .step(&format!("s{i}"), || async move {
+                    let acc = prev["acc"].as_u64().unwrap_or(0) + u64::from(i);
+                    let mut out = json!({"i": i + 1, "acc": acc});
+                    if !pad.is_empty() {
+                        out["pad"] = json!(pad);
+                    }
+                    Ok::<_, StepError>(out)
+                })
+                .await?;
+        }
+        if let Some(m) = state.as_object_mut() {
+            m.remove("pad");
+        }
+        Ok(state)
+    }
+}

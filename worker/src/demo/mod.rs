@@ -1,0 +1,69 @@
+//! The demo workflows hosted by the `savepoint-worker` binary: `invoice` (the seed's story),
+//! `approval` (human in the loop), `webhook` (an HTTP effect with an idempotency key) and
+//! `chain` (trivial steps, for benchmarks).
+//!
+//! Every demo effect call, real or repeated, appends one JSON record
+//! `{"thread_id","effect","key","at"}` to the Redis list `<namespace>:demo:effects`, so a
+//! duplicate is visible.
+
+mod approval;
+mod chain;
+mod invoice;
+mod webhook;
+
+pub use approval::Approval;
+pub use chain::Chain;
+pub use invoice::Invoice;
+pub use webhook::Webhook;
+
+use redis::aio::ConnectionManager;
+use serde_json::{json, Value};
+
+use savepoint::journal::now_ms;
+use savepoint::store::RedisStore;
+use savepoint::workflow::{Registry, StepError};
+
+/// The demo effects log.
+#[derive(Clone)]
+pub struct EffectLog {
+    conn: ConnectionManager,
+    key: String,
+}
+
+impl EffectLog {
+    /// The log of the store's namespace.
+    pub fn new(store: &RedisStore) -> Self {
+        Self { conn: store.connection(), key: store.keys().demo_effects() }
+    }
+
+    /// Appends one record (an effect was applied).
+    pub async fn record(&self, thread: &str, effect: &str, key: &str) -> Result<(), StepError> {
+        let rec = json!({"thread_id": thread, "effect": effect, "key": key, "at": now_ms()});
+        let mut conn = self.conn.clone();
+        let _: i64 = redis::cmd("RPUSH").arg(&self.key).arg(rec.to_string()).query_async(&mut conn).await?;
+        Ok(())
+    }
+
+    /// Every record, oldest first.
+    pub async fn all(&self) -> Result<Vec<Value>, StepError> {
+        let mut conn = self.conn.clone();
+        let raw: Vec<String> = redis::cmd("LRANGE").arg(&self.key).arg(0).arg(-1).query_async(&mut conn).await?;
+        Ok(raw.iter().filter_map(|s| serde_json::from_str(s).ok()).collect())
+    }
+
+    /// The first record with this key, if any (used by `ledger.post`'s reconcile policy).
+    pub async fn find(&self, key: &str) -> Result<Option<Value>, StepError> {
+        Ok(self.all().await?.into_iter().find(|r| r["key"] == key))
+    }
+}
+
+/// A registry with every demo workflow.
+pub fn registry(store: &RedisStore) -> Registry {
+    let log = EffectLog::new(store);
+    let mut r = Registry::new();
+    r.register(Invoice::new(log.clone()))
+        .register(Approval)
+        .register(Webhook::new(log))
+        .register(Chain);
+    r
+}

@@ -1,0 +1,169 @@
+//! The consume loop: concurrency, graceful shutdown, in-process crash (for `savepoint dev`).
+
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use savepoint::broker::{Broker, BrokerError};
+use savepoint::config::Config;
+use savepoint::failpoints::{FailpointParseError, Failpoints};
+use savepoint::ids::Incarnation;
+use savepoint::metrics::{metrics, ops_router, Readiness};
+use savepoint::store::{RedisStore, StoreError};
+use savepoint::workflow::Registry;
+
+use crate::handle::{handle_delivery, Shared};
+
+/// Why a worker stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// Bad configuration.
+    #[error("config: {0}")]
+    Config(String),
+    /// Bad failpoint spec.
+    #[error(transparent)]
+    Failpoints(#[from] FailpointParseError),
+    /// Redis unusable at start.
+    #[error("redis: {0}")]
+    Store(#[from] StoreError),
+    /// RabbitMQ unusable at start.
+    #[error("rabbitmq: {0}")]
+    Broker(#[from] BrokerError),
+    /// The health/metrics listener failed.
+    #[error("http listener {addr}: {source}")]
+    Http {
+        /// Address.
+        addr: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+}
+
+/// Everything a worker needs besides its config.
+#[derive(Clone)]
+pub struct WorkerOptions {
+    /// Workflows served.
+    pub registry: Registry,
+    /// Failpoints (parsed from the config unless given).
+    pub failpoints: Option<Failpoints>,
+    /// Cancelled to simulate `kill -9` in-process: every task is dropped, nothing is acked
+    /// or released (used by `savepoint dev` and tests).
+    pub crash: CancellationToken,
+    /// Serve `/metrics`, `/healthz`, `/readyz` on `cfg.worker.http_addr`.
+    pub serve_http: bool,
+}
+
+impl WorkerOptions {
+    /// Options for a registry with defaults.
+    pub fn new(registry: Registry) -> Self {
+        Self { registry, failpoints: None, crash: CancellationToken::new(), serve_http: true }
+    }
+}
+
+/// Runs a worker until `shutdown` (graceful: stop consuming, let in-flight slices yield
+/// within the grace period, exit).
+pub async fn run(cfg: Config, registry: Registry, shutdown: CancellationToken) -> Result<(), WorkerError> {
+    run_with(cfg, WorkerOptions::new(registry), shutdown).await
+}
+
+async fn connect_store(cfg: &Config, shutdown: &CancellationToken) -> Result<RedisStore, WorkerError> {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store()).await {
+            Ok(s) => return Ok(s),
+            Err(e) if e.is_transient() && !shutdown.is_cancelled() => {
+                tracing::warn!(error = %e, ?delay, "redis not reachable, retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// [`run`] with explicit options.
+pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationToken) -> Result<(), WorkerError> {
+    cfg.validate().map_err(|e| WorkerError::Config(e.to_string()))?;
+    let failpoints = match opts.failpoints.clone() {
+        Some(f) => f,
+        None => Failpoints::parse(&cfg.failpoints)?,
+    };
+    // In a real process `abort` kills the process; in-process workers (`savepoint dev`,
+    // tests) pass failpoints with a crash hook that cancels `opts.crash`.
+    let crash = opts.crash.clone();
+    let ready = Readiness::default();
+    if opts.serve_http && !cfg.worker.http_addr.is_empty() {
+        let addr = cfg.worker.http_addr.clone();
+        let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|source| WorkerError::Http { addr, source })?;
+        let app = ops_router(ready.clone());
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await;
+        });
+    }
+    let store = connect_store(&cfg, &shutdown).await?;
+    let broker = Broker::connect(cfg.broker(), Duration::from_secs(60)).await?;
+    store.register_workflows(&opts.registry.catalog()).await?;
+    let incarnation = Incarnation::new(&cfg.worker.name);
+    tracing::info!(worker.id = %incarnation, workflows = ?opts.registry.names(), concurrency = cfg.worker.concurrency, "worker started");
+    let consume_stop = CancellationToken::new();
+    let slices_stop = CancellationToken::new();
+    let shared = Arc::new(Shared {
+        store,
+        broker: broker.clone(),
+        registry: opts.registry.clone(),
+        failpoints,
+        incarnation,
+        limits: cfg.limits(),
+        slices_stop: slices_stop.clone(),
+    });
+    let mut consumer = broker.consumer(shared.incarnation.as_str(), consume_stop.clone());
+    let sem = Arc::new(Semaphore::new(cfg.worker.concurrency));
+    let mut tasks = JoinSet::new();
+    ready.set(true);
+    loop {
+        while tasks.try_join_next().is_some() {}
+        let permit = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = crash.cancelled() => break,
+            p = sem.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+        };
+        let delivery = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = crash.cancelled() => break,
+            d = consumer.next() => match d { Some(d) => d, None => break },
+        };
+        let shared = shared.clone();
+        tasks.spawn(async move {
+            let _permit = permit;
+            handle_delivery(&shared, delivery).await;
+        });
+    }
+    ready.set(false);
+    metrics().reconnects.set(broker.reconnects() as i64);
+    if crash.is_cancelled() {
+        tracing::error!(worker.id = %shared.incarnation, "worker crashed (simulated kill -9): dropping everything");
+        tasks.abort_all();
+        drop(consumer);
+        return Ok(());
+    }
+    tracing::info!(worker.id = %shared.incarnation, inflight = tasks.len(), "shutting down: in-flight runs yield at their next call");
+    slices_stop.cancel();
+    consume_stop.cancel();
+    // Drain the consumer: it cancels and anything prefetched but not started is requeued.
+    let drain = tokio::spawn(async move { while consumer.next().await.is_some() {} });
+    let grace = Duration::from_millis(cfg.worker.shutdown_grace_ms);
+    let drained = tokio::time::timeout(grace, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(left = tasks.len(), "grace period over: abandoning slices (their leases expire and another worker resumes them)");
+        tasks.abort_all();
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
+    tracing::info!("worker stopped");
+    Ok(())
+}
