@@ -1,1 +1,42 @@
+//! Savepoint control plane: the HTTP API (start, get, history, export, resume, signal, cancel,
+//! resolve, list), the due scanner, and the `savepoint` CLI (DESIGN §2).
+//!
+//! Scheduler replicas are all active and stateless: they coordinate only through the atomic
+//! Redis scripts of [`savepoint::store`], so running several of them never double-publishes a
+//! run within one scan period.
+//!
+//! Entry points: [`run`] (binds `cfg.scheduler.http_addr`) and [`serve`] (a pre-bound
+//! listener, used by tests and by `savepoint dev`).
 #![forbid(unsafe_code)]
+
+mod api;
+pub mod cli;
+pub mod dev;
+pub mod process;
+mod publish;
+mod scanner;
+mod server;
+
+pub use publish::{new_traceparent, reason_name, PublishError, Publisher, TRACEPARENT};
+pub use server::{run, serve, CONNECT_DEADLINE};
+
+use savepoint::broker::BrokerError;
+use savepoint::config::ConfigError;
+use savepoint::store::StoreError;
+
+/// Why the scheduler could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum SchedulerError {
+    /// The configuration is invalid (including a bad failpoint spec).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Redis could not be reached (within the connect deadline) or refused us.
+    #[error("cannot use the checkpoint store: {0}")]
+    Store(#[from] StoreError),
+    /// RabbitMQ could not be reached (within the connect deadline) or refused us.
+    #[error("cannot use the broker: {0}")]
+    Broker(#[from] BrokerError),
+    /// The HTTP listener failed.
+    #[error("HTTP server: {0}")]
+    Io(#[from] std::io::Error),
+}

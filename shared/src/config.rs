@@ -124,7 +124,12 @@ pub struct SchedulerSection {
 
 impl Default for SchedulerSection {
     fn default() -> Self {
-        Self { http_addr: "127.0.0.1:7070".into(), scan_interval_ms: 250, scan_batch: 500, max_input_bytes: 256 * 1024 }
+        Self {
+            http_addr: "127.0.0.1:7070".into(),
+            scan_interval_ms: 250,
+            scan_batch: 500,
+            max_input_bytes: 256 * 1024,
+        }
     }
 }
 
@@ -191,7 +196,11 @@ where
     T::Err: std::fmt::Display,
 {
     if let Some(v) = env.get(var) {
-        *slot = v.trim().parse().map_err(|e: T::Err| ConfigError::Env { var: var.into(), value: v.clone(), message: e.to_string() })?;
+        *slot = v.trim().parse().map_err(|e: T::Err| ConfigError::Env {
+            var: var.into(),
+            value: v.clone(),
+            message: e.to_string(),
+        })?;
     }
     Ok(())
 }
@@ -203,8 +212,14 @@ impl Config {
         let path = file.map(str::to_owned).or_else(|| env.get("SAVEPOINT_CONFIG"));
         let mut cfg = match path {
             Some(path) => {
-                let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
-                toml::from_str(&text).map_err(|e| ConfigError::Parse { path, message: e.to_string() })?
+                let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                toml::from_str(&text).map_err(|e| ConfigError::Parse {
+                    path,
+                    message: e.to_string(),
+                })?
             }
             None => Config::default(),
         };
@@ -225,6 +240,7 @@ impl Config {
         env_parse(env, "SAVEPOINT_REDELIVER_MS", &mut self.redeliver_ms)?;
         env_parse(env, "SAVEPOINT_RETENTION_SECS", &mut self.retention_secs)?;
         env_parse(env, "SAVEPOINT_EFFECT_TTL_SECS", &mut self.effect_ttl_secs)?;
+        env_parse(env, "SAVEPOINT_EVENT_CAP", &mut self.event_cap)?;
         env_parse(env, "SAVEPOINT_LOG_FORMAT", &mut self.log_format)?;
         env_parse(env, "SAVEPOINT_FAILPOINTS", &mut self.failpoints)?;
         let w = &mut self.worker;
@@ -254,6 +270,9 @@ impl Config {
         if self.lease_ms < 200 {
             return bad(format!("lease_ms must be at least 200, got {}", self.lease_ms));
         }
+        if self.retention_secs == 0 || self.effect_ttl_secs == 0 || self.redeliver_ms == 0 || self.event_cap == 0 {
+            return bad("retention_secs, effect_ttl_secs, redeliver_ms and event_cap must be positive".into());
+        }
         if self.worker.concurrency == 0 {
             return bad("worker.concurrency must be at least 1".into());
         }
@@ -272,8 +291,8 @@ impl Config {
 
     /// The key layout.
     pub fn keys(&self) -> Keys {
-        // validate() checked the namespace; fall back to the default rather than panic.
-        let ns = Namespace::new(self.namespace.clone()).unwrap_or_else(|_| Namespace::new("sp").unwrap_or_else(|_| unreachable!()));
+        // validate() checked the namespace; an invalid one degrades to the default.
+        let ns = Namespace::new(self.namespace.clone()).unwrap_or_else(|_| Namespace::default_ns());
         Keys::new(ns, self.partitions)
     }
 
@@ -328,11 +347,24 @@ mod tests {
 
     #[test]
     fn env_overrides_and_errors() {
-        let c = Config::load(None, &env(&[("SAVEPOINT_NAMESPACE", "t1"), ("SAVEPOINT_LEASE_MS", "1500")])).unwrap();
+        let c = Config::load(
+            None,
+            &env(&[("SAVEPOINT_NAMESPACE", "t1"), ("SAVEPOINT_LEASE_MS", "1500")]),
+        )
+        .unwrap();
         assert_eq!((c.namespace.as_str(), c.lease_ms), ("t1", 1500));
-        assert!(matches!(Config::load(None, &env(&[("SAVEPOINT_LEASE_MS", "soon")])), Err(ConfigError::Env { .. })));
-        assert!(matches!(Config::load(None, &env(&[("SAVEPOINT_NAMESPACE", "Bad NS")])), Err(ConfigError::Invalid(_))));
-        assert!(matches!(Config::load(None, &env(&[("SAVEPOINT_FAILPOINTS", "x=abort")])), Err(ConfigError::Invalid(_))));
+        assert!(matches!(
+            Config::load(None, &env(&[("SAVEPOINT_LEASE_MS", "soon")])),
+            Err(ConfigError::Env { .. })
+        ));
+        assert!(matches!(
+            Config::load(None, &env(&[("SAVEPOINT_NAMESPACE", "Bad NS")])),
+            Err(ConfigError::Invalid(_))
+        ));
+        assert!(matches!(
+            Config::load(None, &env(&[("SAVEPOINT_FAILPOINTS", "x=abort")])),
+            Err(ConfigError::Invalid(_))
+        ));
     }
 
     #[test]
@@ -345,6 +377,9 @@ mod tests {
         assert_eq!((c.namespace.as_str(), c.worker.concurrency), ("abc", 4));
         let bad = dir.join("bad.toml");
         std::fs::write(&bad, "namespce = \"abc\"\n").unwrap();
-        assert!(matches!(Config::load(Some(bad.to_str().unwrap()), &env(&[])), Err(ConfigError::Parse { .. })));
+        assert!(matches!(
+            Config::load(Some(bad.to_str().unwrap()), &env(&[])),
+            Err(ConfigError::Parse { .. })
+        ));
     }
 }

@@ -80,7 +80,9 @@ pub struct Failpoints {
 
 impl std::fmt::Debug for Failpoints {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map().entries(self.points.iter().map(|(k, p)| (k, (p.action, p.trigger)))).finish()
+        f.debug_map()
+            .entries(self.points.iter().map(|(k, p)| (k, (p.action, p.trigger))))
+            .finish()
     }
 }
 
@@ -94,11 +96,14 @@ impl Failpoints {
     pub fn parse(spec: &str) -> Result<Self, FailpointParseError> {
         let mut points = HashMap::new();
         for raw in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
-            let (name, action) =
-                raw.split_once('=').ok_or_else(|| FailpointParseError::Syntax(raw.into()))?;
-            let name = NAMES.iter().copied().find(|n| *n == name.trim()).ok_or_else(|| {
-                FailpointParseError::UnknownName(name.trim().into(), NAMES.join(", "))
-            })?;
+            let (name, action) = raw
+                .split_once('=')
+                .ok_or_else(|| FailpointParseError::Syntax(raw.into()))?;
+            let name = NAMES
+                .iter()
+                .copied()
+                .find(|n| *n == name.trim())
+                .ok_or_else(|| FailpointParseError::UnknownName(name.trim().into(), NAMES.join(", ")))?;
             let action = action.trim();
             let (verb, trigger) = if let Some((v, n)) = action.split_once('@') {
                 let n: u64 = n.parse().map_err(|_| FailpointParseError::Syntax(raw.into()))?;
@@ -117,9 +122,19 @@ impl Failpoints {
                 "error" => Action::Error,
                 other => return Err(FailpointParseError::UnknownAction(other.into())),
             };
-            points.insert(name, Point { action, trigger, hits: AtomicU64::new(0) });
+            points.insert(
+                name,
+                Point {
+                    action,
+                    trigger,
+                    hits: AtomicU64::new(0),
+                },
+            );
         }
-        Ok(Self { points: Arc::new(points), crash: None })
+        Ok(Self {
+            points: Arc::new(points),
+            crash: None,
+        })
     }
 
     /// Replaces `abort`'s process exit with a hook (used by `savepoint dev` to crash one
@@ -146,7 +161,7 @@ impl Failpoints {
             Some(Action::Error) => Err(Injected(name)),
             Some(Action::Abort) => match &self.crash {
                 Some(hook) => {
-                    tracing::error!(failpoint = name, "failpoint: crashing this worker");
+                    tracing::warn!(failpoint = name, "failpoint: crashing this worker");
                     hook(name);
                     std::future::pending::<()>().await;
                     Ok(())
@@ -177,14 +192,24 @@ mod tests {
 
     #[test]
     fn parses_actions_and_triggers() {
-        let f = Failpoints::parse("step.after_commit=abort@2; effect.after_call=error;publish.before=error%50").unwrap();
+        let f =
+            Failpoints::parse("step.after_commit=abort@2; effect.after_call=error;publish.before=error%50").unwrap();
         assert_eq!(f.points.len(), 3);
         assert_eq!(f.points["step.after_commit"].trigger, Trigger::Nth(2));
         assert_eq!(f.points["effect.after_call"].action, Action::Error);
         assert!(Failpoints::parse("").unwrap().is_empty());
-        assert!(matches!(Failpoints::parse("nope=abort"), Err(FailpointParseError::UnknownName(..))));
-        assert!(matches!(Failpoints::parse("publish.before=explode"), Err(FailpointParseError::UnknownAction(_))));
-        assert!(matches!(Failpoints::parse("publish.before"), Err(FailpointParseError::Syntax(_))));
+        assert!(matches!(
+            Failpoints::parse("nope=abort"),
+            Err(FailpointParseError::UnknownName(..))
+        ));
+        assert!(matches!(
+            Failpoints::parse("publish.before=explode"),
+            Err(FailpointParseError::UnknownAction(_))
+        ));
+        assert!(matches!(
+            Failpoints::parse("publish.before"),
+            Err(FailpointParseError::Syntax(_))
+        ));
         assert!(Failpoints::parse("publish.before=error%150").is_err());
     }
 
@@ -201,9 +226,11 @@ mod tests {
     async fn crash_hook_replaces_abort() {
         let hit = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let h = hit.clone();
-        let f = Failpoints::parse("worker.after_claim=abort").unwrap().with_crash_hook(move |_| {
-            h.store(true, Ordering::SeqCst);
-        });
+        let f = Failpoints::parse("worker.after_claim=abort")
+            .unwrap()
+            .with_crash_hook(move |_| {
+                h.store(true, Ordering::SeqCst);
+            });
         let r = tokio::time::timeout(std::time::Duration::from_millis(50), f.check("worker.after_claim")).await;
         assert!(r.is_err(), "abort with a hook never returns");
         assert!(hit.load(Ordering::SeqCst));

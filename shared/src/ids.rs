@@ -93,7 +93,8 @@ impl Namespace {
         let s = s.into();
         let ok = !s.is_empty()
             && s.len() <= 32
-            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
         if ok {
             Ok(Self(s))
         } else {
@@ -104,6 +105,11 @@ impl Namespace {
     /// The namespace as text.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The default namespace, `sp`.
+    pub fn default_ns() -> Self {
+        Self("sp".to_owned())
     }
 }
 
@@ -134,9 +140,8 @@ impl EffectKey {
     /// Validates an effect key (see [`IdError::EffectKey`]).
     pub fn new(s: impl Into<String>) -> Result<Self, IdError> {
         let s = s.into();
-        let ok = !s.is_empty()
-            && s.len() <= MAX_EFFECT_KEY_LEN
-            && s.chars().all(|c| !c.is_whitespace() && !c.is_control());
+        let ok =
+            !s.is_empty() && s.len() <= MAX_EFFECT_KEY_LEN && s.chars().all(|c| !c.is_whitespace() && !c.is_control());
         if ok {
             Ok(Self(s))
         } else {

@@ -108,8 +108,7 @@ impl Entry {
         struct Probe {
             v: u8,
         }
-        let probe: Probe =
-            rmp_serde::from_slice(bytes).map_err(|e| EntryDecodeError::Malformed(e.to_string()))?;
+        let probe: Probe = rmp_serde::from_slice(bytes).map_err(|e| EntryDecodeError::Malformed(e.to_string()))?;
         if probe.v != ENTRY_VERSION {
             return Err(EntryDecodeError::Version(probe.v));
         }

@@ -76,15 +76,27 @@ impl Metrics {
         };
         registry.register("steps", "Journal calls committed", m.steps.clone());
         registry.register("step_duration_seconds", "Live step duration", m.step_seconds.clone());
-        registry.register("commit_duration_seconds", "Commit script round trip", m.commit_seconds.clone());
+        registry.register(
+            "commit_duration_seconds",
+            "Commit script round trip",
+            m.commit_seconds.clone(),
+        );
         registry.register("claims", "Claims by outcome", m.claims.clone());
         registry.register("effects", "Effects by outcome", m.effects.clone());
         registry.register("slices", "Slices ended, by how", m.slices.clone());
         registry.register("tasks_published", "Tasks published, by reason", m.published.clone());
         registry.register("dead_lettered", "Messages dead-lettered", m.dead_lettered.clone());
         registry.register("runs_started", "Runs started via the API", m.runs_started.clone());
-        registry.register("due_lag_seconds", "Lateness of overdue runs when handed out", m.due_lag_seconds.clone());
-        registry.register("scanner_handed_out", "Runs handed out by the due scanner", m.scanned.clone());
+        registry.register(
+            "due_lag_seconds",
+            "Lateness of overdue runs when handed out",
+            m.due_lag_seconds.clone(),
+        );
+        registry.register(
+            "scanner_handed_out",
+            "Runs handed out by the due scanner",
+            m.scanned.clone(),
+        );
         registry.register("runs_inflight", "Runs executing in this worker", m.inflight.clone());
         registry.register("broker_reconnects", "Broker reconnects", m.reconnects.clone());
         registry.register("http_requests", "HTTP requests", m.http_requests.clone());
@@ -133,7 +145,13 @@ impl Readiness {
 }
 
 async fn metrics_handler() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], metrics().render())
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        metrics().render(),
+    )
 }
 
 async fn ready_handler(State(r): State<Readiness>) -> impl IntoResponse {

@@ -24,6 +24,19 @@ pub enum TaskReason {
     Operator,
 }
 
+impl TaskReason {
+    /// The wire / metric label name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskReason::Start => "start",
+            TaskReason::Continue => "continue",
+            TaskReason::Due => "due",
+            TaskReason::Signal => "signal",
+            TaskReason::Operator => "operator",
+        }
+    }
+}
+
 /// A step task: `{v, thread, partition, step, attempt, reason}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Task {
@@ -78,8 +91,7 @@ impl Task {
         struct Probe {
             v: u8,
         }
-        let probe: Probe =
-            rmp_serde::from_slice(bytes).map_err(|e| TaskDecodeError::Malformed(e.to_string()))?;
+        let probe: Probe = rmp_serde::from_slice(bytes).map_err(|e| TaskDecodeError::Malformed(e.to_string()))?;
         if probe.v != TASK_VERSION {
             return Err(TaskDecodeError::Version(probe.v));
         }

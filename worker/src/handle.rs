@@ -47,10 +47,17 @@ pub(crate) async fn handle_delivery(shared: &Shared, d: Delivery) {
     };
     let expected = shared.store.keys().partition(&task.thread);
     if task.partition != expected {
-        let reason = format!("task for {} names partition {} but the thread belongs to {expected}", task.thread, task.partition);
+        let reason = format!(
+            "task for {} names partition {} but the thread belongs to {expected}",
+            task.thread, task.partition
+        );
         return dead_letter(shared, &d, &reason, "partition").await;
     }
-    let claimed = match shared.store.claim(&task.thread, shared.incarnation.as_str(), task.step).await {
+    let claimed = match shared
+        .store
+        .claim(&task.thread, shared.incarnation.as_str(), task.step)
+        .await
+    {
         Ok(c) => c,
         Err(e) if e.is_transient() => {
             tracing::warn!(thread.id = %task.thread, error = %e, "claim failed (transient); requeueing");

@@ -5,12 +5,13 @@
 //! [`savepoint::workflow::Registry`] and call [`run`].
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod demo;
 mod handle;
 mod heartbeat;
 pub mod replay;
-pub mod signals;
 mod runtime;
+pub mod signals;
 mod slice;
 
 pub use runtime::{run, run_with, WorkerError, WorkerOptions};

@@ -1,67 +1,6 @@
-//! `savepoint-worker`: hosts the demo workflows. Thin: args → config → telemetry → run.
-
-use clap::Parser;
-use tokio_util::sync::CancellationToken;
-
-use savepoint::config::{Config, ProcessEnv};
-use savepoint::store::RedisStore;
-
-/// Savepoint worker hosting the demo workflows (invoice, approval, webhook, chain).
-#[derive(Parser, Debug)]
-#[command(version, about)]
-struct Args {
-    /// TOML config file (also SAVEPOINT_CONFIG).
-    #[arg(long)]
-    config: Option<String>,
-    /// Namespace (overrides config and SAVEPOINT_NAMESPACE).
-    #[arg(long)]
-    namespace: Option<String>,
-    /// Runs executed at once (overrides config).
-    #[arg(long)]
-    concurrency: Option<usize>,
-    /// Health/metrics listener, e.g. 127.0.0.1:7071; empty to disable.
-    #[arg(long)]
-    http_addr: Option<String>,
-}
+//! `savepoint-worker`: hosts the demo workflows. Thin: everything is in the library.
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let args = Args::parse();
-    let mut cfg = match Config::load(args.config.as_deref(), &ProcessEnv) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("savepoint-worker: {e}");
-            return std::process::ExitCode::from(2);
-        }
-    };
-    if let Some(ns) = args.namespace {
-        cfg.namespace = ns;
-    }
-    if let Some(c) = args.concurrency {
-        cfg.worker.concurrency = c;
-    }
-    if let Some(a) = args.http_addr {
-        cfg.worker.http_addr = a;
-    }
-    if let Err(e) = cfg.validate() {
-        eprintln!("savepoint-worker: {e}");
-        return std::process::ExitCode::from(2);
-    }
-    savepoint::telemetry::init(&cfg.log_format);
-    let shutdown = CancellationToken::new();
-    tokio::spawn(savepoint_worker::signals::on_terminate(shutdown.clone()));
-    match run(cfg, shutdown).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("savepoint-worker: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
-}
-
-async fn run(cfg: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let store = RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store()).await?;
-    let registry = savepoint_worker::demo::registry(&store);
-    savepoint_worker::run(cfg, registry, shutdown).await?;
-    Ok(())
+    savepoint_worker::cli::main().await
 }

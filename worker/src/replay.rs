@@ -29,10 +29,23 @@ pub async fn replay(store: &RedisStore, registry: &Registry, thread: &ThreadId) 
         return Err(StoreError::Missing(thread.to_string()));
     };
     let Some(wf) = registry.get(&header.workflow) else {
-        return Ok(ReplayReport::Unavailable(format!("unknown workflow {}", header.workflow)));
+        return Ok(ReplayReport::Unavailable(format!(
+            "unknown workflow {}",
+            header.workflow
+        )));
     };
-    let lease = Lease { thread: thread.clone(), keys: store.keys().run(thread), owner: "replay".into(), fence: 0, version: header.version };
-    let limits = SliceLimits { max_steps: u32::MAX, max_time: std::time::Duration::MAX, ..SliceLimits::default() };
+    let lease = Lease {
+        thread: thread.clone(),
+        keys: store.keys().run(thread),
+        owner: "replay".into(),
+        fence: 0,
+        version: header.version,
+    };
+    let limits = SliceLimits {
+        max_steps: u32::MAX,
+        max_time: std::time::Duration::MAX,
+        ..SliceLimits::default()
+    };
     let mut ctx = Ctx::new(CtxParts {
         store: store.clone(),
         lease,

@@ -58,7 +58,12 @@ pub struct WorkerOptions {
 impl WorkerOptions {
     /// Options for a registry with defaults.
     pub fn new(registry: Registry) -> Self {
-        Self { registry, failpoints: None, crash: CancellationToken::new(), serve_http: true }
+        Self {
+            registry,
+            failpoints: None,
+            crash: CancellationToken::new(),
+            serve_http: true,
+        }
     }
 }
 
@@ -96,11 +101,15 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
     let ready = Readiness::default();
     if opts.serve_http && !cfg.worker.http_addr.is_empty() {
         let addr = cfg.worker.http_addr.clone();
-        let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|source| WorkerError::Http { addr, source })?;
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|source| WorkerError::Http { addr, source })?;
         let app = ops_router(ready.clone());
         let stop = shutdown.clone();
         tokio::spawn(async move {
-            let _ = axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await;
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await;
         });
     }
     let store = connect_store(&cfg, &shutdown).await?;
@@ -144,7 +153,7 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
     ready.set(false);
     metrics().reconnects.set(broker.reconnects() as i64);
     if crash.is_cancelled() {
-        tracing::error!(worker.id = %shared.incarnation, "worker crashed (simulated kill -9): dropping everything");
+        tracing::warn!(worker.id = %shared.incarnation, "worker crashed (simulated kill -9): dropping everything");
         tasks.abort_all();
         drop(consumer);
         return Ok(());
@@ -155,12 +164,12 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
     // Drain the consumer: it cancels and anything prefetched but not started is requeued.
     let drain = tokio::spawn(async move { while consumer.next().await.is_some() {} });
     let grace = Duration::from_millis(cfg.worker.shutdown_grace_ms);
-    let drained = tokio::time::timeout(grace, async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
+    let drained = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
     if drained.is_err() {
-        tracing::warn!(left = tasks.len(), "grace period over: abandoning slices (their leases expire and another worker resumes them)");
+        tracing::warn!(
+            left = tasks.len(),
+            "grace period over: abandoning slices (their leases expire and another worker resumes them)"
+        );
         tasks.abort_all();
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;

@@ -7,7 +7,9 @@ pub async fn on_terminate(token: CancellationToken) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let Ok(mut term) = signal(SignalKind::terminate()) else { return };
+        let Ok(mut term) = signal(SignalKind::terminate()) else {
+            return;
+        };
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}

@@ -18,10 +18,17 @@ use crate::heartbeat::Heartbeat;
 fn incompatibility(shared: &Shared, c: &Claimed) -> Option<String> {
     let h = &c.header;
     if h.schema != SCHEMA_VERSION {
-        return Some(format!("checkpoint schema v{} is not supported by this worker (reads v{SCHEMA_VERSION})", h.schema));
+        return Some(format!(
+            "checkpoint schema v{} is not supported by this worker (reads v{SCHEMA_VERSION})",
+            h.schema
+        ));
     }
     let Some(wf) = shared.registry.get(&h.workflow) else {
-        return Some(format!("unknown workflow {:?}: this worker serves {:?}", h.workflow, shared.registry.names()));
+        return Some(format!(
+            "unknown workflow {:?}: this worker serves {:?}",
+            h.workflow,
+            shared.registry.names()
+        ));
     };
     if h.workflow_version < wf.min_version() || h.workflow_version > wf.version() {
         return Some(format!(
@@ -40,14 +47,27 @@ fn incompatibility(shared: &Shared, c: &Claimed) -> Option<String> {
 
 /// Publishes a task for the run (continuation or wake-up). Failure is logged: the run's
 /// due time makes the scanner ring again.
-pub(crate) async fn publish(shared: &Shared, lease: &Lease, step: Option<u32>, reason: TaskReason, trace: Option<&str>) {
+pub(crate) async fn publish(
+    shared: &Shared,
+    lease: &Lease,
+    step: Option<u32>,
+    reason: TaskReason,
+    trace: Option<&str>,
+) {
     if shared.failpoints.check("publish.before").await.is_err() {
         return;
     }
-    let task = Task::new(lease.thread.clone(), shared.store.keys().partition(&lease.thread), step, reason);
-    let headers: Vec<(String, String)> = trace.map(|t| vec![("traceparent".to_owned(), t.to_owned())]).unwrap_or_default();
+    let task = Task::new(
+        lease.thread.clone(),
+        shared.store.keys().partition(&lease.thread),
+        step,
+        reason,
+    );
+    let headers: Vec<(String, String)> = trace
+        .map(|t| vec![("traceparent".to_owned(), t.to_owned())])
+        .unwrap_or_default();
     match shared.broker.publish(&task.encode(), &headers).await {
-        Ok(()) => inc(&metrics().published, &[("reason", "continue")]),
+        Ok(()) => inc(&metrics().published, &[("reason", reason.as_str())]),
         Err(e) => tracing::warn!(thread.id = %lease.thread, error = %e, "publish failed; the due time will redeliver"),
     }
     let _ = shared.failpoints.check("publish.after").await;
@@ -68,14 +88,28 @@ async fn run_slice(shared: &Shared, c: Claimed) {
     let mut lease = c.lease.clone();
     if let Some(reason) = incompatibility(shared, &c) {
         tracing::error!(%reason, "cannot serve run: blocking it");
-        let r = shared.store.finish(&mut lease, None, RunStatus::Blocked, None, None, Some(&reason), None, ("blocked", &reason)).await;
+        let r = shared
+            .store
+            .finish(
+                &mut lease,
+                None,
+                RunStatus::Blocked,
+                None,
+                None,
+                Some(&reason),
+                None,
+                ("blocked", &reason),
+            )
+            .await;
         if let Err(e) = r {
             tracing::warn!(error = %e, "could not record the block");
         }
         inc(&metrics().slices, &[("end", "blocked")]);
         return;
     }
-    let Some(wf) = shared.registry.get(&c.header.workflow) else { return };
+    let Some(wf) = shared.registry.get(&c.header.workflow) else {
+        return;
+    };
     let journal = c.journal.clone().unwrap_or_default();
     let replayed = journal.len();
     let lost = CancellationToken::new();
@@ -105,7 +139,19 @@ async fn run_slice(shared: &Shared, c: Claimed) {
     let trace = c.header.trace.as_deref();
     let end = match result {
         Some(Ok(output)) => {
-            let r = shared.store.finish(&mut lease, None, RunStatus::Completed, Some(&output), None, None, None, ("completed", "")).await;
+            let r = shared
+                .store
+                .finish(
+                    &mut lease,
+                    None,
+                    RunStatus::Completed,
+                    Some(&output),
+                    None,
+                    None,
+                    None,
+                    ("completed", ""),
+                )
+                .await;
             match r {
                 Ok(()) => "completed",
                 Err(e) => {
@@ -116,7 +162,19 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         }
         Some(Err(err)) => {
             let msg = err.to_string();
-            let r = shared.store.finish(&mut lease, None, RunStatus::Failed, None, Some(&msg), None, None, ("failed", &msg)).await;
+            let r = shared
+                .store
+                .finish(
+                    &mut lease,
+                    None,
+                    RunStatus::Failed,
+                    None,
+                    Some(&msg),
+                    None,
+                    None,
+                    ("failed", &msg),
+                )
+                .await;
             match r {
                 Ok(()) => "failed",
                 Err(e) => {
@@ -149,7 +207,13 @@ async fn run_slice(shared: &Shared, c: Claimed) {
             Some(SliceExit::WouldRunLive(_)) | None => "transient",
         },
     };
-    tracing::debug!(end, replayed, live = ctx.live_calls(), elapsed_ms = started.elapsed().as_millis() as u64, "slice ended");
+    tracing::debug!(
+        end,
+        replayed,
+        live = ctx.live_calls(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "slice ended"
+    );
     inc(&metrics().slices, &[("end", end)]);
 }
 
@@ -157,7 +221,17 @@ async fn run_slice(shared: &Shared, c: Claimed) {
 /// waiting for the lease to expire. If Redis is down this fails too, and the lease expiry
 /// does the same job later.
 async fn release_for_retry(shared: &Shared, lease: &mut Lease) {
-    let r = shared.store.suspend(lease, None, RunStatus::Pending, Some(Duration::from_secs(1)), None, ("retry_later", "transient error")).await;
+    let r = shared
+        .store
+        .suspend(
+            lease,
+            None,
+            RunStatus::Pending,
+            Some(Duration::from_secs(1)),
+            None,
+            ("retry_later", "transient error"),
+        )
+        .await;
     if let Err(e) = r {
         tracing::debug!(error = %e, "release after a transient error failed; the lease will expire");
     }

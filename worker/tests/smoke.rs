@@ -14,7 +14,10 @@ use tokio_util::sync::CancellationToken;
 fn cfg() -> Config {
     let ns = format!("ws{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let mut env = MapEnv::default();
-    for (k, v) in [("SAVEPOINT_TEST_AMQP_URL", "SAVEPOINT_AMQP_URL"), ("SAVEPOINT_TEST_REDIS_URL", "SAVEPOINT_REDIS_URL")] {
+    for (k, v) in [
+        ("SAVEPOINT_TEST_AMQP_URL", "SAVEPOINT_AMQP_URL"),
+        ("SAVEPOINT_TEST_REDIS_URL", "SAVEPOINT_REDIS_URL"),
+    ] {
         if let Ok(val) = std::env::var(k) {
             env.0.insert(v.into(), val);
         }
@@ -42,7 +45,11 @@ async fn wait_status(store: &RedisStore, t: &ThreadId, want: RunStatus) -> savep
         if h.status == want {
             return h;
         }
-        assert!(Instant::now() < deadline, "run {t} stuck in {:?} (want {want:?}): {h:?}", h.status);
+        assert!(
+            Instant::now() < deadline,
+            "run {t} stuck in {:?} (want {want:?}): {h:?}",
+            h.status
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -50,7 +57,9 @@ async fn wait_status(store: &RedisStore, t: &ThreadId, want: RunStatus) -> savep
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_workflows_run_end_to_end() {
     let cfg = cfg();
-    let store = RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store()).await.unwrap();
+    let store = RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
+        .await
+        .unwrap();
     let broker = Broker::connect(cfg.broker(), Duration::from_secs(10)).await.unwrap();
     let stop = CancellationToken::new();
     let registry = savepoint_worker::demo::registry(&store);
@@ -77,9 +86,21 @@ async fn demo_workflows_run_end_to_end() {
     let h = wait_status(&store, &appr, RunStatus::Completed).await;
     assert_eq!(h.output, Some(json!({"log": ["first", "gate=yes"]})));
 
-    let replay = savepoint_worker::replay::replay(&store, &savepoint_worker::demo::registry(&store), &inv).await.unwrap();
-    assert!(matches!(replay, savepoint_worker::replay::ReplayReport::Finished(Ok(_))), "{replay:?}");
-    assert_eq!(savepoint_worker::demo::EffectLog::new(&store).all().await.unwrap().len(), 2);
+    let replay = savepoint_worker::replay::replay(&store, &savepoint_worker::demo::registry(&store), &inv)
+        .await
+        .unwrap();
+    assert!(
+        matches!(replay, savepoint_worker::replay::ReplayReport::Finished(Ok(_))),
+        "{replay:?}"
+    );
+    assert_eq!(
+        savepoint_worker::demo::EffectLog::new(&store)
+            .all()
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
 
     stop.cancel();
     worker.await.unwrap().unwrap();

@@ -97,10 +97,7 @@ impl Link {
 }
 
 /// Connects, opens a confirm-mode channel and declares the topology (one attempt).
-pub(crate) async fn open_publisher_link(
-    cfg: &BrokerConfig,
-    generation: u64,
-) -> Result<Link, BrokerError> {
+pub(crate) async fn open_publisher_link(cfg: &BrokerConfig, generation: u64) -> Result<Link, BrokerError> {
     let attempt = async {
         let conn = open_connection(cfg, "publisher", ATTEMPT_TIMEOUT).await?;
         let channel = conn

@@ -51,12 +51,7 @@ impl std::fmt::Debug for Consumer {
 }
 
 impl Consumer {
-    pub(crate) fn new(
-        cfg: BrokerConfig,
-        reconnects: Arc<AtomicU64>,
-        tag: &str,
-        shutdown: CancellationToken,
-    ) -> Self {
+    pub(crate) fn new(cfg: BrokerConfig, reconnects: Arc<AtomicU64>, tag: &str, shutdown: CancellationToken) -> Self {
         let backoff = Backoff::new(cfg.reconnect_min, cfg.reconnect_max);
         Consumer {
             cfg,
@@ -99,8 +94,7 @@ impl Consumer {
                     return Some(Delivery::new(d, Arc::clone(&active.session), shutdown));
                 }
                 Some(Some(Err(e))) => {
-                    self.lost(&format!("channel or connection error: {e}"))
-                        .await;
+                    self.lost(&format!("channel or connection error: {e}")).await;
                 }
                 Some(None) => self.lost("consumer cancelled by the broker").await,
             }
@@ -208,11 +202,7 @@ impl Consumer {
         let link = &active.session.link;
         if link.usable() {
             let tag = active.stream.tag();
-            if let Err(e) = link
-                .channel
-                .basic_cancel(tag, BasicCancelOptions::default())
-                .await
-            {
+            if let Err(e) = link.channel.basic_cancel(tag, BasicCancelOptions::default()).await {
                 debug!(tag = %self.tag, error = %e, "basic.cancel failed during shutdown");
             }
         }

@@ -92,11 +92,7 @@ impl std::fmt::Debug for Delivery {
 }
 
 impl Delivery {
-    pub(crate) fn new(
-        d: lapin::message::Delivery,
-        session: Arc<Session>,
-        shutdown: CancellationToken,
-    ) -> Self {
+    pub(crate) fn new(d: lapin::message::Delivery, session: Arc<Session>, shutdown: CancellationToken) -> Self {
         let raw_headers = d.properties.headers().clone().unwrap_or_default();
         Delivery {
             headers: amqp::from_field_table(Some(&raw_headers)),
@@ -112,8 +108,7 @@ impl Delivery {
 
     /// Acknowledges the message (it is removed from the queue).
     pub async fn ack(&self) -> Result<(), BrokerError> {
-        self.settle("ack", self.acker.ack(BasicAckOptions::default()))
-            .await
+        self.settle("ack", self.acker.ack(BasicAckOptions::default())).await
     }
 
     /// Negatively acknowledges with requeue=true (the broker increments the delivery count of
@@ -153,9 +148,7 @@ impl Delivery {
         self.guard.finish();
         match res {
             Ok(true) => Ok(()),
-            Ok(false) if self.acker.poisoned() && self.shutdown.is_cancelled() => {
-                Err(BrokerError::Shutdown)
-            }
+            Ok(false) if self.acker.poisoned() && self.shutdown.is_cancelled() => Err(BrokerError::Shutdown),
             Ok(false) => Err(BrokerError::Settle {
                 op,
                 delivery_tag: self.delivery_tag,

@@ -29,9 +29,7 @@ pub enum BrokerError {
     ConnectTimeout(Duration),
 
     /// Connecting kept failing until the deadline elapsed.
-    #[error(
-        "gave up connecting to the AMQP broker after {attempts} attempt(s) in {elapsed:?}: {last}"
-    )]
+    #[error("gave up connecting to the AMQP broker after {attempts} attempt(s) in {elapsed:?}: {last}")]
     GaveUp {
         /// Number of attempts made.
         attempts: u32,
@@ -103,10 +101,7 @@ impl BrokerError {
 
     /// Wraps a lapin error for operation `op`.
     pub(crate) fn amqp(op: impl Into<String>, source: lapin::Error) -> Self {
-        BrokerError::Amqp {
-            op: op.into(),
-            source,
-        }
+        BrokerError::Amqp { op: op.into(), source }
     }
 }
 
@@ -143,10 +138,7 @@ mod tests {
     #[test]
     fn classification() {
         assert!(!BrokerError::Shutdown.is_transient());
-        assert!(BrokerError::Nacked {
-            exchange: "x".into()
-        }
-        .is_transient());
+        assert!(BrokerError::Nacked { exchange: "x".into() }.is_transient());
         let io = lapin::Error::from(std::io::Error::other("reset"));
         assert!(BrokerError::amqp("basic.publish", io).is_transient());
         let gave_up = BrokerError::GaveUp {

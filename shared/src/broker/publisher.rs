@@ -91,20 +91,11 @@ impl Broker {
     /// publisher confirm. A nack or an unroutable return is an error. Broken channels or
     /// connections are repaired and the publish retried a few times (so a message may, rarely,
     /// be stored twice).
-    pub async fn publish(
-        &self,
-        payload: &[u8],
-        headers: &[(String, String)],
-    ) -> Result<(), BrokerError> {
+    pub async fn publish(&self, payload: &[u8], headers: &[(String, String)]) -> Result<(), BrokerError> {
         let table = amqp::to_field_table(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
         let topo = &self.inner.cfg.topology;
-        self.publish_to(
-            short(&topo.exchange())?,
-            short(&topo.routing_key())?,
-            payload,
-            table,
-        )
-        .await
+        self.publish_to(short(&topo.exchange())?, short(&topo.routing_key())?, payload, table)
+            .await
     }
 
     /// Publishes the payload to the dead-letter exchange with header "x-savepoint-reason" =
@@ -126,18 +117,10 @@ impl Broker {
         reason: &str,
         mut headers: FieldTable,
     ) -> Result<(), BrokerError> {
-        headers.insert(
-            REASON_HEADER.into(),
-            AMQPValue::LongString(LongString::from(reason)),
-        );
+        headers.insert(REASON_HEADER.into(), AMQPValue::LongString(LongString::from(reason)));
         let topo = &self.inner.cfg.topology;
-        self.publish_to(
-            short(&topo.dlx())?,
-            short(&topo.routing_key())?,
-            payload,
-            headers,
-        )
-        .await
+        self.publish_to(short(&topo.dlx())?, short(&topo.routing_key())?, payload, headers)
+            .await
     }
 
     /// Number of ready messages in the task queue (passive queue_declare).
@@ -203,13 +186,11 @@ impl Broker {
                 tokio::time::sleep(backoff.next_delay()).await;
             }
             let link = self.current();
-            let err =
-                match publish_once(&link.channel, &exchange, &routing_key, payload, &props).await {
-                    Ok(()) => return Ok(()),
-                    Err(e) => e,
-                };
-            let broken =
-                matches!(err, BrokerError::Amqp { .. }) && (err.is_transient() || !link.usable());
+            let err = match publish_once(&link.channel, &exchange, &routing_key, payload, &props).await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            let broken = matches!(err, BrokerError::Amqp { .. }) && (err.is_transient() || !link.usable());
             if !broken {
                 return Err(err);
             }
@@ -271,19 +252,10 @@ async fn publish_once(
         immediate: false,
     };
     let confirm = channel
-        .basic_publish(
-            exchange.clone(),
-            routing_key.clone(),
-            opts,
-            payload,
-            props.clone(),
-        )
+        .basic_publish(exchange.clone(), routing_key.clone(), opts, payload, props.clone())
         .await
         .map_err(|e| BrokerError::amqp("basic.publish", e))?;
-    match confirm
-        .await
-        .map_err(|e| BrokerError::amqp("publisher confirm", e))?
-    {
+    match confirm.await.map_err(|e| BrokerError::amqp("publisher confirm", e))? {
         Confirmation::Ack(None) | Confirmation::NotRequested => Ok(()),
         Confirmation::Ack(Some(returned)) => Err(BrokerError::Unroutable {
             exchange: exchange.to_string(),

@@ -48,10 +48,7 @@ async fn unreachable_broker_gives_up_after_deadline() {
     }
     let bad = config("not a url", "btx");
     let err = Broker::connect(bad, Duration::from_secs(5)).await.err();
-    assert!(
-        matches!(err, Some(BrokerError::InvalidConfig(_))),
-        "{err:?}"
-    );
+    assert!(matches!(err, Some(BrokerError::InvalidConfig(_))), "{err:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,11 +70,7 @@ async fn round_trip(broker: &Broker) {
     let publishes = (0..3).map(|i| {
         let headers = vec![("x-test".to_owned(), format!("v{i}"))];
         let broker = broker.clone();
-        async move {
-            broker
-                .publish(format!("msg-{i}").as_bytes(), &headers)
-                .await
-        }
+        async move { broker.publish(format!("msg-{i}").as_bytes(), &headers).await }
     });
     for res in futures::future::join_all(publishes).await {
         res.expect("publish");
@@ -104,11 +97,7 @@ async fn round_trip(broker: &Broker) {
     got[0].1.ack().await.expect("ack 0");
     got[1].1.ack().await.expect("ack 1");
     assert!(got[1].1.ack().await.is_err(), "double ack must fail");
-    got[2]
-        .1
-        .dead_letter(broker, "test reason")
-        .await
-        .expect("dead_letter");
+    got[2].1.dead_letter(broker, "test reason").await.expect("dead_letter");
     assert_eq!(broker.dlq_depth().await.expect("dlq_depth"), 1);
     assert_eq!(broker.queue_depth().await.expect("queue_depth"), 0);
 

@@ -2,8 +2,7 @@
 
 use super::error::BrokerError;
 use lapin::options::{
-    ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
-    QueueDeleteOptions,
+    ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Channel, ExchangeKind};
@@ -71,19 +70,12 @@ pub(crate) fn short(s: &str) -> Result<ShortString, BrokerError> {
 
 fn quorum_args() -> FieldTable {
     let mut args = FieldTable::default();
-    args.insert(
-        "x-queue-type".into(),
-        AMQPValue::LongString(LongString::from("quorum")),
-    );
+    args.insert("x-queue-type".into(), AMQPValue::LongString(LongString::from("quorum")));
     args
 }
 
 /// Declares exchanges, queues and bindings of `topo`; safe to repeat.
-pub(crate) async fn declare(
-    ch: &Channel,
-    topo: &Topology,
-    delivery_limit: u32,
-) -> Result<(), BrokerError> {
+pub(crate) async fn declare(ch: &Channel, topo: &Topology, delivery_limit: u32) -> Result<(), BrokerError> {
     let durable_ex = ExchangeDeclareOptions {
         durable: true,
         ..ExchangeDeclareOptions::default()
@@ -98,14 +90,9 @@ pub(crate) async fn declare(
     )
     .await
     .map_err(|e| BrokerError::amqp(format!("exchange.declare {exchange}"), e))?;
-    ch.exchange_declare(
-        short(&dlx)?,
-        ExchangeKind::Fanout,
-        durable_ex,
-        FieldTable::default(),
-    )
-    .await
-    .map_err(|e| BrokerError::amqp(format!("exchange.declare {dlx}"), e))?;
+    ch.exchange_declare(short(&dlx)?, ExchangeKind::Fanout, durable_ex, FieldTable::default())
+        .await
+        .map_err(|e| BrokerError::amqp(format!("exchange.declare {dlx}"), e))?;
 
     let mut qargs = quorum_args();
     let limit = i32::try_from(delivery_limit).unwrap_or(i32::MAX);

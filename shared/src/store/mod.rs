@@ -6,8 +6,8 @@
 pub mod model;
 pub mod redis;
 
-pub use model::{Claimed, ClaimOutcome, EffectClaim, Lease, RunHeader, RunStatus, Wait};
 pub use self::redis::{RedisStore, StoreConfig};
+pub use model::{ClaimOutcome, Claimed, EffectClaim, Lease, RunHeader, RunStatus, Wait};
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
@@ -60,7 +60,20 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         match self {
             StoreError::Redis(e) => {
-                e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || !e.is_unrecoverable_error()
+                use ::redis::ErrorKind;
+                e.is_io_error()
+                    || e.is_timeout()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || matches!(
+                        e.kind(),
+                        ErrorKind::Server(
+                            ::redis::ServerErrorKind::BusyLoading
+                                | ::redis::ServerErrorKind::TryAgain
+                                | ::redis::ServerErrorKind::ClusterDown
+                                | ::redis::ServerErrorKind::MasterDown
+                        )
+                    )
             }
             _ => false,
         }
@@ -68,6 +81,9 @@ impl StoreError {
 
     /// True when the caller lost the run (fenced, version moved, journal moved on).
     pub fn is_lease_lost(&self) -> bool {
-        matches!(self, StoreError::Fenced { .. } | StoreError::Conflict { .. } | StoreError::Index { .. })
+        matches!(
+            self,
+            StoreError::Fenced { .. } | StoreError::Conflict { .. } | StoreError::Index { .. }
+        )
     }
 }

@@ -136,7 +136,9 @@ pub struct RunHeader {
 }
 
 fn text(map: &BTreeMap<String, Vec<u8>>, k: &str) -> Option<String> {
-    map.get(k).map(|v| String::from_utf8_lossy(v).into_owned()).filter(|s| !s.is_empty())
+    map.get(k)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .filter(|s| !s.is_empty())
 }
 
 fn num<T: std::str::FromStr>(map: &BTreeMap<String, Vec<u8>>, k: &str) -> Option<T> {
@@ -194,17 +196,13 @@ impl RunHeader {
 }
 
 /// Decodes the journal fields `j:0..steps` of a run hash, in order.
-pub fn journal_from_fields(
-    header: &RunHeader,
-    map: &BTreeMap<String, Vec<u8>>,
-) -> Result<Vec<Entry>, StoreError> {
+pub fn journal_from_fields(header: &RunHeader, map: &BTreeMap<String, Vec<u8>>) -> Result<Vec<Entry>, StoreError> {
     (0..header.steps)
         .map(|i| {
-            let raw = map.get(&format!("j:{i}")).ok_or_else(|| {
-                StoreError::Corrupt(format!("run {}: journal entry {i} missing", header.thread))
-            })?;
-            Entry::decode(raw)
-                .map_err(|e| StoreError::Corrupt(format!("run {}: entry {i}: {e}", header.thread)))
+            let raw = map
+                .get(&format!("j:{i}"))
+                .ok_or_else(|| StoreError::Corrupt(format!("run {}: journal entry {i} missing", header.thread)))?;
+            Entry::decode(raw).map_err(|e| StoreError::Corrupt(format!("run {}: entry {i}: {e}", header.thread)))
         })
         .collect()
 }

@@ -54,7 +54,11 @@ pub struct SliceLimits {
 
 impl Default for SliceLimits {
     fn default() -> Self {
-        Self { max_steps: 64, max_time: Duration::from_secs(10), max_entries: 10_000 }
+        Self {
+            max_steps: 64,
+            max_time: Duration::from_secs(10),
+            max_entries: 10_000,
+        }
     }
 }
 
@@ -95,7 +99,14 @@ pub struct Ctx {
 impl Ctx {
     /// A context over a claimed run.
     pub fn new(parts: CtxParts) -> Self {
-        Self { p: parts, cursor: 0, live_in_slice: 0, started: Instant::now(), exit: None, notify: Arc::new(Notify::new()) }
+        Self {
+            p: parts,
+            cursor: 0,
+            live_in_slice: 0,
+            started: Instant::now(),
+            exit: None,
+            notify: Arc::new(Notify::new()),
+        }
     }
 
     /// The run's thread id.
@@ -190,7 +201,20 @@ impl Ctx {
         if self.p.replay_only {
             return self.stop(SliceExit::Blocked(reason.to_owned())).await;
         }
-        let r = self.p.store.finish(&mut self.p.lease, None, RunStatus::Blocked, None, None, Some(reason), effect, ("blocked", reason)).await;
+        let r = self
+            .p
+            .store
+            .finish(
+                &mut self.p.lease,
+                None,
+                RunStatus::Blocked,
+                None,
+                None,
+                Some(reason),
+                effect,
+                ("blocked", reason),
+            )
+            .await;
         match r {
             Ok(()) => self.stop(SliceExit::Blocked(reason.to_owned())).await,
             Err(e) => self.store_failed(e).await,
@@ -207,15 +231,42 @@ impl Ctx {
             && (self.live_in_slice >= self.p.limits.max_steps || self.started.elapsed() >= self.p.limits.max_time);
         if self.p.shutdown.is_cancelled() || over_budget {
             let redeliver = self.p.store.config().redeliver;
-            let r = self.p.store.suspend(&mut self.p.lease, None, RunStatus::Pending, Some(redeliver), None, ("yielded", name)).await;
+            let r = self
+                .p
+                .store
+                .suspend(
+                    &mut self.p.lease,
+                    None,
+                    RunStatus::Pending,
+                    Some(redeliver),
+                    None,
+                    ("yielded", name),
+                )
+                .await;
             match r {
                 Ok(_) => self.stop::<()>(SliceExit::Yielded).await,
                 Err(e) => self.store_failed::<()>(e).await,
             }
         }
         if self.cursor >= self.p.limits.max_entries {
-            let reason = format!("journal would exceed the maximum of {} entries", self.p.limits.max_entries);
-            let r = self.p.store.finish(&mut self.p.lease, None, RunStatus::Failed, None, Some(&reason), None, None, ("failed", &reason)).await;
+            let reason = format!(
+                "journal would exceed the maximum of {} entries",
+                self.p.limits.max_entries
+            );
+            let r = self
+                .p
+                .store
+                .finish(
+                    &mut self.p.lease,
+                    None,
+                    RunStatus::Failed,
+                    None,
+                    Some(&reason),
+                    None,
+                    None,
+                    ("failed", &reason),
+                )
+                .await;
             match r {
                 Ok(()) => self.stop::<()>(SliceExit::Failed(reason)).await,
                 Err(e) => self.store_failed::<()>(e).await,
@@ -232,7 +283,11 @@ impl Ctx {
             self.failpoint("step.before_commit").await;
         }
         let detail = format!("{idx} {}", entry.name);
-        let r = self.p.store.commit(&mut self.p.lease, idx, &entry, (event, &detail), consume_signal).await;
+        let r = self
+            .p
+            .store
+            .commit(&mut self.p.lease, idx, &entry, (event, &detail), consume_signal)
+            .await;
         if let Err(e) = r {
             return self.store_failed(e).await;
         }
@@ -254,7 +309,12 @@ impl Ctx {
     }
 
     /// Runs `f` with the retry policy; returns the outcome and the attempts it took.
-    pub(super) async fn attempt_loop<T, F, Fut, E>(&mut self, name: &str, policy: &RetryPolicy, mut f: F) -> (Result<T, StepError>, u32)
+    pub(super) async fn attempt_loop<T, F, Fut, E>(
+        &mut self,
+        name: &str,
+        policy: &RetryPolicy,
+        mut f: F,
+    ) -> (Result<T, StepError>, u32)
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
@@ -312,15 +372,31 @@ impl Ctx {
             },
             Err(e) => Outcome::Err(e.message),
         };
-        self.commit(Entry::new(name, EntryKind::Step, outcome.clone(), attempts), "step_committed", None).await;
+        self.commit(
+            Entry::new(name, EntryKind::Step, outcome.clone(), attempts),
+            "step_committed",
+            None,
+        )
+        .await;
         decode_outcome("step", name, outcome)
     }
 }
 
 /// Decodes a recorded outcome into the type the code asks for.
-pub(super) fn decode_outcome<T: DeserializeOwned>(kind: &'static str, name: &str, o: Outcome) -> Result<T, WorkflowError> {
+pub(super) fn decode_outcome<T: DeserializeOwned>(
+    kind: &'static str,
+    name: &str,
+    o: Outcome,
+) -> Result<T, WorkflowError> {
     match o {
-        Outcome::Ok(v) => serde_json::from_value(v).map_err(|e| WorkflowError::Decode { name: name.to_owned(), message: e.to_string() }),
-        Outcome::Err(message) => Err(WorkflowError::CallFailed { kind, name: name.to_owned(), message }),
+        Outcome::Ok(v) => serde_json::from_value(v).map_err(|e| WorkflowError::Decode {
+            name: name.to_owned(),
+            message: e.to_string(),
+        }),
+        Outcome::Err(message) => Err(WorkflowError::CallFailed {
+            kind,
+            name: name.to_owned(),
+            message,
+        }),
     }
 }

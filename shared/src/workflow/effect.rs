@@ -99,7 +99,13 @@ impl Ctx {
     }
 
     /// `effect` with options (in-doubt policy, retry policy).
-    pub async fn effect_with<T, F, Fut, E>(&mut self, name: &str, key: impl Into<String>, opts: EffectOptions, mut f: F) -> Result<T, WorkflowError>
+    pub async fn effect_with<T, F, Fut, E>(
+        &mut self,
+        name: &str,
+        key: impl Into<String>,
+        opts: EffectOptions,
+        mut f: F,
+    ) -> Result<T, WorkflowError>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(String) -> Fut,
@@ -127,15 +133,32 @@ impl Ctx {
         let value = match r {
             Ok(v) => match serde_json::to_value(&v) {
                 Ok(j) => j,
-                Err(e) => return self.block(&format!("effect {name:?} result does not encode as JSON: {e}"), Some(key.as_str())).await,
+                Err(e) => {
+                    return self
+                        .block(
+                            &format!("effect {name:?} result does not encode as JSON: {e}"),
+                            Some(key.as_str()),
+                        )
+                        .await
+                }
             },
             Err(e) => {
                 // The function promised the effect did not happen: free the key, journal the failure.
                 let thread = self.thread_id().clone();
-                if let Err(err) = self.p.store.effect_release(&key, &thread, Some(idx)).await {
+                if let Err(err) = self
+                    .p
+                    .store
+                    .effect_release(&key, &thread, Some((idx, self.p.lease.fence)))
+                    .await
+                {
                     return self.store_failed(err).await;
                 }
-                self.commit(effect_entry(name, &key, Outcome::Err(e.message.clone()), attempts), "effect_failed", None).await;
+                self.commit(
+                    effect_entry(name, &key, Outcome::Err(e.message.clone()), attempts),
+                    "effect_failed",
+                    None,
+                )
+                .await;
                 return decode_outcome("effect", name, Outcome::Err(e.message));
             }
         };
@@ -145,12 +168,21 @@ impl Ctx {
             Ok(EffectDone::Recorded) => value,
             Ok(EffectDone::Already(first)) => first,
             Ok(EffectDone::NotOwner(holder)) => {
-                return self.stop(SliceExit::LeaseLost(format!("effect {key} intent now held by {holder}"))).await
+                return self
+                    .stop(SliceExit::LeaseLost(format!(
+                        "effect {key} intent now held by {holder}"
+                    )))
+                    .await
             }
             Err(e) => return self.store_failed(e).await,
         };
         self.failpoint("effect.after_done").await;
-        self.commit(effect_entry(name, &key, Outcome::Ok(value.clone()), attempts), "effect_done", None).await;
+        self.commit(
+            effect_entry(name, &key, Outcome::Ok(value.clone()), attempts),
+            "effect_done",
+            None,
+        )
+        .await;
         decode_outcome("effect", name, Outcome::Ok(value))
     }
 
@@ -169,7 +201,18 @@ impl Ctx {
                 EffectClaim::Done(v) => return Some(v),
                 EffectClaim::Busy(holder) => {
                     let detail = format!("{name}: key {key} held by run {holder}");
-                    let r = self.p.store.suspend(&mut self.p.lease, None, RunStatus::Sleeping, Some(BUSY_BACKOFF), None, ("effect_busy", &detail)).await;
+                    let r = self
+                        .p
+                        .store
+                        .suspend(
+                            &mut self.p.lease,
+                            None,
+                            RunStatus::Sleeping,
+                            Some(BUSY_BACKOFF),
+                            None,
+                            ("effect_busy", &detail),
+                        )
+                        .await;
                     return match r {
                         Ok(_) => self.stop(SliceExit::Suspended { woke: false }).await,
                         Err(e) => self.store_failed(e).await,

@@ -20,12 +20,20 @@ pub struct StepError {
 impl StepError {
     /// A failure worth retrying.
     pub fn retryable(message: impl Into<String>) -> Self {
-        Self { message: message.into(), retryable: true, class: None }
+        Self {
+            message: message.into(),
+            retryable: true,
+            class: None,
+        }
     }
 
     /// A failure retrying cannot fix.
     pub fn fatal(message: impl Into<String>) -> Self {
-        Self { message: message.into(), retryable: false, class: None }
+        Self {
+            message: message.into(),
+            retryable: false,
+            class: None,
+        }
     }
 
     /// Tags the error with a class (see `RetryPolicy::non_retryable`).

@@ -92,7 +92,11 @@ impl Registry {
     pub fn catalog(&self) -> Vec<CatalogEntry> {
         self.map
             .values()
-            .map(|w| CatalogEntry { name: w.name().to_owned(), version: w.version(), min_version: w.min_version() })
+            .map(|w| CatalogEntry {
+                name: w.name().to_owned(),
+                version: w.version(),
+                min_version: w.min_version(),
+            })
             .collect()
     }
 }

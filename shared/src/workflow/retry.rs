@@ -37,12 +37,18 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// No retries.
     pub fn none() -> Self {
-        Self { max_attempts: 1, ..Self::default() }
+        Self {
+            max_attempts: 1,
+            ..Self::default()
+        }
     }
 
     /// `n` attempts with the default backoff.
     pub fn attempts(n: u32) -> Self {
-        Self { max_attempts: n.max(1), ..Self::default() }
+        Self {
+            max_attempts: n.max(1),
+            ..Self::default()
+        }
     }
 
     /// Whether attempt `attempt` (1-based) that failed with `err` may be retried.
@@ -68,7 +74,10 @@ mod tests {
 
     #[test]
     fn backoff_grows_caps_and_jitters() {
-        let p = RetryPolicy { jitter: 0.0, ..RetryPolicy::default() };
+        let p = RetryPolicy {
+            jitter: 0.0,
+            ..RetryPolicy::default()
+        };
         assert_eq!(p.backoff(1), Duration::from_millis(100));
         assert_eq!(p.backoff(2), Duration::from_millis(200));
         assert_eq!(p.backoff(30), Duration::from_secs(10));
@@ -81,7 +90,10 @@ mod tests {
 
     #[test]
     fn retry_decisions() {
-        let p = RetryPolicy { non_retryable: vec!["auth".into()], ..RetryPolicy::attempts(3) };
+        let p = RetryPolicy {
+            non_retryable: vec!["auth".into()],
+            ..RetryPolicy::attempts(3)
+        };
         assert!(p.should_retry(1, &StepError::retryable("x")));
         assert!(!p.should_retry(3, &StepError::retryable("x")));
         assert!(!p.should_retry(1, &StepError::fatal("x")));

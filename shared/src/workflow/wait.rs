@@ -18,8 +18,24 @@ impl Ctx {
         self.before_live(name).await;
         let idx = self.cursor;
         let ms = d.as_millis() as u64;
-        let entry = Entry::new(name, EntryKind::Sleep, Outcome::Ok(json!({"duration_ms": ms, "wake_at": now_ms() + ms})), 1);
-        let r = self.p.store.suspend(&mut self.p.lease, Some((idx, &entry)), RunStatus::Sleeping, Some(d), None, ("slept", name)).await;
+        let entry = Entry::new(
+            name,
+            EntryKind::Sleep,
+            Outcome::Ok(json!({"duration_ms": ms, "wake_at": now_ms() + ms})),
+            1,
+        );
+        let r = self
+            .p
+            .store
+            .suspend(
+                &mut self.p.lease,
+                Some((idx, &entry)),
+                RunStatus::Sleeping,
+                Some(d),
+                None,
+                ("slept", name),
+            )
+            .await;
         match r {
             Ok(s) => self.stop(SliceExit::Suspended { woke: s.woke }).await,
             Err(e) => self.store_failed(e).await,
@@ -29,34 +45,73 @@ impl Ctx {
     /// Pauses for a human: the run waits (status `waiting`, the payload shown by the API)
     /// until `POST /v1/runs/{thread}/resume {"value"}`; returns that value, journaled.
     pub async fn interrupt<T: DeserializeOwned>(&mut self, name: &str, payload: Value) -> Result<T, WorkflowError> {
-        self.await_value(EntryKind::Interrupt, name, format!("i:{name}"), payload).await
+        self.await_value(EntryKind::Interrupt, name, format!("i:{name}"), payload)
+            .await
     }
 
     /// Waits for the named signal (`POST /v1/runs/{thread}/signals/{name}`); signals sent
     /// before the run asks are kept, in order.
     pub async fn wait_signal<T: DeserializeOwned>(&mut self, name: &str) -> Result<T, WorkflowError> {
-        self.await_value(EntryKind::Signal, name, format!("s:{name}:"), Value::Null).await
+        self.await_value(EntryKind::Signal, name, format!("s:{name}:"), Value::Null)
+            .await
     }
 
-    async fn await_value<T: DeserializeOwned>(&mut self, kind: EntryKind, name: &str, field: String, payload: Value) -> Result<T, WorkflowError> {
+    async fn await_value<T: DeserializeOwned>(
+        &mut self,
+        kind: EntryKind,
+        name: &str,
+        field: String,
+        payload: Value,
+    ) -> Result<T, WorkflowError> {
         if let Some(e) = self.replayed(name, kind).await {
             return decode_outcome(kind.as_str(), name, e.outcome);
         }
         self.before_live(name).await;
         let found = if kind == EntryKind::Interrupt {
-            self.p.signals.get_key_value(&field).map(|(k, v)| (k.clone(), v.clone()))
+            self.p
+                .signals
+                .get_key_value(&field)
+                .map(|(k, v)| (k.clone(), v.clone()))
         } else {
-            self.p.signals.range(field.clone()..).find(|(k, _)| k.starts_with(&field)).map(|(k, v)| (k.clone(), v.clone()))
+            self.p
+                .signals
+                .range(field.clone()..)
+                .find(|(k, _)| k.starts_with(&field))
+                .map(|(k, v)| (k.clone(), v.clone()))
         };
         if let Some((f, v)) = found {
             self.p.signals.remove(&f);
-            let event = if kind == EntryKind::Interrupt { "interrupt_answered" } else { "signal_received" };
-            self.commit(Entry::new(name, kind, Outcome::Ok(v.clone()), 1), event, Some(&f)).await;
+            let event = if kind == EntryKind::Interrupt {
+                "interrupt_answered"
+            } else {
+                "signal_received"
+            };
+            self.commit(Entry::new(name, kind, Outcome::Ok(v.clone()), 1), event, Some(&f))
+                .await;
             return decode_outcome(kind.as_str(), name, Outcome::Ok(v));
         }
-        let wait = Wait { kind: kind.as_str().to_owned(), name: name.to_owned(), payload };
-        let event = if kind == EntryKind::Interrupt { "interrupted" } else { "waiting_signal" };
-        let r = self.p.store.suspend(&mut self.p.lease, None, RunStatus::Waiting, None, Some(&wait), (event, name)).await;
+        let wait = Wait {
+            kind: kind.as_str().to_owned(),
+            name: name.to_owned(),
+            payload,
+        };
+        let event = if kind == EntryKind::Interrupt {
+            "interrupted"
+        } else {
+            "waiting_signal"
+        };
+        let r = self
+            .p
+            .store
+            .suspend(
+                &mut self.p.lease,
+                None,
+                RunStatus::Waiting,
+                None,
+                Some(&wait),
+                (event, name),
+            )
+            .await;
         match r {
             Ok(s) => self.stop(SliceExit::Suspended { woke: s.woke }).await,
             Err(e) => self.store_failed(e).await,
@@ -71,7 +126,12 @@ impl Ctx {
         }
         self.before_live(name).await;
         let v = make();
-        self.commit(Entry::new(name, EntryKind::Value, Outcome::Ok(v.clone()), 1), "value_recorded", None).await;
+        self.commit(
+            Entry::new(name, EntryKind::Value, Outcome::Ok(v.clone()), 1),
+            "value_recorded",
+            None,
+        )
+        .await;
         v
     }
 
@@ -88,7 +148,10 @@ impl Ctx {
 
     /// A random number in [0, 1), recorded.
     pub async fn random(&mut self) -> f64 {
-        self.recorded("random", || json!(rand::random::<f64>())).await.as_f64().unwrap_or(0.0)
+        self.recorded("random", || json!(rand::random::<f64>()))
+            .await
+            .as_f64()
+            .unwrap_or(0.0)
     }
 
     /// Code-version branching for in-flight runs: true for runs that reach this point under
@@ -102,7 +165,12 @@ impl Ctx {
             Some(_) => false,
             None => {
                 self.before_live(change_id).await;
-                self.commit(Entry::new(change_id, EntryKind::Patch, Outcome::Ok(Value::Bool(true)), 1), "patched", None).await;
+                self.commit(
+                    Entry::new(change_id, EntryKind::Patch, Outcome::Ok(Value::Bool(true)), 1),
+                    "patched",
+                    None,
+                )
+                .await;
                 true
             }
         }

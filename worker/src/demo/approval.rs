@@ -14,8 +14,12 @@ impl Workflow for Approval {
     type Output = Value;
 
     async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
-        let first: String = ctx.step("first", || async { Ok::<_, StepError>("first".to_owned()) }).await?;
-        let answer: Value = ctx.interrupt("gate", json!({"question": "Approve this payment?"})).await?;
+        let first: String = ctx
+            .step("first", || async { Ok::<_, StepError>("first".to_owned()) })
+            .await?;
+        let answer: Value = ctx
+            .interrupt("gate", json!({"question": "Approve this payment?"}))
+            .await?;
         let answer = match answer {
             Value::String(s) => s,
             other => other.to_string(),

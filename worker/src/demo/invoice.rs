@@ -45,8 +45,13 @@ impl Invoice {
 
 async fn read_pdf(input: &InvoiceIn) -> Result<String, StepError> {
     match &input.pdf_path {
-        Some(path) => tokio::fs::read_to_string(path).await.map_err(|e| StepError::fatal(format!("cannot read {path}: {e}"))),
-        None => Ok(format!("Invoice {}\nconsulting 1000.00 EUR\nhosting 250.00 EUR\n", input.invoice_id)),
+        Some(path) => tokio::fs::read_to_string(path)
+            .await
+            .map_err(|e| StepError::fatal(format!("cannot read {path}: {e}"))),
+        None => Ok(format!(
+            "Invoice {}\nconsulting 1000.00 EUR\nhosting 250.00 EUR\n",
+            input.invoice_id
+        )),
     }
 }
 
@@ -67,7 +72,12 @@ fn extract(invoice_id: &str, text: &str) -> Result<Totals, StepError> {
     if lines == 0 {
         return Err(StepError::fatal("no amounts found in the invoice text"));
     }
-    Ok(Totals { invoice_id: invoice_id.to_owned(), total_cents, lines, currency })
+    Ok(Totals {
+        invoice_id: invoice_id.to_owned(),
+        total_cents,
+        lines,
+        currency,
+    })
 }
 
 impl Workflow for Invoice {
@@ -77,7 +87,9 @@ impl Workflow for Invoice {
 
     async fn run(&self, ctx: &mut Ctx, input: InvoiceIn) -> Result<Totals, WorkflowError> {
         let text: String = ctx.step("read_pdf", || read_pdf(&input)).await?;
-        let totals: Totals = ctx.step("extract_totals", || async { extract(&input.invoice_id, &text) }).await?;
+        let totals: Totals = ctx
+            .step("extract_totals", || async { extract(&input.invoice_id, &text) })
+            .await?;
         let thread = ctx.thread_id().to_string();
         let log = self.log.clone();
         let reconcile = EffectPolicy::reconcile(move |key: String| {
@@ -87,10 +99,15 @@ impl Workflow for Invoice {
         let log = &self.log;
         let t = &thread;
         let _posted: serde_json::Value = ctx
-            .effect_with("ledger.post", format!("ledger:{}", input.invoice_id), EffectOptions::policy(reconcile), |key| async move {
-                log.record(t, "ledger.post", &key).await?;
-                Ok::<_, StepError>(serde_json::json!({"posted": key}))
-            })
+            .effect_with(
+                "ledger.post",
+                format!("ledger:{}", input.invoice_id),
+                EffectOptions::policy(reconcile),
+                |key| async move {
+                    log.record(t, "ledger.post", &key).await?;
+                    Ok::<_, StepError>(serde_json::json!({"posted": key}))
+                },
+            )
             .await?;
         let _sent: serde_json::Value = ctx
             .effect("email.send", format!("email:{thread}"), |key| async move {

@@ -33,21 +33,33 @@ pub struct EffectLog {
 impl EffectLog {
     /// The log of the store's namespace.
     pub fn new(store: &RedisStore) -> Self {
-        Self { conn: store.connection(), key: store.keys().demo_effects() }
+        Self {
+            conn: store.connection(),
+            key: store.keys().demo_effects(),
+        }
     }
 
     /// Appends one record (an effect was applied).
     pub async fn record(&self, thread: &str, effect: &str, key: &str) -> Result<(), StepError> {
         let rec = json!({"thread_id": thread, "effect": effect, "key": key, "at": now_ms()});
         let mut conn = self.conn.clone();
-        let _: i64 = redis::cmd("RPUSH").arg(&self.key).arg(rec.to_string()).query_async(&mut conn).await?;
+        let _: i64 = redis::cmd("RPUSH")
+            .arg(&self.key)
+            .arg(rec.to_string())
+            .query_async(&mut conn)
+            .await?;
         Ok(())
     }
 
     /// Every record, oldest first.
     pub async fn all(&self) -> Result<Vec<Value>, StepError> {
         let mut conn = self.conn.clone();
-        let raw: Vec<String> = redis::cmd("LRANGE").arg(&self.key).arg(0).arg(-1).query_async(&mut conn).await?;
+        let raw: Vec<String> = redis::cmd("LRANGE")
+            .arg(&self.key)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await?;
         Ok(raw.iter().filter_map(|s| serde_json::from_str(s).ok()).collect())
     }
 

@@ -34,7 +34,10 @@ pub struct Webhook {
 impl Webhook {
     /// With an effect log.
     pub fn new(log: EffectLog) -> Self {
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap_or_default();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap_or_default();
         Self { log, http }
     }
 }
@@ -47,25 +50,38 @@ impl Workflow for Webhook {
     async fn run(&self, ctx: &mut Ctx, input: WebhookIn) -> Result<Value, WorkflowError> {
         let policy = match input.policy.as_deref() {
             None => EffectPolicy::Block,
-            Some(p) => EffectPolicy::parse(p).ok_or_else(|| WorkflowError::failed(format!("unknown policy {p:?}: use block or retry_safe")))?,
+            Some(p) => EffectPolicy::parse(p)
+                .ok_or_else(|| WorkflowError::failed(format!("unknown policy {p:?}: use block or retry_safe")))?,
         };
         let thread = ctx.thread_id().to_string();
         for i in 0..input.steps {
             if i == input.effect_at {
                 let (log, http, t, url) = (&self.log, &self.http, &thread, &input.url);
                 let _: Value = ctx
-                    .effect_with("webhook.post", format!("webhook:{thread}:{i}"), EffectOptions::policy(policy.clone()), |key| async move {
-                        log.record(t, "webhook.post", &key).await?;
-                        let resp = http.post(url).header("Idempotency-Key", &key).json(&json!({"thread_id": t, "step": i})).send().await?;
-                        let status = resp.status();
-                        if !status.is_success() {
-                            return Err(StepError::retryable(format!("webhook answered {status}")));
-                        }
-                        Ok(json!({"status": status.as_u16()}))
-                    })
+                    .effect_with(
+                        "webhook.post",
+                        format!("webhook:{thread}:{i}"),
+                        EffectOptions::policy(policy.clone()),
+                        |key| async move {
+                            log.record(t, "webhook.post", &key).await?;
+                            let resp = http
+                                .post(url)
+                                .header("Idempotency-Key", &key)
+                                .json(&json!({"thread_id": t, "step": i}))
+                                .send()
+                                .await?;
+                            let status = resp.status();
+                            if !status.is_success() {
+                                return Err(StepError::retryable(format!("webhook answered {status}")));
+                            }
+                            Ok(json!({"status": status.as_u16()}))
+                        },
+                    )
                     .await?;
             }
-            let _: u32 = ctx.step(&format!("step-{i}"), || async move { Ok::<_, StepError>(i) }).await?;
+            let _: u32 = ctx
+                .step(&format!("step-{i}"), || async move { Ok::<_, StepError>(i) })
+                .await?;
         }
         Ok(json!({"steps": input.steps}))
     }

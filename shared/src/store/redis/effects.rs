@@ -35,7 +35,10 @@ impl RedisStore {
     ) -> Result<EffectClaim, StoreError> {
         let mut inv = self.scripts.effect_intent.prepare_invoke();
         inv.key(self.keys.effect(key));
-        inv.arg(thread.as_str()).arg(index).arg(fence).arg(ms(self.cfg.effect_ttl));
+        inv.arg(thread.as_str())
+            .arg(index)
+            .arg(fence)
+            .arg(ms(self.cfg.effect_ttl));
         inv.arg(if takeover { "takeover" } else { "claim" });
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
@@ -68,23 +71,30 @@ impl RedisStore {
         })
     }
 
-    /// Drops an intent known not to have been applied. Returns the script's tag
-    /// (`ok`, `absent`, `done`, `not_owner`).
+    /// Drops an intent known not to have been applied. `at = None` is an operator (any
+    /// holder); `Some((index, fence))` only frees the caller's own attempt. Returns the
+    /// script's tag (`ok`, `absent`, `done`, `not_owner`).
     pub async fn effect_release(
         &self,
         key: &EffectKey,
         thread: &ThreadId,
-        index: Option<u32>,
+        at: Option<(u32, u64)>,
     ) -> Result<String, StoreError> {
         let mut inv = self.scripts.effect_release.prepare_invoke();
-        inv.key(self.keys.effect(key)).arg(thread.as_str()).arg(index_arg(index));
+        inv.key(self.keys.effect(key))
+            .arg(thread.as_str())
+            .arg(index_arg(at.map(|a| a.0)));
+        inv.arg(at.map(|a| a.1.to_string()).unwrap_or_default());
         Ok(self.invoke(&inv).await?.tag())
     }
 
     /// The raw dedup record of an effect key (JSON), for the API and tests.
     pub async fn effect_record(&self, key: &EffectKey) -> Result<Option<Value>, StoreError> {
         let mut conn = self.connection();
-        let raw: Option<String> = redis::cmd("GET").arg(self.keys.effect(key)).query_async(&mut conn).await?;
+        let raw: Option<String> = redis::cmd("GET")
+            .arg(self.keys.effect(key))
+            .query_async(&mut conn)
+            .await?;
         Ok(raw.map(|s| serde_json::from_str(&s).unwrap_or(Value::String(s))))
     }
 }

@@ -9,7 +9,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::model::{journal_from_fields, Claimed, ClaimOutcome, Lease, RunHeader, RunStatus, Wait};
+use super::model::{journal_from_fields, ClaimOutcome, Claimed, Lease, RunHeader, RunStatus, Wait};
 use super::StoreError;
 use crate::ids::ThreadId;
 use crate::journal::Entry;
@@ -153,12 +153,21 @@ impl RedisStore {
         let k = self.keys.run(thread);
         let mut inv = self.scripts.create.prepare_invoke();
         inv.key(&k.run).key(&k.due).key(&k.events).key(&k.index);
-        inv.arg(thread.as_str()).arg(workflow).arg(workflow_version).arg(SCHEMA_VERSION);
-        inv.arg(input).arg(ms(self.cfg.redeliver)).arg(self.cfg.event_cap).arg(trace);
+        inv.arg(thread.as_str())
+            .arg(workflow)
+            .arg(workflow_version)
+            .arg(SCHEMA_VERSION);
+        inv.arg(input)
+            .arg(ms(self.cfg.redeliver))
+            .arg(self.cfg.event_cap)
+            .arg(trace)
+            .arg(ms(self.cfg.retention));
         let r = self.invoke(&inv).await?;
         match r.tag().as_str() {
             "created" => Ok(CreateOutcome::Created),
-            "exists" => Ok(CreateOutcome::Exists(RunStatus::parse(&r.text(1)).unwrap_or(RunStatus::Pending))),
+            "exists" => Ok(CreateOutcome::Exists(
+                RunStatus::parse(&r.text(1)).unwrap_or(RunStatus::Pending),
+            )),
             "conflict" => Ok(CreateOutcome::Conflict(r.text(1))),
             other => Err(StoreError::Reply(format!("create: {other}"))),
         }
@@ -174,8 +183,12 @@ impl RedisStore {
         let k = self.keys.run(thread);
         let mut inv = self.scripts.claim.prepare_invoke();
         inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
-        inv.arg(thread.as_str()).arg(owner).arg(ms(self.cfg.lease)).arg(ms(self.cfg.grace));
-        inv.arg(task_step.map(|s| s.to_string()).unwrap_or_default()).arg(self.cfg.event_cap);
+        inv.arg(thread.as_str())
+            .arg(owner)
+            .arg(ms(self.cfg.lease))
+            .arg(ms(self.cfg.grace));
+        inv.arg(task_step.map(|s| s.to_string()).unwrap_or_default())
+            .arg(self.cfg.event_cap);
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
             "ok" => {
@@ -219,9 +232,20 @@ impl RedisStore {
         let thread = lease.thread.to_string();
         match r.tag().as_str() {
             "missing" => StoreError::Missing(thread),
-            "fenced" => StoreError::Fenced { thread, status: r.text(1), owner: r.text(2), fence: r.text(3) },
-            "conflict" => StoreError::Conflict { thread, version: r.text(1) },
-            "index" => StoreError::Index { thread, steps: r.num(1) as u32 },
+            "fenced" => StoreError::Fenced {
+                thread,
+                status: r.text(1),
+                owner: r.text(2),
+                fence: r.text(3),
+            },
+            "conflict" => StoreError::Conflict {
+                thread,
+                version: r.text(1),
+            },
+            "index" => StoreError::Index {
+                thread,
+                steps: r.num(1) as u32,
+            },
             other => StoreError::Reply(format!("unexpected reply {other:?}")),
         }
     }
@@ -238,9 +262,18 @@ impl RedisStore {
         let k = &lease.keys;
         let mut inv = self.scripts.commit.prepare_invoke();
         inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
-        inv.arg(lease.thread.as_str()).arg(&lease.owner).arg(lease.fence).arg(lease.version);
-        inv.arg(index).arg(entry.encode()).arg(ms(self.cfg.lease)).arg(ms(self.cfg.grace));
-        inv.arg(self.cfg.event_cap).arg(event.0).arg(event.1).arg(consume_signal.unwrap_or(""));
+        inv.arg(lease.thread.as_str())
+            .arg(&lease.owner)
+            .arg(lease.fence)
+            .arg(lease.version);
+        inv.arg(index)
+            .arg(entry.encode())
+            .arg(ms(self.cfg.lease))
+            .arg(ms(self.cfg.grace));
+        inv.arg(self.cfg.event_cap)
+            .arg(event.0)
+            .arg(event.1)
+            .arg(consume_signal.unwrap_or(""));
         let r = self.invoke(&inv).await?;
         if r.tag() == "ok" {
             lease.version = r.num(1);
@@ -264,23 +297,33 @@ impl RedisStore {
         let k = &lease.keys;
         let mut inv = self.scripts.suspend.prepare_invoke();
         inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
-        inv.arg(lease.thread.as_str()).arg(&lease.owner).arg(lease.fence).arg(lease.version);
+        inv.arg(lease.thread.as_str())
+            .arg(&lease.owner)
+            .arg(lease.fence)
+            .arg(lease.version);
         match entry {
             Some((i, e)) => inv.arg(i).arg(e.encode()),
             None => inv.arg("").arg(""),
         };
-        inv.arg(status.as_str()).arg(due_in.map(|d| ms(d).to_string()).unwrap_or_default());
+        inv.arg(status.as_str())
+            .arg(due_in.map(|d| ms(d).to_string()).unwrap_or_default());
         match wait {
             Some(w) => inv.arg(&w.kind).arg(&w.name).arg(w.payload.to_string()),
             None => inv.arg("").arg("").arg(""),
         };
-        inv.arg(self.cfg.event_cap).arg(event.0).arg(event.1).arg(ms(self.cfg.redeliver));
+        inv.arg(self.cfg.event_cap)
+            .arg(event.0)
+            .arg(event.1)
+            .arg(ms(self.cfg.redeliver));
         let r = self.invoke(&inv).await?;
         match r.tag().as_str() {
             tag @ ("ok" | "woke") => {
                 lease.version = r.num(1);
                 let due = Some(r.num(2)).filter(|d| *d > 0);
-                Ok(Suspended { woke: tag == "woke", due })
+                Ok(Suspended {
+                    woke: tag == "woke",
+                    due,
+                })
             }
             _ => Err(self.rejected(lease, &r)),
         }
@@ -302,14 +345,23 @@ impl RedisStore {
         let k = &lease.keys;
         let mut inv = self.scripts.finish.prepare_invoke();
         inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
-        inv.arg(lease.thread.as_str()).arg(&lease.owner).arg(lease.fence).arg(lease.version);
+        inv.arg(lease.thread.as_str())
+            .arg(&lease.owner)
+            .arg(lease.fence)
+            .arg(lease.version);
         match entry {
             Some((i, e)) => inv.arg(i).arg(e.encode()),
             None => inv.arg("").arg(""),
         };
-        inv.arg(status.as_str()).arg(output.map(|o| o.to_string()).unwrap_or_default());
-        inv.arg(error.unwrap_or("")).arg(reason.unwrap_or("")).arg(blocked_effect.unwrap_or(""));
-        inv.arg(ms(self.cfg.retention)).arg(self.cfg.event_cap).arg(event.0).arg(event.1);
+        inv.arg(status.as_str())
+            .arg(output.map(|o| o.to_string()).unwrap_or_default());
+        inv.arg(error.unwrap_or(""))
+            .arg(reason.unwrap_or(""))
+            .arg(blocked_effect.unwrap_or(""));
+        inv.arg(ms(self.cfg.retention))
+            .arg(self.cfg.event_cap)
+            .arg(event.0)
+            .arg(event.1);
         let r = self.invoke(&inv).await?;
         if r.tag() == "ok" {
             lease.version = r.num(1);
@@ -339,7 +391,11 @@ impl RedisStore {
         let k = &lease.keys;
         let mut inv = self.scripts.event.prepare_invoke();
         inv.key(&k.run).key(&k.events);
-        inv.arg(&lease.owner).arg(lease.fence).arg(self.cfg.event_cap).arg(typ).arg(detail);
+        inv.arg(&lease.owner)
+            .arg(lease.fence)
+            .arg(self.cfg.event_cap)
+            .arg(typ)
+            .arg(detail);
         let r = self.invoke(&inv).await?;
         if r.tag() == "ok" {
             Ok(())
@@ -378,7 +434,10 @@ impl RedisStore {
         let k = self.keys.run(thread);
         let mut inv = self.scripts.cancel.prepare_invoke();
         inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
-        inv.arg(thread.as_str()).arg(ms(self.cfg.retention)).arg(self.cfg.event_cap).arg(reason);
+        inv.arg(thread.as_str())
+            .arg(ms(self.cfg.retention))
+            .arg(self.cfg.event_cap)
+            .arg(reason);
         let r = self.invoke(&inv).await?;
         match r.tag().as_str() {
             "ok" => Ok(None),

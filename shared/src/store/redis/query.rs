@@ -39,7 +39,10 @@ impl RedisStore {
     /// A run's header and journal, if it exists.
     pub async fn get(&self, thread: &ThreadId) -> Result<Option<(RunHeader, Vec<Entry>)>, StoreError> {
         let mut conn = self.connection();
-        let v: redis::Value = redis::cmd("HGETALL").arg(&self.keys.run(thread).run).query_async(&mut conn).await?;
+        let v: redis::Value = redis::cmd("HGETALL")
+            .arg(&self.keys.run(thread).run)
+            .query_async(&mut conn)
+            .await?;
         let fields = flat_map(&v);
         if fields.is_empty() {
             return Ok(None);
@@ -52,7 +55,10 @@ impl RedisStore {
     /// A run's header only (HGETALL without decoding the journal).
     pub async fn header(&self, thread: &ThreadId) -> Result<Option<RunHeader>, StoreError> {
         let mut conn = self.connection();
-        let v: redis::Value = redis::cmd("HGETALL").arg(&self.keys.run(thread).run).query_async(&mut conn).await?;
+        let v: redis::Value = redis::cmd("HGETALL")
+            .arg(&self.keys.run(thread).run)
+            .query_async(&mut conn)
+            .await?;
         let fields = flat_map(&v);
         if fields.is_empty() {
             return Ok(None);
@@ -77,8 +83,17 @@ impl RedisStore {
                 if let redis::Value::Array(parts) = item {
                     if let [id, fields] = parts.as_slice() {
                         let f = flat_map(fields);
-                        let get = |k: &str| f.get(k).map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
-                        out.push(RunEvent { id: as_text(id), typ: get("type"), detail: get("detail"), at: get("at").parse().unwrap_or(0) });
+                        let get = |k: &str| {
+                            f.get(k)
+                                .map(|b| String::from_utf8_lossy(b).into_owned())
+                                .unwrap_or_default()
+                        };
+                        out.push(RunEvent {
+                            id: as_text(id),
+                            typ: get("type"),
+                            detail: get("detail"),
+                            at: get("at").parse().unwrap_or(0),
+                        });
                     }
                 }
             }
@@ -92,24 +107,41 @@ impl RedisStore {
     pub async fn list(&self, status: Option<RunStatus>, limit: usize) -> Result<Vec<RunHeader>, StoreError> {
         let mut conn = self.connection();
         let mut candidates: Vec<(u64, u16, String)> = Vec::new();
-        let per = if status.is_some() { limit.saturating_mul(4).max(100) } else { limit };
+        let per = if status.is_some() {
+            limit.saturating_mul(4).max(100)
+        } else {
+            limit
+        };
         for p in 0..self.keys.partitions() {
             let ids: Vec<(String, u64)> = redis::cmd("ZREVRANGE")
-                .arg(self.keys.index(p)).arg(0).arg(per.saturating_sub(1).max(0)).arg("WITHSCORES")
-                .query_async(&mut conn).await?;
+                .arg(self.keys.index(p))
+                .arg(0)
+                .arg(per.saturating_sub(1))
+                .arg("WITHSCORES")
+                .query_async(&mut conn)
+                .await?;
             candidates.extend(ids.into_iter().map(|(id, at)| (at, p, id)));
         }
-        candidates.sort_by(|a, b| b.0.cmp(&a.0));
+        candidates.sort_by_key(|c| std::cmp::Reverse(c.0));
         let mut out = Vec::new();
         for (_, p, id) in candidates {
             if out.len() >= limit {
                 break;
             }
-            let Ok(thread) = ThreadId::new(id.clone()) else { continue };
-            let v: redis::Value = redis::cmd("HGETALL").arg(self.keys.run_in(p, &id)).query_async(&mut conn).await?;
+            let Ok(thread) = ThreadId::new(id.clone()) else {
+                continue;
+            };
+            let v: redis::Value = redis::cmd("HGETALL")
+                .arg(self.keys.run_in(p, &id))
+                .query_async(&mut conn)
+                .await?;
             let fields: BTreeMap<String, Vec<u8>> = flat_map(&v);
             if fields.is_empty() {
-                let _: i64 = redis::cmd("ZREM").arg(self.keys.index(p)).arg(&id).query_async(&mut conn).await?;
+                let _: i64 = redis::cmd("ZREM")
+                    .arg(self.keys.index(p))
+                    .arg(&id)
+                    .query_async(&mut conn)
+                    .await?;
                 continue;
             }
             let h = RunHeader::from_fields(&thread, &fields)?;
@@ -134,7 +166,12 @@ impl RedisStore {
                 None => e.clone(),
             };
             let json = serde_json::to_string(&merged).map_err(|x| StoreError::Corrupt(x.to_string()))?;
-            let _: i64 = redis::cmd("HSET").arg(self.keys.catalog()).arg(&e.name).arg(json).query_async(&mut conn).await?;
+            let _: i64 = redis::cmd("HSET")
+                .arg(self.keys.catalog())
+                .arg(&e.name)
+                .arg(json)
+                .query_async(&mut conn)
+                .await?;
         }
         Ok(())
     }
@@ -142,7 +179,11 @@ impl RedisStore {
     /// The catalog entry of a workflow, if any worker registered it.
     pub async fn catalog_entry(&self, name: &str) -> Result<Option<CatalogEntry>, StoreError> {
         let mut conn = self.connection();
-        let raw: Option<String> = redis::cmd("HGET").arg(self.keys.catalog()).arg(name).query_async(&mut conn).await?;
+        let raw: Option<String> = redis::cmd("HGET")
+            .arg(self.keys.catalog())
+            .arg(name)
+            .query_async(&mut conn)
+            .await?;
         Ok(raw.and_then(|s| serde_json::from_str(&s).ok()))
     }
 

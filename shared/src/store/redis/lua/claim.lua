@@ -2,7 +2,7 @@
 -- KEYS: 1 run hash, 2 partition due zset, 3 run event stream, 4 run signals hash
 -- ARGV: 1 thread id, 2 owner (worker incarnation), 3 lease_ms, 4 grace_ms,
 --       5 task step ('' = unknown), 6 event cap
--- Returns: {'ok', server_now_ms, {run hash fields...}, {signal fields...}}
+-- Returns: {'ok', server_now_ms, {run hash fields...}, {signal fields...}, takeover 0|1}
 --        | {'missing'} | {'terminal', status} | {'waiting'} | {'not_due', due_ms}
 --        | {'leased', owner} | {'stale', steps}
 -- Effects: status running, owner, fence+1, lease expiry, due = expiry + grace, version+1.

@@ -1,7 +1,8 @@
 -- create: start a run, or find the one that already has this thread id.
 -- KEYS: 1 run hash, 2 partition due zset, 3 run event stream, 4 partition run index
 -- ARGV: 1 thread id, 2 workflow name, 3 workflow version, 4 checkpoint schema version,
---       5 input (JSON), 6 redeliver_ms (safety-net due delay), 7 event cap, 8 trace context
+--       5 input (JSON), 6 redeliver_ms (safety-net due delay), 7 event cap, 8 trace context,
+--       9 retention_ms (index entries older than this are trimmed)
 -- Returns: {'created', 'pending'} | {'exists', status} (same workflow and input)
 --        | {'conflict', workflow} (same thread id, different workflow or input)
 local h = redis.call('HMGET', KEYS[1], 'wf', 'input', 'status')
@@ -15,5 +16,7 @@ redis.call('HSET', KEYS[1], 'wf', ARGV[2], 'wfv', ARGV[3], 'schema', ARGV[4], 's
   'created', t, 'updated', t, 'input', ARGV[5], 'trace', ARGV[8], 'due', t + tonumber(ARGV[6]))
 redis.call('ZADD', KEYS[2], t + tonumber(ARGV[6]), ARGV[1])
 redis.call('ZADD', KEYS[4], t, ARGV[1])
+-- Amortised clean-up of the listing index: runs older than the retention have expired.
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. (t - tonumber(ARGV[9])))
 event(KEYS[3], ARGV[7], 'created', ARGV[2] .. '@' .. ARGV[3], t)
 return { 'created', 'pending' }

@@ -1,0 +1,98 @@
+//! Real worker and scheduler processes for crash tests: spawned from this package's
+//! binaries (`it-worker`, `it-scheduler`, same code as `savepoint-worker` and
+//! `savepoint-scheduler`), killed with real signals.
+
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+use tokio::process::{Child, Command};
+
+use savepoint::config::Config;
+
+/// A running Savepoint process.
+pub struct Proc {
+    /// Name for messages.
+    pub name: String,
+    child: Child,
+}
+
+fn env_of(cfg: &Config) -> Vec<(&'static str, String)> {
+    vec![
+        ("SAVEPOINT_AMQP_URL", cfg.amqp_url.clone()),
+        ("SAVEPOINT_REDIS_URL", cfg.redis_url.clone()),
+        ("SAVEPOINT_NAMESPACE", cfg.namespace.clone()),
+        ("SAVEPOINT_PARTITIONS", cfg.partitions.to_string()),
+        ("SAVEPOINT_LEASE_MS", cfg.lease_ms.to_string()),
+        ("SAVEPOINT_GRACE_MS", cfg.grace_ms.to_string()),
+        ("SAVEPOINT_REDELIVER_MS", cfg.redeliver_ms.to_string()),
+        ("SAVEPOINT_SLICE_MAX_STEPS", cfg.worker.slice_max_steps.to_string()),
+        ("SAVEPOINT_SHUTDOWN_GRACE_MS", cfg.worker.shutdown_grace_ms.to_string()),
+        ("SAVEPOINT_SCAN_INTERVAL_MS", cfg.scheduler.scan_interval_ms.to_string()),
+        ("SAVEPOINT_WORKER_HTTP_ADDR", String::new()),
+        ("SAVEPOINT_FAILPOINTS", cfg.failpoints.clone()),
+        (
+            "RUST_LOG",
+            std::env::var("SAVEPOINT_TEST_CHILD_LOG").unwrap_or_else(|_| "warn".into()),
+        ),
+    ]
+}
+
+impl Proc {
+    /// Spawns `bin` with the config passed as `SAVEPOINT_*` variables plus `extra`.
+    pub fn spawn(bin: &str, name: &str, cfg: &Config, extra: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new(bin);
+        cmd.env_clear().env("PATH", std::env::var("PATH").unwrap_or_default());
+        for (k, v) in env_of(cfg) {
+            cmd.env(k, v);
+        }
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot spawn {bin}: {e}"));
+        Self {
+            name: name.to_owned(),
+            child,
+        }
+    }
+
+    /// The OS process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
+    }
+
+    /// Waits for the process to exit, up to `timeout`; panics if it does not.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        match tokio::time::timeout(timeout, self.child.wait()).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => panic!("{}: wait failed: {e}", self.name),
+            Err(_) => panic!("{}: did not exit within {timeout:?}", self.name),
+        }
+    }
+
+    /// Sends a signal (`KILL`, `TERM`, …) with the system `kill` command.
+    pub fn signal(&self, sig: &str) {
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status();
+        assert!(
+            status.map(|s| s.success()).unwrap_or(false),
+            "kill -{sig} {} failed",
+            self.pid()
+        );
+    }
+
+    /// True while the process runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+/// True when the status is a death by signal (abort, kill) rather than an exit.
+pub fn killed_by_signal(s: &ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    s.signal().is_some()
+}

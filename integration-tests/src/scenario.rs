@@ -1,0 +1,152 @@
+//! A test world: a fresh namespace, an in-process scheduler (API + due scanner), a store
+//! handle, an HTTP client, and helpers to spawn real worker processes and inspect runs.
+
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+use savepoint::config::Config;
+use savepoint::ids::ThreadId;
+use savepoint::store::RedisStore;
+
+use crate::procs::Proc;
+use crate::{fresh_namespace, services, start_scheduler, test_config, SchedulerHandle};
+
+/// One test's world.
+pub struct World {
+    /// Its config (fresh namespace, short leases).
+    pub cfg: Config,
+    /// The in-process scheduler.
+    pub sched: SchedulerHandle,
+    /// Store handle on the namespace.
+    pub store: RedisStore,
+    /// HTTP client.
+    pub http: reqwest::Client,
+}
+
+impl World {
+    /// A world with an in-process scheduler; `tune` may adjust the config first.
+    pub async fn new(prefix: &str, tune: impl FnOnce(&mut Config)) -> Self {
+        services().await;
+        let mut cfg = test_config(&fresh_namespace(prefix));
+        tune(&mut cfg);
+        let sched = start_scheduler(&cfg).await;
+        let store = RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
+            .await
+            .expect("redis");
+        Self {
+            cfg,
+            sched,
+            store,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// Spawns a worker process (the `it-worker` binary at `bin`) with these failpoints.
+    pub fn worker(&self, bin: &str, name: &str, failpoints: &str) -> Proc {
+        let mut cfg = self.cfg.clone();
+        cfg.failpoints = failpoints.to_owned();
+        Proc::spawn(bin, name, &cfg, &[("SAVEPOINT_WORKER_NAME", name)])
+    }
+
+    /// Waits until some worker registered `workflow` in the catalog.
+    pub async fn wait_registered(&self, workflow: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.store.catalog_entry(workflow).await.expect("catalog").is_none() {
+            assert!(Instant::now() < deadline, "no worker registered {workflow}");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// POST a JSON body; returns (status, body).
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.sched.base_url))
+            .json(&body)
+            .send()
+            .await
+            .expect("api reachable");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// GET; returns (status, body).
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.sched.base_url))
+            .send()
+            .await
+            .expect("api reachable");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Starts a run through the API; returns its thread id.
+    pub async fn start(&self, workflow: &str, input: Value) -> ThreadId {
+        let (status, body) = self
+            .post("/v1/runs", json!({"workflow": workflow, "input": input}))
+            .await;
+        assert_eq!(status, 201, "start {workflow}: {body}");
+        ThreadId::new(body["thread_id"].as_str().expect("thread_id").to_owned()).expect("valid id")
+    }
+
+    /// The run as the API shows it.
+    pub async fn run(&self, t: &ThreadId) -> Value {
+        let (status, body) = self.get(&format!("/v1/runs/{t}")).await;
+        assert_eq!(status, 200, "get {t}: {body}");
+        body
+    }
+
+    /// Waits until the run's status is one of `want`; returns the run.
+    pub async fn wait_status(&self, t: &ThreadId, want: &[&str], timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let run = self.run(t).await;
+            if want.contains(&run["status"].as_str().unwrap_or("")) {
+                return run;
+            }
+            if Instant::now() > deadline {
+                let (_, hist) = self.get(&format!("/v1/runs/{t}/history")).await;
+                panic!(
+                    "run {t} is {} after {timeout:?}, wanted {want:?}\nrun: {run}\nhistory: {hist}",
+                    run["status"]
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// The demo effects log of this namespace.
+    pub async fn effects(&self) -> Vec<Value> {
+        let mut conn = self.store.connection();
+        let raw: Vec<String> = redis::cmd("LRANGE")
+            .arg(self.store.keys().demo_effects())
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .expect("lrange");
+        raw.iter().filter_map(|s| serde_json::from_str(s).ok()).collect()
+    }
+
+    /// How many times each effect key was applied.
+    pub async fn effect_counts(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut out = std::collections::BTreeMap::new();
+        for r in self.effects().await {
+            *out.entry(r["key"].as_str().unwrap_or("").to_owned()).or_insert(0) += 1;
+        }
+        out
+    }
+
+    /// Event types of a run, in order.
+    pub async fn event_types(&self, t: &ThreadId) -> Vec<String> {
+        self.store
+            .events(t, 1000)
+            .await
+            .expect("events")
+            .into_iter()
+            .map(|e| e.typ)
+            .collect()
+    }
+}

@@ -1,0 +1,431 @@
+//! Every Lua script of the store, against a real Redis: the validations (fence, version,
+//! journal index, status) and the writes.
+
+use serde_json::json;
+use std::time::Duration;
+
+use savepoint::ids::{EffectKey, ThreadId};
+use savepoint::journal::{Entry, EntryKind, Outcome};
+use savepoint::store::redis::{CreateOutcome, EffectDone, SignalOutcome};
+use savepoint::store::{ClaimOutcome, EffectClaim, RedisStore, RunStatus, StoreError, Wait};
+use savepoint_integration_tests::{fresh_namespace, services, test_config};
+
+async fn store() -> RedisStore {
+    services().await;
+    let cfg = test_config(&fresh_namespace("st"));
+    RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
+        .await
+        .expect("redis")
+}
+
+fn entry(name: &str) -> Entry {
+    Entry::new(name, EntryKind::Step, Outcome::Ok(json!({"v": name})), 1)
+}
+
+async fn new_run(s: &RedisStore, input: serde_json::Value) -> ThreadId {
+    let t = ThreadId::generate("st");
+    assert_eq!(
+        s.create(&t, "wf", 1, &input.to_string(), "00-aa-bb-01").await.unwrap(),
+        CreateOutcome::Created
+    );
+    t
+}
+
+async fn claim(s: &RedisStore, t: &ThreadId, owner: &str) -> savepoint::store::Claimed {
+    match s.claim(t, owner, None).await.unwrap() {
+        ClaimOutcome::Claimed(c) => *c,
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn create_is_idempotent_on_thread_workflow_and_input() {
+    let s = store().await;
+    let t = new_run(&s, json!({"a": 1})).await;
+    assert_eq!(
+        s.create(&t, "wf", 1, &json!({"a": 1}).to_string(), "").await.unwrap(),
+        CreateOutcome::Exists(RunStatus::Pending)
+    );
+    assert_eq!(
+        s.create(&t, "wf", 1, &json!({"a": 2}).to_string(), "").await.unwrap(),
+        CreateOutcome::Conflict("wf".into())
+    );
+    assert_eq!(
+        s.create(&t, "other", 1, &json!({"a": 1}).to_string(), "")
+            .await
+            .unwrap(),
+        CreateOutcome::Conflict("wf".into())
+    );
+    let h = s.header(&t).await.unwrap().unwrap();
+    assert_eq!((h.status, h.steps, h.version, h.fence), (RunStatus::Pending, 0, 1, 0));
+    assert_eq!(h.trace.as_deref(), Some("00-aa-bb-01"));
+    assert!(h.due.is_some(), "a new run has a safety-net due time");
+}
+
+#[tokio::test]
+async fn claim_outcomes_and_fenced_commits() {
+    let s = store().await;
+    let missing = ThreadId::generate("none");
+    assert!(matches!(
+        s.claim(&missing, "w", None).await.unwrap(),
+        ClaimOutcome::Missing
+    ));
+    let t = new_run(&s, json!(null)).await;
+    let mut a = claim(&s, &t, "worker-a").await;
+    assert_eq!(a.lease.fence, 1);
+    assert!(!a.takeover);
+    // A live lease: another worker (or a duplicate task) is turned away.
+    assert!(matches!(s.claim(&t, "worker-b", None).await.unwrap(), ClaimOutcome::Leased(o) if o == "worker-a"));
+    s.commit(&mut a.lease, 0, &entry("s0"), ("step_committed", "0 s0"), None)
+        .await
+        .unwrap();
+    // Wrong index and stale version are refused and change nothing.
+    let before = s.header(&t).await.unwrap().unwrap();
+    let mut stale = a.lease.clone();
+    stale.version -= 1;
+    assert!(matches!(
+        s.commit(&mut stale, 1, &entry("s1"), ("x", ""), None).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    assert!(matches!(
+        s.commit(&mut a.lease, 5, &entry("s1"), ("x", ""), None).await,
+        Err(StoreError::Index { steps: 1, .. })
+    ));
+    assert_eq!(s.header(&t).await.unwrap().unwrap().version, before.version);
+    // The lease expires; worker-b takes over with a higher fence.
+    tokio::time::sleep(s.config().lease + Duration::from_millis(100)).await;
+    let mut b = match s.claim(&t, "worker-b", Some(1)).await.unwrap() {
+        ClaimOutcome::Claimed(c) => *c,
+        other => panic!("{other:?}"),
+    };
+    assert!(b.takeover);
+    assert_eq!(b.lease.fence, 2);
+    assert_eq!(b.journal.as_ref().unwrap().len(), 1);
+    // The stale writer (fence 1) is fenced off: nothing changes.
+    let v = s.header(&t).await.unwrap().unwrap().version;
+    let err = s
+        .commit(&mut a.lease, 1, &entry("late"), ("x", ""), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { .. }), "{err}");
+    assert!(matches!(s.heartbeat(&a.lease).await, Err(StoreError::Fenced { .. })));
+    assert!(matches!(
+        s.event(&a.lease, "retried", "x").await,
+        Err(StoreError::Fenced { .. })
+    ));
+    let (h, j) = s.get(&t).await.unwrap().unwrap();
+    assert_eq!((h.version, j.len()), (v, 1));
+    // The new owner writes fine; heartbeats extend without bumping the version.
+    s.commit(&mut b.lease, 1, &entry("s1"), ("step_committed", "1 s1"), None)
+        .await
+        .unwrap();
+    let vb = b.lease.version;
+    let until = s.heartbeat(&b.lease).await.unwrap();
+    assert!(until > 0);
+    assert_eq!(s.header(&t).await.unwrap().unwrap().version, vb);
+    // A task behind the journal is stale once the run is runnable again.
+    s.suspend(
+        &mut b.lease,
+        None,
+        RunStatus::Pending,
+        Some(Duration::from_secs(60)),
+        None,
+        ("yielded", ""),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        s.claim(&t, "worker-c", Some(0)).await.unwrap(),
+        ClaimOutcome::Stale(2)
+    ));
+    let events = s.events(&t, 100).await.unwrap();
+    let types: Vec<&str> = events.iter().map(|e| e.typ.as_str()).collect();
+    assert_eq!(
+        types,
+        [
+            "created",
+            "claimed",
+            "step_committed",
+            "takeover",
+            "step_committed",
+            "yielded"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn sleeping_waiting_and_signals() {
+    let s = store().await;
+    let t = new_run(&s, json!(null)).await;
+    let mut c = claim(&s, &t, "w").await;
+    let sleep = Entry::new("nap", EntryKind::Sleep, Outcome::Ok(json!({})), 1);
+    s.suspend(
+        &mut c.lease,
+        Some((0, &sleep)),
+        RunStatus::Sleeping,
+        Some(Duration::from_secs(3600)),
+        None,
+        ("slept", "nap"),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(s.claim(&t, "w", None).await.unwrap(), ClaimOutcome::NotDue(_)));
+    // Short sleep: due soon, then claimable.
+    let t2 = new_run(&s, json!(null)).await;
+    let mut c2 = claim(&s, &t2, "w").await;
+    s.suspend(
+        &mut c2.lease,
+        Some((0, &sleep)),
+        RunStatus::Sleeping,
+        Some(Duration::from_millis(50)),
+        None,
+        ("slept", "nap"),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    assert!(matches!(
+        s.claim(&t2, "w", None).await.unwrap(),
+        ClaimOutcome::Claimed(_)
+    ));
+    // Waiting for an interrupt: resume wakes it; a resume while not waiting is refused.
+    let t3 = new_run(&s, json!(null)).await;
+    assert!(matches!(
+        s.signal(&t3, "interrupt", "", &json!("yes")).await.unwrap(),
+        SignalOutcome::NotWaiting(..)
+    ));
+    let mut c3 = claim(&s, &t3, "w").await;
+    let wait = Wait {
+        kind: "interrupt".into(),
+        name: "gate".into(),
+        payload: json!({"q": 1}),
+    };
+    let r = s
+        .suspend(
+            &mut c3.lease,
+            None,
+            RunStatus::Waiting,
+            None,
+            Some(&wait),
+            ("interrupted", "gate"),
+        )
+        .await
+        .unwrap();
+    assert!(!r.woke);
+    assert!(matches!(s.claim(&t3, "w", None).await.unwrap(), ClaimOutcome::Waiting));
+    let h = s.header(&t3).await.unwrap().unwrap();
+    assert_eq!(
+        (h.status, h.wait.clone(), h.due),
+        (RunStatus::Waiting, Some(wait.clone()), None)
+    );
+    assert_eq!(
+        s.signal(&t3, "interrupt", "", &json!("yes")).await.unwrap(),
+        SignalOutcome::Woke
+    );
+    let mut c3 = claim(&s, &t3, "w").await;
+    assert_eq!(c3.signals.get("i:gate"), Some(&json!("yes")));
+    let answered = Entry::new("gate", EntryKind::Interrupt, Outcome::Ok(json!("yes")), 1);
+    s.commit(
+        &mut c3.lease,
+        0,
+        &answered,
+        ("interrupt_answered", "gate"),
+        Some("i:gate"),
+    )
+    .await
+    .unwrap();
+    // Signals sent early are buffered, in order; a wait for a buffered signal wakes at once.
+    assert_eq!(
+        s.signal(&t3, "signal", "go", &json!(1)).await.unwrap(),
+        SignalOutcome::Buffered
+    );
+    assert_eq!(
+        s.signal(&t3, "signal", "go", &json!(2)).await.unwrap(),
+        SignalOutcome::Buffered
+    );
+    let wait_go = Wait {
+        kind: "signal".into(),
+        name: "go".into(),
+        payload: json!(null),
+    };
+    let r = s
+        .suspend(
+            &mut c3.lease,
+            None,
+            RunStatus::Waiting,
+            None,
+            Some(&wait_go),
+            ("waiting_signal", "go"),
+        )
+        .await
+        .unwrap();
+    assert!(r.woke, "the buffered signal must not be stranded");
+    let c4 = claim(&s, &t3, "w").await;
+    let keys: Vec<&String> = c4.signals.keys().collect();
+    assert_eq!(keys.len(), 2);
+    assert!(keys[0] < keys[1] && c4.signals[keys[0]] == json!(1));
+}
+
+#[tokio::test]
+async fn finish_cancel_unblock_and_retention() {
+    let s = store().await;
+    let t = new_run(&s, json!(null)).await;
+    let mut c = claim(&s, &t, "w").await;
+    s.finish(
+        &mut c.lease,
+        Some((0, &entry("s0"))),
+        RunStatus::Completed,
+        Some(&json!({"ok": true})),
+        None,
+        None,
+        None,
+        ("completed", ""),
+    )
+    .await
+    .unwrap();
+    let h = s.header(&t).await.unwrap().unwrap();
+    assert_eq!(
+        (h.status, h.steps, h.output.clone()),
+        (RunStatus::Completed, 1, Some(json!({"ok": true})))
+    );
+    let mut conn = s.connection();
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&s.keys().run(&t).run)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        ttl > 0 && ttl <= s.config().retention.as_millis() as i64,
+        "finished runs expire: ttl {ttl}"
+    );
+    assert!(matches!(
+        s.claim(&t, "w", None).await.unwrap(),
+        ClaimOutcome::Terminal(RunStatus::Completed)
+    ));
+    assert_eq!(s.cancel(&t, "x").await.unwrap(), Some(RunStatus::Completed));
+    // Cancel moves the fence: the running worker is refused at its next write.
+    let t2 = new_run(&s, json!(null)).await;
+    let mut c2 = claim(&s, &t2, "w").await;
+    assert_eq!(s.cancel(&t2, "operator").await.unwrap(), None);
+    assert!(matches!(
+        s.commit(&mut c2.lease, 0, &entry("s0"), ("x", ""), None).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    // Blocked on an effect, then unblocked by an operator.
+    let t3 = new_run(&s, json!(null)).await;
+    let mut c3 = claim(&s, &t3, "w").await;
+    s.finish(
+        &mut c3.lease,
+        None,
+        RunStatus::Blocked,
+        None,
+        None,
+        Some("effect k outcome unknown"),
+        Some("k"),
+        ("blocked", ""),
+    )
+    .await
+    .unwrap();
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&s.keys().run(&t3).run)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ttl, -1, "blocked runs wait for an operator and do not expire");
+    assert_eq!(
+        s.unblock(&t3, "other", "").await.unwrap(),
+        Err(("blocked".into(), "k".into()))
+    );
+    assert_eq!(s.unblock(&t3, "k", "applied").await.unwrap(), Ok(()));
+    let h = s.header(&t3).await.unwrap().unwrap();
+    assert_eq!((h.status, h.reason, h.blocked_effect), (RunStatus::Pending, None, None));
+}
+
+#[tokio::test]
+async fn scan_due_hands_each_run_out_once_per_period() {
+    let s = store().await;
+    let mut threads = Vec::new();
+    for _ in 0..20 {
+        let t = new_run(&s, json!(null)).await;
+        let mut c = claim(&s, &t, "w").await;
+        s.suspend(
+            &mut c.lease,
+            None,
+            RunStatus::Sleeping,
+            Some(Duration::from_millis(1)),
+            None,
+            ("slept", ""),
+        )
+        .await
+        .unwrap();
+        threads.push(t);
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut seen = Vec::new();
+    for p in 0..s.keys().partitions() {
+        let (_, a) = s.scan_due(p, 1000, Duration::from_secs(60)).await.unwrap();
+        let (_, b) = s.scan_due(p, 1000, Duration::from_secs(60)).await.unwrap();
+        assert!(
+            b.iter().all(|t| !a.contains(t)),
+            "a run was handed out twice within one period"
+        );
+        seen.extend(a);
+        seen.extend(b);
+    }
+    seen.sort();
+    threads.sort();
+    let due: Vec<_> = seen.into_iter().filter(|t| threads.contains(t)).collect();
+    assert_eq!(due, threads);
+}
+
+#[tokio::test]
+async fn effect_records_intent_done_release() {
+    let s = store().await;
+    let key = EffectKey::new(format!("charge:{}", uuid::Uuid::new_v4())).unwrap();
+    let (t1, t2) = (ThreadId::generate("a"), ThreadId::generate("b"));
+    assert_eq!(s.effect_intent(&key, &t1, 3, 1, false).await.unwrap(), EffectClaim::Won);
+    // Same attempt asking again: still ours. Another run: busy. A later attempt: in doubt.
+    assert_eq!(s.effect_intent(&key, &t1, 3, 1, false).await.unwrap(), EffectClaim::Won);
+    assert_eq!(
+        s.effect_intent(&key, &t2, 0, 1, false).await.unwrap(),
+        EffectClaim::Busy(t1.to_string())
+    );
+    assert_eq!(
+        s.effect_intent(&key, &t1, 3, 2, false).await.unwrap(),
+        EffectClaim::InDoubt
+    );
+    assert_eq!(s.effect_intent(&key, &t1, 3, 2, true).await.unwrap(), EffectClaim::Won);
+    assert_eq!(
+        s.effect_done(&key, &t2, Some(0), &json!(1)).await.unwrap(),
+        EffectDone::NotOwner(t1.to_string())
+    );
+    assert_eq!(
+        s.effect_done(&key, &t1, Some(3), &json!({"id": 7})).await.unwrap(),
+        EffectDone::Recorded
+    );
+    assert_eq!(
+        s.effect_done(&key, &t1, Some(3), &json!({"id": 8})).await.unwrap(),
+        EffectDone::Already(json!({"id": 7}))
+    );
+    assert_eq!(
+        s.effect_intent(&key, &t2, 0, 1, false).await.unwrap(),
+        EffectClaim::Done(json!({"id": 7}))
+    );
+    assert_eq!(s.effect_release(&key, &t1, Some((3, 2))).await.unwrap(), "done");
+    let key2 = EffectKey::new(format!("mail:{}", uuid::Uuid::new_v4())).unwrap();
+    assert_eq!(
+        s.effect_intent(&key2, &t1, 0, 1, false).await.unwrap(),
+        EffectClaim::Won
+    );
+    assert_eq!(s.effect_release(&key2, &t2, Some((0, 1))).await.unwrap(), "not_owner");
+    assert_eq!(
+        s.effect_release(&key2, &t1, Some((0, 9))).await.unwrap(),
+        "not_owner",
+        "a fenced-out attempt frees nothing"
+    );
+    assert_eq!(s.effect_release(&key2, &t1, Some((0, 1))).await.unwrap(), "ok");
+    assert_eq!(
+        s.effect_intent(&key2, &t2, 0, 1, false).await.unwrap(),
+        EffectClaim::Won
+    );
+}

@@ -1,0 +1,126 @@
+//! Extractors that answer bad input with [`ApiError`] JSON instead of axum's plain-text
+//! rejections.
+
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use futures::StreamExt;
+use serde::de::DeserializeOwned;
+
+use super::{ApiError, ApiState};
+
+/// A JSON request body: requires a JSON content type, enforces the body size limit
+/// (`scheduler.max_input_bytes`, 413) and reports parse errors (400) with serde's message.
+pub(crate) struct ApiJson<T>(pub T);
+
+fn is_json(content_type: &str) -> bool {
+    let mime = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
+}
+
+fn too_large(max: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("request body exceeds the limit of {max} bytes (scheduler.max_input_bytes)"),
+    )
+}
+
+/// Reads the body, refusing it as soon as it passes `max` bytes.
+pub(crate) async fn read_body(req: Request, max: usize) -> Result<Vec<u8>, ApiError> {
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > max) {
+        return Err(too_large(max));
+    }
+    let mut stream = req.into_body().into_data_stream();
+    let mut buf = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("cannot read the request body: {e}")))?;
+        if buf.len() + chunk.len() > max {
+            return Err(too_large(max));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf)
+}
+
+impl<T: DeserializeOwned> FromRequest<ApiState> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &ApiState) -> Result<Self, ApiError> {
+        let content_type = req
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if !is_json(content_type) {
+            let got = if content_type.is_empty() {
+                "none".to_owned()
+            } else {
+                format!("{content_type:?}")
+            };
+            return Err(ApiError::bad_request(format!(
+                "expected a JSON body with Content-Type: application/json (got {got})"
+            )));
+        }
+        let body = read_body(req, state.max_body).await?;
+        serde_json::from_slice(&body)
+            .map(ApiJson)
+            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    }
+}
+
+/// Path parameters, with a JSON 400 on failure.
+pub(crate) struct ApiPath<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ApiPath<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Path(v)| ApiPath(v))
+            .map_err(|e| ApiError::bad_request(format!("invalid path: {}", e.body_text())))
+    }
+}
+
+/// Query parameters, with a JSON 400 on failure.
+pub(crate) struct ApiQuery<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ApiQuery<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(v)| ApiQuery(v))
+            .map_err(|e| ApiError::bad_request(format!("invalid query: {}", e.body_text())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_content_types() {
+        assert!(is_json("application/json"));
+        assert!(is_json("application/json; charset=utf-8"));
+        assert!(is_json("Application/JSON"));
+        assert!(is_json("application/merge-patch+json"));
+        assert!(!is_json("text/plain"));
+        assert!(!is_json(""));
+    }
+}

@@ -1,0 +1,223 @@
+//! Starting, reading and listing runs.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use savepoint::ids::ThreadId;
+use savepoint::metrics::{inc, metrics};
+use savepoint::protocol::TaskReason;
+use savepoint::store::redis::CreateOutcome;
+use savepoint::store::{RedisStore, RunStatus, StoreError};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tracing::{info, warn};
+
+use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::{views, ApiError, ApiState};
+use crate::publish::new_traceparent;
+
+/// Largest `limit` of `GET /v1/runs`.
+const MAX_LIST: usize = 1000;
+/// Default `limit` of `GET /v1/runs`.
+const DEFAULT_LIST: usize = 50;
+/// Events returned by history.
+const HISTORY_EVENTS: usize = 1000;
+
+type Reply = Result<(StatusCode, Json<Value>), ApiError>;
+
+/// Body of `POST /v1/runs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StartRequest {
+    workflow: String,
+    #[serde(default)]
+    input: Value,
+    #[serde(default)]
+    thread_id: Option<String>,
+}
+
+/// Validates a thread id from a path or body (400 with the allowed characters).
+pub(crate) fn thread_id(raw: String) -> Result<ThreadId, ApiError> {
+    ThreadId::new(raw).map_err(ApiError::bad_request)
+}
+
+async fn catalog_names(store: &RedisStore) -> Result<Vec<String>, StoreError> {
+    let mut conn = store.connection();
+    let mut names: Vec<String> = redis::cmd("HKEYS")
+        .arg(store.keys().catalog())
+        .query_async(&mut conn)
+        .await?;
+    names.sort();
+    Ok(names)
+}
+
+/// `POST /v1/runs`: starts a run (idempotent on thread id + workflow + input).
+pub(crate) async fn start(State(st): State<ApiState>, ApiJson(req): ApiJson<StartRequest>) -> Reply {
+    let svc = st.services()?;
+    let thread = match req.thread_id {
+        Some(raw) => thread_id(raw)?,
+        None => ThreadId::generate(&req.workflow),
+    };
+    let Some(entry) = svc.store.catalog_entry(&req.workflow).await? else {
+        inc(&metrics().runs_started, &[("outcome", "unknown_workflow")]);
+        let names = catalog_names(&svc.store).await?;
+        let known = if names.is_empty() {
+            "none (no worker has registered a workflow yet)".to_owned()
+        } else {
+            names.join(", ")
+        };
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("unknown workflow {:?}; known: {known}", req.workflow),
+        ));
+    };
+    let input = req.input.to_string();
+    if input.len() > st.max_body {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "input exceeds the limit of {} bytes (scheduler.max_input_bytes)",
+                st.max_body
+            ),
+        ));
+    }
+    let trace = new_traceparent();
+    match svc
+        .store
+        .create(&thread, &req.workflow, entry.version, &input, &trace)
+        .await?
+    {
+        CreateOutcome::Created => {
+            inc(&metrics().runs_started, &[("outcome", "created")]);
+            info!(thread.id = %thread, workflow = %req.workflow, workflow.version = entry.version, "run created");
+            if let Err(e) = svc
+                .publisher
+                .publish(&thread, Some(0), TaskReason::Start, Some(&trace))
+                .await
+            {
+                // The run has a due time: the scanner starts it after the redelivery delay.
+                warn!(thread.id = %thread, error = %e, "publishing the start task failed; the due scanner will retry");
+            }
+            Ok((
+                StatusCode::CREATED,
+                Json(json!({ "thread_id": thread.as_str(), "status": "pending" })),
+            ))
+        }
+        CreateOutcome::Exists(status) => {
+            inc(&metrics().runs_started, &[("outcome", "exists")]);
+            Ok((
+                StatusCode::OK,
+                Json(json!({ "thread_id": thread.as_str(), "status": status.as_str() })),
+            ))
+        }
+        CreateOutcome::Conflict(workflow) => {
+            inc(&metrics().runs_started, &[("outcome", "conflict")]);
+            Err(ApiError::conflict(format!(
+                "thread id {thread} is already used by a run of workflow {workflow:?} with a different workflow or input"
+            )))
+        }
+    }
+}
+
+/// `GET /v1/runs/{thread_id}`.
+pub(crate) async fn get_run(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Reply {
+    let thread = thread_id(raw)?;
+    let header = st
+        .services()?
+        .store
+        .header(&thread)
+        .await?
+        .ok_or_else(|| ApiError::run_not_found(&thread))?;
+    Ok((StatusCode::OK, Json(views::run_view(&header))))
+}
+
+/// `GET /v1/runs/{thread_id}/history`: journal entries and events.
+pub(crate) async fn history(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Reply {
+    let thread = thread_id(raw)?;
+    let store = &st.services()?.store;
+    let (header, journal) = store
+        .get(&thread)
+        .await?
+        .ok_or_else(|| ApiError::run_not_found(&thread))?;
+    let events = store.events(&thread, HISTORY_EVENTS).await?;
+    Ok((StatusCode::OK, Json(views::history_view(&header, &journal, &events))))
+}
+
+/// `GET /v1/runs/{thread_id}/export`: a serialisable checkpoint.
+pub(crate) async fn export(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Reply {
+    let thread = thread_id(raw)?;
+    let (header, journal) = st
+        .services()?
+        .store
+        .get(&thread)
+        .await?
+        .ok_or_else(|| ApiError::run_not_found(&thread))?;
+    Ok((StatusCode::OK, Json(views::export_view(&header, &journal))))
+}
+
+/// Query of `GET /v1/runs` (kept as text so bad values get a precise message).
+#[derive(Debug, Deserialize)]
+pub(crate) struct ListQuery {
+    status: Option<String>,
+    limit: Option<String>,
+}
+
+fn parse_list(q: ListQuery) -> Result<(Option<RunStatus>, usize), ApiError> {
+    let status = match q.status.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        None => None,
+        Some(s) => Some(RunStatus::parse(s).ok_or_else(|| {
+            let known: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::bad_request(format!("unknown status {s:?}; use one of {}", known.join(", ")))
+        })?),
+    };
+    let limit = match q.limit.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        None => DEFAULT_LIST,
+        Some(s) => s
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_LIST).contains(n))
+            .ok_or_else(|| {
+                ApiError::bad_request(format!("limit must be an integer from 1 to {MAX_LIST}, got {s:?}"))
+            })?,
+    };
+    Ok((status, limit))
+}
+
+/// `GET /v1/runs?status=&limit=`: recent runs, newest first.
+pub(crate) async fn list(State(st): State<ApiState>, ApiQuery(q): ApiQuery<ListQuery>) -> Reply {
+    let (status, limit) = parse_list(q)?;
+    let runs = st.services()?.store.list(status, limit).await?;
+    let runs: Vec<Value> = runs.iter().map(views::list_item).collect();
+    Ok((StatusCode::OK, Json(json!({ "runs": runs }))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(status: Option<&str>, limit: Option<&str>) -> ListQuery {
+        ListQuery {
+            status: status.map(Into::into),
+            limit: limit.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn list_query_validation() {
+        assert_eq!(parse_list(q(None, None)).unwrap(), (None, DEFAULT_LIST));
+        assert_eq!(
+            parse_list(q(Some("waiting"), Some("7"))).unwrap(),
+            (Some(RunStatus::Waiting), 7)
+        );
+        assert!(parse_list(q(Some("sleepy"), None))
+            .unwrap_err()
+            .message
+            .contains("unknown status"));
+        for bad in ["0", "1001", "-1", "ten"] {
+            assert_eq!(
+                parse_list(q(None, Some(bad))).unwrap_err().status,
+                StatusCode::BAD_REQUEST
+            );
+        }
+    }
+}

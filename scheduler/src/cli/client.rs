@@ -1,0 +1,266 @@
+//! [`ApiClient`]: a small typed client of the scheduler's HTTP API, shared by every CLI
+//! subcommand (and usable from tests and tools).
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// Default base URL of the scheduler API.
+pub const DEFAULT_API: &str = "http://127.0.0.1:7070";
+
+/// Why an API call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nothing answers at the base URL.
+    #[error(
+        "the scheduler is not reachable at {url}: {reason}\n\
+         Start one with `cargo run --release --bin savepoint -- dev` (scheduler and workers in one process), \
+         or point --api / SAVEPOINT_API at a running scheduler"
+    )]
+    Unreachable {
+        /// Base URL tried.
+        url: String,
+        /// The innermost cause (e.g. "Connection refused (os error 111)").
+        reason: String,
+    },
+    /// The API answered 4xx/5xx; `message` is its `error` field.
+    #[error("{message} (HTTP {status})")]
+    Api {
+        /// HTTP status.
+        status: u16,
+        /// The API's error message.
+        message: String,
+    },
+    /// The request failed in another way (timeout, broken connection…).
+    #[error("request to {url} failed: {source}")]
+    Http {
+        /// URL requested.
+        url: String,
+        /// Cause.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The answer was not JSON.
+    #[error("invalid response from {url}: {message}")]
+    Decode {
+        /// URL requested.
+        url: String,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+impl ClientError {
+    /// The HTTP status of an API error, if this is one.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Api { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// Percent-encodes one path segment or query value (everything but RFC 3986 unreserved).
+pub fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A client of one scheduler. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ApiClient {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl ApiClient {
+    /// A client of the API at `base` (e.g. `http://127.0.0.1:7070`), with a 30 s request timeout.
+    pub fn new(base: impl Into<String>) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new());
+        Self {
+            base: base.into().trim_end_matches('/').to_owned(),
+            http,
+        }
+    }
+
+    /// The base URL.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// Any API call: `path` starts with `/`; `body` is sent as JSON. Returns the answer's JSON.
+    pub async fn request(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value, ClientError> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self.http.request(method, &url);
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        let resp = req.send().await.map_err(|source| {
+            if source.is_connect() {
+                ClientError::Unreachable {
+                    url: self.base.clone(),
+                    reason: root_cause(&source),
+                }
+            } else {
+                ClientError::Http {
+                    url: url.clone(),
+                    source,
+                }
+            }
+        })?;
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(|source| ClientError::Http {
+            url: url.clone(),
+            source,
+        })?;
+        let parsed: Result<Value, _> = serde_json::from_slice(&bytes);
+        if status.is_client_error() || status.is_server_error() {
+            let message = match &parsed {
+                Ok(v) => v
+                    .get("error")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| v.to_string()),
+                Err(_) => String::from_utf8_lossy(&bytes).trim().to_owned(),
+            };
+            let message = if message.is_empty() { canonical(status) } else { message };
+            return Err(ClientError::Api {
+                status: status.as_u16(),
+                message,
+            });
+        }
+        parsed.map_err(|e| ClientError::Decode {
+            url,
+            message: e.to_string(),
+        })
+    }
+
+    /// `POST /v1/runs`.
+    pub async fn start(
+        &self,
+        workflow: &str,
+        input: Option<Value>,
+        thread_id: Option<&str>,
+    ) -> Result<Value, ClientError> {
+        let mut body = json!({ "workflow": workflow, "input": input.unwrap_or(Value::Null) });
+        if let Some(t) = thread_id {
+            body["thread_id"] = Value::from(t);
+        }
+        self.request(Method::POST, "/v1/runs", Some(&body)).await
+    }
+
+    /// `GET /v1/runs/{thread}`.
+    pub async fn get(&self, thread: &str) -> Result<Value, ClientError> {
+        self.request(Method::GET, &format!("/v1/runs/{}", encode(thread)), None)
+            .await
+    }
+
+    /// `GET /v1/runs/{thread}/history`.
+    pub async fn history(&self, thread: &str) -> Result<Value, ClientError> {
+        self.request(Method::GET, &format!("/v1/runs/{}/history", encode(thread)), None)
+            .await
+    }
+
+    /// `GET /v1/runs/{thread}/export`.
+    pub async fn export(&self, thread: &str) -> Result<Value, ClientError> {
+        self.request(Method::GET, &format!("/v1/runs/{}/export", encode(thread)), None)
+            .await
+    }
+
+    /// `POST /v1/runs/{thread}/resume`.
+    pub async fn resume(&self, thread: &str, value: Value) -> Result<Value, ClientError> {
+        let path = format!("/v1/runs/{}/resume", encode(thread));
+        self.request(Method::POST, &path, Some(&json!({ "value": value })))
+            .await
+    }
+
+    /// `POST /v1/runs/{thread}/signals/{name}`.
+    pub async fn signal(&self, thread: &str, name: &str, value: Value) -> Result<Value, ClientError> {
+        let path = format!("/v1/runs/{}/signals/{}", encode(thread), encode(name));
+        self.request(Method::POST, &path, Some(&json!({ "value": value })))
+            .await
+    }
+
+    /// `POST /v1/runs/{thread}/cancel`.
+    pub async fn cancel(&self, thread: &str, reason: Option<&str>) -> Result<Value, ClientError> {
+        let body = reason.map(|r| json!({ "reason": r }));
+        self.request(
+            Method::POST,
+            &format!("/v1/runs/{}/cancel", encode(thread)),
+            body.as_ref(),
+        )
+        .await
+    }
+
+    /// `POST /v1/runs/{thread}/effects/{key}/resolve`.
+    pub async fn resolve(
+        &self,
+        thread: &str,
+        key: &str,
+        applied: bool,
+        result: Option<Value>,
+    ) -> Result<Value, ClientError> {
+        let path = format!("/v1/runs/{}/effects/{}/resolve", encode(thread), encode(key));
+        let mut body = json!({ "applied": applied });
+        if let Some(r) = result {
+            body["result"] = r;
+        }
+        self.request(Method::POST, &path, Some(&body)).await
+    }
+
+    /// `GET /v1/runs?status=&limit=`.
+    pub async fn list(&self, status: Option<&str>, limit: Option<u32>) -> Result<Value, ClientError> {
+        let mut query = Vec::new();
+        if let Some(s) = status {
+            query.push(format!("status={}", encode(s)));
+        }
+        if let Some(n) = limit {
+            query.push(format!("limit={n}"));
+        }
+        let path = if query.is_empty() {
+            "/v1/runs".to_owned()
+        } else {
+            format!("/v1/runs?{}", query.join("&"))
+        };
+        self.request(Method::GET, &path, None).await
+    }
+}
+
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+fn canonical(status: StatusCode) -> String {
+    status.canonical_reason().unwrap_or("error").to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_segments() {
+        assert_eq!(encode("invoice-42"), "invoice-42");
+        assert_eq!(encode("a:b/c d"), "a%3Ab%2Fc%20d");
+        assert_eq!(encode("ü"), "%C3%BC");
+    }
+
+    #[test]
+    fn trims_base() {
+        assert_eq!(ApiClient::new("http://x:1/").base_url(), "http://x:1");
+    }
+}

@@ -1,0 +1,247 @@
+//! The `savepoint` command-line tool: a client of the scheduler's HTTP API.
+//!
+//! Adding a subcommand: add a variant to [`Command`] (with its own `Args` struct if it has
+//! options) and an arm in [`execute`]. Subcommands that talk to the API use [`ApiClient`];
+//! others (`dev`, `loadgen`) get the global options from [`Cli`].
+
+pub mod client;
+pub mod render;
+
+pub use client::{ApiClient, ClientError, DEFAULT_API};
+
+use anyhow::Context;
+use clap::{ArgAction, Args, Parser, Subcommand};
+use serde_json::Value;
+use std::process::ExitCode;
+
+/// Savepoint: durable workflows over RabbitMQ and Redis.
+#[derive(Debug, Parser)]
+#[command(name = "savepoint", version, about)]
+pub struct Cli {
+    /// Base URL of the scheduler API.
+    #[arg(long, global = true, env = "SAVEPOINT_API", default_value = DEFAULT_API)]
+    pub api: String,
+    /// Print the raw JSON answer instead of readable text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start a run of a workflow.
+    Start(StartArgs),
+    /// Show a run: status, step, what it waits for, output or error.
+    Get {
+        /// Thread id of the run.
+        thread: String,
+    },
+    /// Show a run's journal entries and events.
+    History {
+        /// Thread id of the run.
+        thread: String,
+    },
+    /// Print a run's checkpoint as JSON (always JSON).
+    Export {
+        /// Thread id of the run.
+        thread: String,
+    },
+    /// Answer the interrupt a run is waiting on.
+    Resume {
+        /// Thread id of the run.
+        thread: String,
+        /// The answer, as JSON (e.g. `true`, `'"text"'`, `'{"ok":1}'`).
+        value: String,
+    },
+    /// Send a named signal to a run (buffered if it is not waiting for it yet).
+    Signal {
+        /// Thread id of the run.
+        thread: String,
+        /// Signal name (1-64 characters of A-Z a-z 0-9 _ . -).
+        name: String,
+        /// The value, as JSON.
+        value: String,
+    },
+    /// Cancel a run that has not ended.
+    Cancel {
+        /// Thread id of the run.
+        thread: String,
+        /// Why (recorded in the run's events).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Settle the in-doubt effect a blocked run waits on, and let it continue.
+    Resolve(ResolveArgs),
+    /// Run a scheduler and two workers in one process against the configured RabbitMQ and
+    /// Redis; by default first play the seed's invoice story (crash after the ledger post,
+    /// resume on the other worker, count every effect).
+    Dev(DevCmd),
+    /// List recent runs, newest first.
+    List {
+        /// Only runs with this status (pending, running, sleeping, waiting, completed, failed,
+        /// cancelled, blocked).
+        #[arg(long)]
+        status: Option<String>,
+        /// At most this many (1-1000, default 50).
+        #[arg(long)]
+        limit: Option<u32>,
+    },
+}
+
+/// Arguments of `savepoint dev`.
+#[derive(Debug, Args)]
+pub struct DevCmd {
+    /// TOML config file (default: $SAVEPOINT_CONFIG, else built-in defaults).
+    #[arg(long)]
+    pub config: Option<String>,
+    /// Story and serving options.
+    #[command(flatten)]
+    pub dev: crate::dev::DevArgs,
+}
+
+/// Arguments of `savepoint start`.
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    /// Workflow name (as registered by the workers).
+    pub workflow: String,
+    /// Input, as JSON.
+    #[arg(long)]
+    pub input: Option<String>,
+    /// Thread id to use (starting twice with the same id, workflow and input is idempotent).
+    #[arg(long)]
+    pub thread_id: Option<String>,
+}
+
+/// Arguments of `savepoint resolve`.
+#[derive(Debug, Args)]
+pub struct ResolveArgs {
+    /// Thread id of the blocked run.
+    pub thread: String,
+    /// The effect's idempotency key.
+    pub key: String,
+    /// Whether the effect was applied (true) or is known not to have happened (false).
+    #[arg(long, action = ArgAction::Set, required = true)]
+    pub applied: bool,
+    /// The effect's result when applied, as JSON.
+    #[arg(long)]
+    pub result: Option<String>,
+}
+
+/// Parses a JSON argument, with a hint for the common mistake of an unquoted string.
+pub fn parse_json_arg(what: &str, raw: &str) -> anyhow::Result<Value> {
+    serde_json::from_str(raw)
+        .with_context(|| format!("{what} is not valid JSON: {raw:?} (strings need quotes, e.g. '\"yes\"')"))
+}
+
+/// Runs the CLI: parses arguments, executes, prints; exit code 1 on any error.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(execute(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn print(json: bool, v: &Value, readable: impl FnOnce(&Value) -> String) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(v)?);
+    } else {
+        print!("{}", readable(v));
+    }
+    Ok(())
+}
+
+/// Executes one parsed command line.
+pub async fn execute(cli: Cli) -> anyhow::Result<()> {
+    let client = ApiClient::new(&cli.api);
+    let json = cli.json;
+    match cli.command {
+        Command::Start(a) => {
+            let input = a.input.as_deref().map(|s| parse_json_arg("--input", s)).transpose()?;
+            let v = client.start(&a.workflow, input, a.thread_id.as_deref()).await?;
+            print(json, &v, |v| render::ack("started", v))
+        }
+        Command::Get { thread } => print(json, &client.get(&thread).await?, render::run),
+        Command::History { thread } => print(json, &client.history(&thread).await?, render::history),
+        Command::Export { thread } => print(true, &client.export(&thread).await?, |_| String::new()),
+        Command::Resume { thread, value } => {
+            let v = client.resume(&thread, parse_json_arg("value", &value)?).await?;
+            print(json, &v, |v| render::ack("resumed", v))
+        }
+        Command::Signal { thread, name, value } => {
+            let v = client.signal(&thread, &name, parse_json_arg("value", &value)?).await?;
+            print(json, &v, |v| render::ack(&format!("signal {name} →"), v))
+        }
+        Command::Cancel { thread, reason } => {
+            let v = client.cancel(&thread, reason.as_deref()).await?;
+            print(json, &v, |v| render::ack("cancel", v))
+        }
+        Command::Resolve(a) => {
+            let result = a.result.as_deref().map(|s| parse_json_arg("--result", s)).transpose()?;
+            let v = client.resolve(&a.thread, &a.key, a.applied, result).await?;
+            print(json, &v, |v| render::ack("resolved", v))
+        }
+        Command::Dev(d) => {
+            let cfg = savepoint::config::Config::load(d.config.as_deref(), &savepoint::config::ProcessEnv)?;
+            if std::env::var_os("RUST_LOG").is_none() {
+                std::env::set_var("RUST_LOG", "error");
+            }
+            savepoint::telemetry::init(&cfg.log_format);
+            crate::dev::run(cfg, d.dev).await
+        }
+        Command::List { status, limit } => print(json, &client.list(status.as_deref(), limit).await?, render::list),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_commands() {
+        let cli = Cli::try_parse_from(["savepoint", "--json", "resolve", "t-1", "fx:1", "--applied", "false"]).unwrap();
+        assert!(cli.json);
+        assert!(matches!(
+            cli.command,
+            Command::Resolve(ResolveArgs { applied: false, .. })
+        ));
+        assert!(Cli::try_parse_from(["savepoint", "resolve", "t-1", "fx:1"]).is_err());
+        let cli = Cli::try_parse_from([
+            "savepoint",
+            "start",
+            "invoice",
+            "--input",
+            "{\"id\":1}",
+            "--api",
+            "http://x:1",
+        ])
+        .unwrap();
+        assert_eq!(cli.api, "http://x:1");
+    }
+
+    #[test]
+    fn clap_definition_is_valid() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn json_args() {
+        assert_eq!(parse_json_arg("v", "true").unwrap(), Value::Bool(true));
+        let e = parse_json_arg("value", "yes").unwrap_err().to_string();
+        assert!(e.contains("strings need quotes"), "{e}");
+    }
+}

@@ -1,0 +1,227 @@
+//! Readable output of API answers (the `--json` flag prints the raw JSON instead).
+//! Plain functions from JSON to text, so they are testable without a server.
+
+use serde_json::Value;
+use std::fmt::Write;
+
+/// `2024-05-01T12:00:00.123Z` from milliseconds since the epoch (UTC).
+pub fn timestamp(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil-from-days (Howard Hinnant), valid for all dates after 1970.
+    let z = days as i64 + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn time_field(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_u64).filter(|ms| *ms > 0).map(timestamp)
+}
+
+fn lines(rows: &[(&str, String)]) -> String {
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    rows.iter().map(|(k, v)| format!("{k:<width$}  {v}\n")).collect()
+}
+
+fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_owned()
+    } else {
+        let cut: String = s.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    }
+}
+
+/// `savepoint get`: one aligned line per field that has a value.
+pub fn run(v: &Value) -> String {
+    let mut rows: Vec<(&str, String)> = vec![
+        ("thread", text(&v["thread_id"])),
+        (
+            "workflow",
+            format!("{}@{}", text(&v["workflow"]), text(&v["workflow_version"])),
+        ),
+        ("status", text(&v["status"])),
+        ("step", text(&v["step"])),
+    ];
+    let next: Vec<String> = v["next"]
+        .as_array()
+        .map(|a| a.iter().map(text).collect())
+        .unwrap_or_default();
+    if !next.is_empty() {
+        rows.push(("next", next.join(", ")));
+    }
+    for i in v["interrupts"].as_array().into_iter().flatten() {
+        rows.push(("interrupt", format!("{}: {}", text(&i["name"]), i["payload"])));
+    }
+    if let Some(w) = v.get("wait").filter(|w| w["kind"] == "signal") {
+        rows.push(("waits for", format!("signal {}", text(&w["name"]))));
+    }
+    for (label, key) in [
+        ("output", "output"),
+        ("error", "error"),
+        ("blocked", "blocked_reason"),
+        ("effect", "blocked_effect"),
+        ("cancelled", "cancel_reason"),
+    ] {
+        if let Some(x) = v.get(key).filter(|x| !x.is_null()) {
+            rows.push((label, text(x)));
+        }
+    }
+    rows.push(("attempt", text(&v["attempt"])));
+    for (label, key) in [
+        ("due", "due_at"),
+        ("created", "created_at"),
+        ("updated", "updated_at"),
+        ("finished", "finished_at"),
+    ] {
+        if let Some(t) = time_field(v, key) {
+            rows.push((label, t));
+        }
+    }
+    lines(&rows)
+}
+
+/// `savepoint history`: a table of journal entries, then the events.
+pub fn history(v: &Value) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "run {} ({})", text(&v["thread_id"]), text(&v["status"]));
+    let entries = v["entries"].as_array().cloned().unwrap_or_default();
+    let _ = writeln!(out, "\njournal ({} entries)", entries.len());
+    if !entries.is_empty() {
+        let _ = writeln!(
+            out,
+            "{:>4}  {:<24} {:<9} {:<7} {:>3}  result",
+            "#", "name", "kind", "outcome", "try"
+        );
+    }
+    for e in &entries {
+        let result = match e.get("error").filter(|x| !x.is_null()) {
+            Some(err) => format!("error: {}", text(err)),
+            None => e["result"].to_string(),
+        };
+        let key = e
+            .get("key")
+            .and_then(Value::as_str)
+            .map(|k| format!(" [{k}]"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{:>4}  {:<24} {:<9} {:<7} {:>3}  {}{key}",
+            text(&e["index"]),
+            clip(&text(&e["name"]), 24),
+            text(&e["kind"]),
+            text(&e["outcome"]),
+            text(&e["attempts"]),
+            clip(&result, 80)
+        );
+    }
+    let events = v["events"].as_array().cloned().unwrap_or_default();
+    let _ = writeln!(out, "\nevents ({})", events.len());
+    for e in &events {
+        let at = e["at"].as_u64().map(timestamp).unwrap_or_default();
+        let _ = writeln!(out, "  {at}  {:<18} {}", text(&e["type"]), text(&e["detail"]));
+    }
+    out
+}
+
+/// `savepoint list`: one row per run.
+pub fn list(v: &Value) -> String {
+    let runs = v["runs"].as_array().cloned().unwrap_or_default();
+    if runs.is_empty() {
+        return "no runs\n".to_owned();
+    }
+    let width = runs
+        .iter()
+        .map(|r| text(&r["thread_id"]).len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    let mut out = format!(
+        "{:<width$}  {:<16} {:<10} {:>5}  updated\n",
+        "thread", "workflow", "status", "step"
+    );
+    for r in &runs {
+        let updated = r["updated_at"].as_u64().map(timestamp).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:<16} {:<10} {:>5}  {updated}",
+            text(&r["thread_id"]),
+            clip(&text(&r["workflow"]), 16),
+            text(&r["status"]),
+            text(&r["step"])
+        );
+    }
+    out
+}
+
+/// One line for answers of start / resume / signal / cancel / resolve.
+pub fn ack(action: &str, v: &Value) -> String {
+    let thread = text(&v["thread_id"]);
+    if v["buffered"] == Value::Bool(true) {
+        return format!("{action} {thread}: buffered until the run asks for it\n");
+    }
+    let mut s = format!("{action} {thread}: {}", text(&v["status"]));
+    if let Some(e) = v.get("effect").and_then(|e| e.get("state")) {
+        let _ = write!(s, " (effect {})", text(e));
+    }
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(timestamp(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(timestamp(951_782_400_123), "2000-02-29T00:00:00.123Z");
+        assert_eq!(timestamp(1_700_000_000_000), "2023-11-14T22:13:20.000Z");
+    }
+
+    #[test]
+    fn run_lines_are_aligned() {
+        let v = json!({"thread_id": "t-1", "workflow": "invoice", "workflow_version": 1, "status": "waiting",
+            "step": 3, "attempt": 1, "next": ["approve"], "interrupts": [{"name": "approve", "payload": {"q": 1}}],
+            "created_at": 1_700_000_000_000u64, "updated_at": 1_700_000_000_000u64});
+        let out = run(&v);
+        assert!(out.contains("status     waiting\n"), "{out}");
+        assert!(out.contains("interrupt  approve: {\"q\":1}\n"), "{out}");
+        assert!(out.contains("next       approve\n"), "{out}");
+        assert!(!out.contains("output"));
+    }
+
+    #[test]
+    fn history_table() {
+        let v = json!({"thread_id": "t-1", "status": "completed",
+            "entries": [{"index": 0, "name": "read_pdf", "kind": "step", "outcome": "ok", "result": "x", "attempts": 1, "at": 0},
+                        {"index": 1, "name": "post", "kind": "effect", "outcome": "error", "result": null, "error": "no", "key": "k:1", "attempts": 3, "at": 0}],
+            "events": [{"id": "1-0", "type": "created", "detail": "w@1", "at": 0}]});
+        let out = history(&v);
+        assert!(out.contains("journal (2 entries)"));
+        assert!(out.contains("error: no [k:1]"), "{out}");
+        assert!(out.contains("created"));
+    }
+}

@@ -1,0 +1,238 @@
+//! `savepoint dev`: a scheduler and two workers in one process against the configured
+//! RabbitMQ and Redis. By default it first plays the seed's story: an invoice run whose
+//! worker crashes right after the ledger post, resumed on the other worker, printing each
+//! step and effect and how many times each effect was applied.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use savepoint::config::Config;
+use savepoint::failpoints::Failpoints;
+use savepoint::ids::ThreadId;
+use savepoint::store::{RedisStore, RunStatus};
+use savepoint_worker::demo::{registry, EffectLog};
+use savepoint_worker::WorkerOptions;
+
+/// Options of `savepoint dev`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DevArgs {
+    /// Skip the crash-and-resume story; just serve.
+    #[arg(long)]
+    pub no_story: bool,
+    /// Exit after the story instead of serving (used by tests and CI).
+    #[arg(long)]
+    pub exit_after_story: bool,
+}
+
+struct Fleet {
+    stop: CancellationToken,
+    handles: Vec<JoinHandle<()>>,
+}
+
+fn spawn_worker(
+    cfg: &Config,
+    name: &str,
+    store: &RedisStore,
+    fp: Option<Failpoints>,
+    crash: CancellationToken,
+    fleet: &mut Fleet,
+) {
+    let mut cfg = cfg.clone();
+    cfg.worker.name = name.to_owned();
+    let opts = WorkerOptions {
+        registry: registry(store),
+        failpoints: fp,
+        crash,
+        serve_http: false,
+    };
+    let stop = fleet.stop.clone();
+    let name = name.to_owned();
+    fleet.handles.push(tokio::spawn(async move {
+        if let Err(e) = savepoint_worker::run_with(cfg, opts, stop).await {
+            eprintln!("worker {name} stopped: {e}");
+        }
+    }));
+}
+
+fn owner_name(detail: &str) -> String {
+    detail.split('-').next().unwrap_or(detail).to_owned()
+}
+
+/// Runs `savepoint dev`.
+pub async fn run(cfg: Config, args: DevArgs) -> anyhow::Result<()> {
+    let store = RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
+        .await
+        .context("connecting to Redis")?;
+    let listener = tokio::net::TcpListener::bind(&cfg.scheduler.http_addr)
+        .await
+        .with_context(|| format!("binding the API to {}", cfg.scheduler.http_addr))?;
+    let api = format!("http://{}", listener.local_addr()?);
+    let mut fleet = Fleet {
+        stop: CancellationToken::new(),
+        handles: Vec::new(),
+    };
+    let sched_cfg = cfg.clone();
+    let stop = fleet.stop.clone();
+    fleet.handles.push(tokio::spawn(async move {
+        if let Err(e) = crate::serve(sched_cfg, listener, stop).await {
+            eprintln!("scheduler stopped: {e}");
+        }
+    }));
+    println!(
+        "savepoint dev: scheduler API on {api} (namespace {:?}, redis {}, rabbitmq {})",
+        cfg.namespace, cfg.redis_url, cfg.amqp_url
+    );
+    if !args.no_story {
+        let ok = story(&cfg, &store, &api, &mut fleet).await?;
+        if args.exit_after_story {
+            fleet.stop.cancel();
+            for h in fleet.handles {
+                let _ = h.await;
+            }
+            if !ok {
+                bail!("the story did not end as expected");
+            }
+            return Ok(());
+        }
+    } else {
+        spawn_worker(&cfg, "w1", &store, None, CancellationToken::new(), &mut fleet);
+        spawn_worker(&cfg, "w2", &store, None, CancellationToken::new(), &mut fleet);
+    }
+    println!("\nServing with workers w1 and w2. Try:\n  savepoint start approval\n  savepoint list\nCtrl-C to stop.");
+    let term = CancellationToken::new();
+    tokio::spawn(savepoint_worker::signals::on_terminate(term.clone()));
+    term.cancelled().await;
+    fleet.stop.cancel();
+    for h in fleet.handles {
+        let _ = tokio::time::timeout(Duration::from_secs(15), h).await;
+    }
+    Ok(())
+}
+
+async fn story(cfg: &Config, store: &RedisStore, api: &str, fleet: &mut Fleet) -> anyhow::Result<bool> {
+    println!("\n== The invoice story: read_pdf → extract_totals → ledger.post → email.send");
+    println!("   Worker w1 will crash (as under kill -9) right after the ledger post; w2 resumes the run.\n");
+    let crash = CancellationToken::new();
+    let fp = Failpoints::parse("effect.after_call=abort@1")?.with_crash_hook({
+        let c = crash.clone();
+        move |_| c.cancel()
+    });
+    spawn_worker(cfg, "w1", store, Some(fp), crash.clone(), fleet);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while store.catalog_entry("invoice").await?.is_none() {
+        if Instant::now() > deadline {
+            bail!("worker w1 did not register its workflows");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let invoice_id = format!("INV-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
+    let http = reqwest::Client::new();
+    let resp: Value = http
+        .post(format!("{api}/v1/runs"))
+        .json(&json!({"workflow": "invoice", "input": {"invoice_id": invoice_id}}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let thread = ThreadId::new(resp["thread_id"].as_str().unwrap_or_default().to_owned())?;
+    println!("started run {thread} (invoice {invoice_id})");
+    let started = Instant::now();
+    let mut seen = 0usize;
+    let mut w2_started = false;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let events = store.events(&thread, 1000).await?;
+        for e in events.iter().skip(seen) {
+            let at = started.elapsed().as_secs_f64();
+            let line = match e.typ.as_str() {
+                "claimed" => format!("{} claimed the run", owner_name(&e.detail)),
+                "takeover" => format!("{} took over the expired lease ({})", owner_name(&e.detail), e.detail),
+                "step_committed" => format!("step {} committed", e.detail),
+                "effect_done" => format!("effect {} applied and recorded", e.detail),
+                "effect_skipped" => format!(
+                    "effect {} already applied: recorded result journaled, not repeated",
+                    e.detail
+                ),
+                other => format!("{other} {}", e.detail),
+            };
+            println!("  [{at:6.2}s] {line}");
+        }
+        seen = events.len();
+        if crash.is_cancelled() && !w2_started {
+            println!(
+                "  [{:6.2}s] w1 CRASHED at failpoint effect.after_call (ledger posted, not yet recorded)",
+                started.elapsed().as_secs_f64()
+            );
+            println!(
+                "           its lease expires after {} ms; the scanner then rings w2",
+                cfg.lease_ms
+            );
+            spawn_worker(cfg, "w2", store, None, CancellationToken::new(), fleet);
+            w2_started = true;
+        }
+        let h = store.header(&thread).await?.context("run vanished")?;
+        if h.status.is_final() || h.status == RunStatus::Blocked {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("run {thread} did not finish in time (status {})", h.status);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (h, journal) = store.get(&thread).await?.context("run vanished")?;
+    println!(
+        "\nrun {thread}: {} after {:.2}s",
+        h.status,
+        started.elapsed().as_secs_f64()
+    );
+    for (i, e) in journal.iter().enumerate() {
+        println!(
+            "  journal[{i}] {:<6} {:<15} {}",
+            e.kind.as_str(),
+            e.name,
+            serde_json::to_string(&e.outcome).unwrap_or_default()
+        );
+    }
+    if let Some(out) = &h.output {
+        println!("  output: {out}");
+    }
+    let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for r in EffectLog::new(store)
+        .all()
+        .await
+        .map_err(|e| anyhow::anyhow!("reading the effects log: {e}"))?
+    {
+        if r["thread_id"] == thread.as_str() {
+            let k = (
+                r["effect"].as_str().unwrap_or("").to_owned(),
+                r["key"].as_str().unwrap_or("").to_owned(),
+            );
+            *counts.entry(k).or_default() += 1;
+        }
+    }
+    println!("\neffects applied (from the demo effects log):");
+    for ((effect, key), n) in &counts {
+        println!(
+            "  {effect:<12} key {key:<40} applied {n} time{}",
+            if *n == 1 { "" } else { "s" }
+        );
+    }
+    let ok = h.status == RunStatus::Completed && counts.len() == 2 && counts.values().all(|n| *n == 1);
+    println!(
+        "\n{}",
+        if ok {
+            "Nothing was lost and nothing happened twice: the ledger was posted once and the email sent once, despite the crash."
+        } else {
+            "UNEXPECTED: see the counts above."
+        }
+    );
+    // Bring w1 back (a restart) so two workers serve from here on.
+    spawn_worker(cfg, "w1", store, None, CancellationToken::new(), fleet);
+    Ok(ok)
+}

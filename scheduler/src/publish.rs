@@ -1,0 +1,108 @@
+//! Publishing step tasks: the doorbell that wakes a worker (DESIGN §1.4). A task that is lost
+//! here is harmless — every run with pending work has a due time in Redis and the scanner
+//! rings again — so callers log publish failures instead of failing the request.
+
+use savepoint::broker::{Broker, BrokerError};
+use savepoint::failpoints::{Failpoints, Injected};
+use savepoint::ids::ThreadId;
+use savepoint::keys::Keys;
+use savepoint::metrics::{inc, metrics};
+use savepoint::protocol::{Task, TaskReason};
+
+/// AMQP header carrying the run's W3C trace context.
+pub const TRACEPARENT: &str = "traceparent";
+
+/// Failpoint checked before every task the scheduler publishes.
+const BEFORE_PUBLISH: &str = "scheduler.before_publish";
+
+/// Why a task was not published.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// The `scheduler.before_publish` failpoint injected an error.
+    #[error(transparent)]
+    Failpoint(#[from] Injected),
+    /// The broker did not confirm the message.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+}
+
+/// Publishes step tasks for the scheduler (API and scanner). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Publisher {
+    broker: Broker,
+    keys: Keys,
+    failpoints: Failpoints,
+}
+
+impl Publisher {
+    /// A publisher over a connected broker.
+    pub fn new(broker: Broker, keys: Keys, failpoints: Failpoints) -> Self {
+        Self {
+            broker,
+            keys,
+            failpoints,
+        }
+    }
+
+    /// The broker (for admin operations).
+    pub fn broker(&self) -> &Broker {
+        &self.broker
+    }
+
+    /// Publishes one task for `thread` and waits for the broker's confirm. `trace` is the
+    /// run's traceparent, carried in the AMQP headers when present.
+    pub async fn publish(
+        &self,
+        thread: &ThreadId,
+        step: Option<u32>,
+        reason: TaskReason,
+        trace: Option<&str>,
+    ) -> Result<(), PublishError> {
+        self.failpoints.check(BEFORE_PUBLISH).await?;
+        let task = Task::new(thread.clone(), self.keys.partition(thread), step, reason);
+        let headers: Vec<(String, String)> = trace
+            .filter(|t| !t.is_empty())
+            .map(|t| vec![(TRACEPARENT.to_owned(), t.to_owned())])
+            .unwrap_or_default();
+        self.broker.publish(&task.encode(), &headers).await?;
+        inc(&metrics().published, &[("reason", reason_name(reason))]);
+        Ok(())
+    }
+}
+
+/// The metric / log name of a task reason.
+pub fn reason_name(reason: TaskReason) -> &'static str {
+    match reason {
+        TaskReason::Start => "start",
+        TaskReason::Continue => "continue",
+        TaskReason::Due => "due",
+        TaskReason::Signal => "signal",
+        TaskReason::Operator => "operator",
+    }
+}
+
+/// A fresh W3C `traceparent` (`00-<32 hex trace id>-<16 hex span id>-01`) for a new run:
+/// one run is one trace across every worker that executes it.
+pub fn new_traceparent() -> String {
+    let trace = uuid::Uuid::new_v4().simple().to_string();
+    let span = uuid::Uuid::new_v4().simple().to_string();
+    format!("00-{trace}-{}-01", &span[..16])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traceparent_shape() {
+        let t = new_traceparent();
+        let parts: Vec<&str> = t.split('-').collect();
+        assert_eq!(parts.len(), 4, "{t}");
+        assert_eq!((parts[0], parts[3]), ("00", "01"));
+        assert_eq!((parts[1].len(), parts[2].len()), (32, 16));
+        assert!(parts[1..3]
+            .iter()
+            .all(|p| p.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())));
+        assert_ne!(new_traceparent(), t);
+    }
+}

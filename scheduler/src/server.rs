@@ -1,0 +1,117 @@
+//! Process wiring: connect Redis and RabbitMQ, serve the HTTP API, run the due scanner,
+//! stop on shutdown.
+
+use savepoint::broker::Broker;
+use savepoint::config::{Config, ConfigError};
+use savepoint::failpoints::Failpoints;
+use savepoint::metrics::Readiness;
+use savepoint::store::{RedisStore, StoreError};
+use std::future::IntoFuture;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::api::{self, ApiState, Services};
+use crate::publish::Publisher;
+use crate::scanner::{self, ScanSettings};
+use crate::SchedulerError;
+
+/// How long start-up waits for Redis and RabbitMQ before giving up.
+pub const CONNECT_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Runs the scheduler on `cfg.scheduler.http_addr` until `shutdown` is cancelled.
+pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), SchedulerError> {
+    let listener = TcpListener::bind(&cfg.scheduler.http_addr).await?;
+    serve(cfg, listener, shutdown).await
+}
+
+/// Runs the scheduler on a pre-bound listener (tests bind `127.0.0.1:0`) until `shutdown`
+/// is cancelled. The HTTP server answers at once (`/healthz`; API routes answer 503 and
+/// `/readyz` "not ready" until Redis and RabbitMQ are connected).
+pub async fn serve(cfg: Config, listener: TcpListener, shutdown: CancellationToken) -> Result<(), SchedulerError> {
+    cfg.validate()?;
+    let failpoints = Failpoints::parse(&cfg.failpoints).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    let addr = listener.local_addr()?;
+    let readiness = Readiness::default();
+    let slot: Arc<OnceLock<Services>> = Arc::new(OnceLock::new());
+    let state = ApiState::new(slot.clone(), cfg.scheduler.max_input_bytes);
+    let app = api::router(state, readiness.clone());
+
+    let stop = shutdown.child_token();
+    let server = tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(stop.clone().cancelled_owned())
+            .into_future(),
+    );
+    info!(%addr, namespace = %cfg.namespace, "scheduler listening");
+
+    let connected = tokio::select! {
+        r = connect(&cfg) => r,
+        _ = shutdown.cancelled() => {
+            let _ = server.await;
+            return Ok(());
+        }
+    };
+    let (store, broker) = match connected {
+        Ok(pair) => pair,
+        Err(e) => {
+            stop.cancel();
+            let _ = server.await;
+            return Err(e);
+        }
+    };
+    let publisher = Publisher::new(broker, cfg.keys(), failpoints);
+    let _ = slot.set(Services {
+        store: store.clone(),
+        publisher: publisher.clone(),
+    });
+    readiness.set(true);
+    info!(namespace = %cfg.namespace, partitions = cfg.partitions, "scheduler ready");
+
+    let settings = ScanSettings {
+        interval: Duration::from_millis(cfg.scheduler.scan_interval_ms),
+        batch: cfg.scheduler.scan_batch.max(1),
+        period: cfg.store().redeliver,
+    };
+    let scanner = tokio::spawn(scanner::run(store, publisher, settings, stop.clone()));
+
+    let served = server.await;
+    readiness.set(false);
+    stop.cancel();
+    let _ = scanner.await;
+    info!("scheduler stopped");
+    match served {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.into()),
+        Err(join) => Err(std::io::Error::other(format!("HTTP server task failed: {join}")).into()),
+    }
+}
+
+/// Connects the store (retrying transient failures until the deadline) and the broker
+/// (which retries on its own until the deadline).
+async fn connect(cfg: &Config) -> Result<(RedisStore, Broker), SchedulerError> {
+    let start = Instant::now();
+    let mut delay = Duration::from_millis(100);
+    let store = loop {
+        match RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store()).await {
+            Ok(store) => break store,
+            Err(e) if is_retryable(&e) && start.elapsed() + delay < CONNECT_DEADLINE => {
+                warn!(error = %e, ?delay, "connecting to Redis failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let left = CONNECT_DEADLINE
+        .saturating_sub(start.elapsed())
+        .max(Duration::from_secs(1));
+    let broker = Broker::connect(cfg.broker(), left).await?;
+    Ok((store, broker))
+}
+
+fn is_retryable(e: &StoreError) -> bool {
+    matches!(e, StoreError::Redis(r) if r.is_io_error() || r.is_timeout() || r.is_connection_refusal() || r.is_connection_dropped())
+}
