@@ -57,6 +57,7 @@ pub async fn replay(store: &RedisStore, registry: &Registry, thread: &ThreadId) 
         shutdown: CancellationToken::new(),
         retry: wf.retry_policy(),
         replay_only: true,
+        workflow: header.workflow.clone(),
     });
     let stopped = ctx.exit_signal();
     let result = {

@@ -101,9 +101,21 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
     let ready = Readiness::default();
     if opts.serve_http && !cfg.worker.http_addr.is_empty() {
         let addr = cfg.worker.http_addr.clone();
-        let listener = tokio::net::TcpListener::bind(&addr)
-            .await
-            .map_err(|source| WorkerError::Http { addr, source })?;
+        let listener = match tokio::net::TcpListener::bind(&addr).await {
+            Ok(l) => l,
+            // Several workers on one host (local dev): take a free port rather than fail.
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or("127.0.0.1");
+                let fallback = format!("{host}:0");
+                let l = tokio::net::TcpListener::bind(&fallback)
+                    .await
+                    .map_err(|source| WorkerError::Http { addr: fallback, source })?;
+                tracing::warn!(wanted = %addr, got = ?l.local_addr().ok(), "health/metrics address in use; using a free port");
+                l
+            }
+            Err(source) => return Err(WorkerError::Http { addr, source }),
+        };
+        tracing::info!(addr = ?listener.local_addr().ok(), "health and metrics listener");
         let app = ops_router(ready.clone());
         let stop = shutdown.clone();
         tokio::spawn(async move {

@@ -125,6 +125,7 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         shutdown: shared.slices_stop.clone(),
         retry: wf.retry_policy(),
         replay_only: false,
+        workflow: c.header.workflow.clone(),
     });
     let stopped = ctx.exit_signal();
     let result = {

@@ -15,6 +15,7 @@ use super::{RetryPolicy, StepError, WorkflowError};
 use crate::failpoints::Failpoints;
 use crate::ids::ThreadId;
 use crate::journal::{Entry, EntryKind, Outcome};
+use crate::metrics::{inc, labels, metrics};
 use crate::store::{Lease, RedisStore, RunStatus, StoreError};
 
 /// Why a slice of a run ended without the workflow returning. The runtime acts on it.
@@ -84,6 +85,8 @@ pub struct CtxParts {
     pub retry: RetryPolicy,
     /// Replay-only: never execute or write anything (determinism checks).
     pub replay_only: bool,
+    /// Workflow name (metric label).
+    pub workflow: String,
 }
 
 /// The handle workflow code journals its calls through.
@@ -283,6 +286,7 @@ impl Ctx {
             self.failpoint("step.before_commit").await;
         }
         let detail = format!("{idx} {}", entry.name);
+        let started = Instant::now();
         let r = self
             .p
             .store
@@ -291,6 +295,18 @@ impl Ctx {
         if let Err(e) = r {
             return self.store_failed(e).await;
         }
+        let m = metrics();
+        m.commit_seconds.observe(started.elapsed().as_secs_f64());
+        let outcome = match (&entry.outcome, event) {
+            (_, "effect_skipped") => "skipped",
+            (Outcome::Ok(_), _) => "ok",
+            (Outcome::Err(_), _) => "error",
+        };
+        let kind = entry.kind.as_str();
+        inc(
+            &m.steps,
+            &[("workflow", &self.p.workflow), ("kind", kind), ("outcome", outcome)],
+        );
         self.p.journal.push(entry);
         self.cursor += 1;
         if is_step {
@@ -364,7 +380,13 @@ impl Ctx {
             return decode_outcome("step", name, e.outcome);
         }
         self.before_live(name).await;
+        let started = Instant::now();
         let (r, attempts) = self.attempt_loop(name, policy, f).await;
+        let m = metrics();
+        let step_labels = labels(&[("workflow", &self.p.workflow)]);
+        m.step_seconds
+            .get_or_create(&step_labels)
+            .observe(started.elapsed().as_secs_f64());
         let outcome = match r {
             Ok(v) => match serde_json::to_value(&v) {
                 Ok(j) => Outcome::Ok(j),

@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use super::ctx::{decode_outcome, Ctx, SliceExit};
 use super::{RetryPolicy, StepError, WorkflowError};
-use crate::ids::EffectKey;
+use crate::ids::{EffectKey, ThreadId};
 use crate::journal::{Entry, EntryKind, Outcome};
+use crate::metrics::{inc, metrics};
 use crate::store::redis::EffectDone;
 use crate::store::{EffectClaim, RunStatus};
 
@@ -165,7 +166,10 @@ impl Ctx {
         self.failpoint("effect.after_call").await;
         let thread = self.thread_id().clone();
         let value = match self.p.store.effect_done(&key, &thread, Some(idx), &value).await {
-            Ok(EffectDone::Recorded) => value,
+            Ok(EffectDone::Recorded) => {
+                inc(&metrics().effects, &[("outcome", "applied")]);
+                value
+            }
             Ok(EffectDone::Already(first)) => first,
             Ok(EffectDone::NotOwner(holder)) => {
                 return self
@@ -198,8 +202,12 @@ impl Ctx {
             };
             match claim {
                 EffectClaim::Won => return None,
-                EffectClaim::Done(v) => return Some(v),
+                EffectClaim::Done(v) => {
+                    inc(&metrics().effects, &[("outcome", "skipped")]);
+                    return Some(v);
+                }
                 EffectClaim::Busy(holder) => {
+                    inc(&metrics().effects, &[("outcome", "busy")]);
                     let detail = format!("{name}: key {key} held by run {holder}");
                     let r = self
                         .p
@@ -218,37 +226,51 @@ impl Ctx {
                         Err(e) => self.store_failed(e).await,
                     };
                 }
-                EffectClaim::InDoubt => match policy {
-                    EffectPolicy::Block => {
-                        let reason = format!("effect {key} outcome unknown");
-                        return self.block(&reason, Some(key.as_str())).await;
+                EffectClaim::InDoubt => {
+                    inc(&metrics().effects, &[("outcome", "in_doubt")]);
+                    match self.in_doubt(key, &thread, policy).await {
+                        Some(recorded) => return Some(recorded),
+                        None => takeover = true,
                     }
-                    EffectPolicy::RetrySafe => {
-                        tracing::warn!(thread.id = %thread, effect.key = %key, "in-doubt effect: retry_safe, calling again with the same key");
-                        takeover = true;
-                    }
-                    EffectPolicy::Reconcile(check) => {
-                        let check = check.clone();
-                        match self.guarded(check(key.as_str().to_owned())).await {
-                            Ok(Some(v)) => {
-                                tracing::info!(thread.id = %thread, effect.key = %key, "in-doubt effect reconciled: it was applied");
-                                return match self.p.store.effect_done(key, &thread, None, &v).await {
-                                    Ok(EffectDone::Already(first)) => Some(first),
-                                    Ok(_) => Some(v),
-                                    Err(e) => self.store_failed(e).await,
-                                };
-                            }
-                            Ok(None) => {
-                                tracing::info!(thread.id = %thread, effect.key = %key, "in-doubt effect reconciled: not applied, performing it");
-                                takeover = true;
-                            }
-                            Err(e) => {
-                                let reason = format!("effect {key} outcome unknown: reconcile failed: {e}");
-                                return self.block(&reason, Some(key.as_str())).await;
-                            }
+                }
+            }
+        }
+    }
+}
+
+impl Ctx {
+    /// Applies the in-doubt policy: `Some(result)` when the effect turns out applied,
+    /// `None` to perform it again under the same key; blocks the run otherwise.
+    async fn in_doubt(&mut self, key: &EffectKey, thread: &ThreadId, policy: &EffectPolicy) -> Option<Value> {
+        match policy {
+            EffectPolicy::Block => {
+                let reason = format!("effect {key} outcome unknown");
+                self.block(&reason, Some(key.as_str())).await
+            }
+            EffectPolicy::RetrySafe => {
+                tracing::warn!(thread.id = %thread, effect.key = %key, "in-doubt effect: retry_safe, calling again with the same key");
+                None
+            }
+            EffectPolicy::Reconcile(check) => {
+                let check = check.clone();
+                match self.guarded(check(key.as_str().to_owned())).await {
+                    Ok(Some(v)) => {
+                        tracing::info!(thread.id = %thread, effect.key = %key, "in-doubt effect reconciled: it was applied");
+                        match self.p.store.effect_done(key, thread, None, &v).await {
+                            Ok(EffectDone::Already(first)) => Some(first),
+                            Ok(_) => Some(v),
+                            Err(e) => self.store_failed(e).await,
                         }
                     }
-                },
+                    Ok(None) => {
+                        tracing::info!(thread.id = %thread, effect.key = %key, "in-doubt effect reconciled: not applied, performing it");
+                        None
+                    }
+                    Err(e) => {
+                        let reason = format!("effect {key} outcome unknown: reconcile failed: {e}");
+                        self.block(&reason, Some(key.as_str())).await
+                    }
+                }
             }
         }
     }

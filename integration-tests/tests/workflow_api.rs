@@ -1,0 +1,340 @@
+//! The workflow API end to end with in-process workers and purpose-built workflows:
+//! durable timers, recorded values, retries and compensation, signals, non-determinism,
+//! `patched`, version checks, the journal limit, heartbeats and cancellation mid-step.
+
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use savepoint::config::Config;
+use savepoint::ids::ThreadId;
+use savepoint::workflow::{Ctx, Registry, RetryPolicy, StepError, Workflow, WorkflowError};
+use savepoint_integration_tests::scenario::World;
+use savepoint_worker::replay::{replay, ReplayReport};
+use savepoint_worker::WorkerOptions;
+
+const LONG: Duration = Duration::from_secs(30);
+
+struct InProc {
+    stop: CancellationToken,
+    join: JoinHandle<()>,
+}
+
+impl InProc {
+    fn start(cfg: &Config, registry: Registry) -> Self {
+        let stop = CancellationToken::new();
+        let opts = WorkerOptions {
+            registry,
+            failpoints: None,
+            crash: CancellationToken::new(),
+            serve_http: false,
+        };
+        let (cfg, s) = (cfg.clone(), stop.clone());
+        let join = tokio::spawn(async move {
+            savepoint_worker::run_with(cfg, opts, s).await.expect("worker");
+        });
+        Self { stop, join }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        let _ = tokio::time::timeout(LONG, self.join).await;
+    }
+}
+
+/// step → durable sleep → recorded now and uuid.
+struct Timer;
+impl Workflow for Timer {
+    const NAME: &'static str = "timer";
+    type Input = Value;
+    type Output = Value;
+    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let _: u32 = ctx.step("before", || async { Ok::<_, StepError>(1) }).await?;
+        ctx.sleep("nap", Duration::from_millis(400)).await?;
+        let now = ctx.now().await;
+        let id = ctx.uuid().await;
+        Ok(json!({"now": now, "uuid": id}))
+    }
+}
+
+#[tokio::test]
+async fn durable_timer_and_recorded_values() {
+    let w = World::new("wt", |_| {}).await;
+    let mut reg = Registry::new();
+    reg.register(Timer);
+    let wk = InProc::start(&w.cfg, reg.clone());
+    w.wait_registered("timer").await;
+    let t = w.start("timer", json!(null)).await;
+    let sleeping = w.wait_status(&t, &["sleeping"], LONG).await;
+    assert!(sleeping["due_at"].as_u64().is_some(), "{sleeping}");
+    assert_eq!(sleeping["step"], 2);
+    let done = w.wait_status(&t, &["completed"], LONG).await;
+    assert_eq!(done["step"], 4);
+    // Replay sees the recorded time and uuid, not fresh ones.
+    let report = replay(&w.store, &reg, &t).await.unwrap();
+    assert_eq!(report, ReplayReport::Finished(Ok(done["output"].clone())));
+    wk.stop().await;
+}
+
+/// Retries with backoff; a final failure is journaled and returned so the code compensates.
+struct Saga {
+    flaky_calls: Arc<AtomicU32>,
+    doomed_calls: Arc<AtomicU32>,
+}
+impl Workflow for Saga {
+    const NAME: &'static str = "saga";
+    type Input = Value;
+    type Output = Value;
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            initial: Duration::from_millis(20),
+            ..RetryPolicy::attempts(4)
+        }
+    }
+    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let flaky = self.flaky_calls.clone();
+        let n: u32 = ctx
+            .step("flaky", || {
+                let flaky = flaky.clone();
+                async move {
+                    let n = flaky.fetch_add(1, Ordering::SeqCst) + 1;
+                    if n < 3 {
+                        Err(StepError::retryable(format!("transient failure {n}")))
+                    } else {
+                        Ok(n)
+                    }
+                }
+            })
+            .await?;
+        let doomed = self.doomed_calls.clone();
+        let r: Result<u32, WorkflowError> = ctx
+            .step("charge", || {
+                let doomed = doomed.clone();
+                async move {
+                    doomed.fetch_add(1, Ordering::SeqCst);
+                    Err::<u32, _>(StepError::fatal("card declined"))
+                }
+            })
+            .await;
+        let err = r.expect_err("charge always fails");
+        let undo: String = ctx
+            .step("compensate", || async { Ok::<_, StepError>("refunded".to_owned()) })
+            .await?;
+        Ok(json!({"flaky": n, "error": err.to_string(), "undo": undo}))
+    }
+}
+
+#[tokio::test]
+async fn retries_then_final_failure_is_returned_for_compensation() {
+    let w = World::new("wr", |_| {}).await;
+    let (flaky, doomed) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+    let mut reg = Registry::new();
+    reg.register(Saga {
+        flaky_calls: flaky.clone(),
+        doomed_calls: doomed.clone(),
+    });
+    let wk = InProc::start(&w.cfg, reg);
+    w.wait_registered("saga").await;
+    let t = w.start("saga", json!(null)).await;
+    let run = w.wait_status(&t, &["completed"], LONG).await;
+    assert_eq!(run["output"]["flaky"], 3);
+    assert_eq!(run["output"]["undo"], "refunded");
+    assert!(run["output"]["error"].as_str().unwrap().contains("card declined"));
+    assert_eq!(
+        (flaky.load(Ordering::SeqCst), doomed.load(Ordering::SeqCst)),
+        (3, 1),
+        "fatal errors are not retried"
+    );
+    let (_, hist) = w.get(&format!("/v1/runs/{t}/history")).await;
+    assert_eq!(hist["entries"][0]["attempts"], 3);
+    assert_eq!(hist["entries"][1]["outcome"], "error");
+    let retried = w.event_types(&t).await.iter().filter(|e| *e == "retried").count();
+    assert_eq!(retried, 2);
+    wk.stop().await;
+}
+
+/// Two signals, sent before the run asks for them, are delivered in order.
+struct Signals;
+impl Workflow for Signals {
+    const NAME: &'static str = "signals";
+    type Input = Value;
+    type Output = Value;
+    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let gate: Value = ctx
+            .interrupt("ready", json!({"why": "let the test send signals first"}))
+            .await?;
+        let a: Value = ctx.wait_signal("go").await?;
+        let b: Value = ctx.wait_signal("go").await?;
+        let c: Value = ctx.wait_signal("late").await?;
+        Ok(json!([gate, a, b, c]))
+    }
+}
+
+#[tokio::test]
+async fn signals_are_buffered_in_order_and_wake_waiting_runs() {
+    let w = World::new("ws", |_| {}).await;
+    let mut reg = Registry::new();
+    reg.register(Signals);
+    let wk = InProc::start(&w.cfg, reg);
+    w.wait_registered("signals").await;
+    let t = w.start("signals", json!(null)).await;
+    w.wait_status(&t, &["waiting"], LONG).await;
+    for v in [1, 2] {
+        let (code, body) = w.post(&format!("/v1/runs/{t}/signals/go"), json!({"value": v})).await;
+        assert_eq!(code, 202, "{body}");
+    }
+    w.post(&format!("/v1/runs/{t}/resume"), json!({"value": "ok"})).await;
+    let run = w.wait_status(&t, &["waiting"], LONG).await;
+    assert_eq!(run["next"], json!(["late"]), "{run}");
+    let (code, _) = w.post(&format!("/v1/runs/{t}/signals/late"), json!({"value": 3})).await;
+    assert_eq!(code, 202);
+    let run = w.wait_status(&t, &["completed"], LONG).await;
+    assert_eq!(run["output"], json!(["ok", 1, 2, 3]));
+    wk.stop().await;
+}
+
+/// Three versions of one workflow's code: 1 records a, b; 2 changed b into c without a
+/// guard (non-determinism); 3 guards the change with `patched`.
+struct Shape(u8);
+impl Workflow for Shape {
+    const NAME: &'static str = "shape";
+    type Input = Value;
+    type Output = Value;
+    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let mut log = vec![ctx.step("a", || async { Ok::<_, StepError>("a".to_owned()) }).await?];
+        let second = match self.0 {
+            1 => "b",
+            2 => "c",
+            _ if ctx.patched("use-c").await => "c",
+            _ => "b",
+        };
+        log.push(
+            ctx.step(second, || async move { Ok::<_, StepError>(second.to_owned()) })
+                .await?,
+        );
+        let answer: String = ctx.interrupt("gate", json!({})).await?;
+        log.push(answer);
+        Ok(json!(log))
+    }
+}
+
+fn shape(v: u8) -> Registry {
+    let mut r = Registry::new();
+    r.register(Shape(v));
+    r
+}
+
+#[tokio::test]
+async fn changed_code_blocks_with_the_mismatch_and_patched_keeps_old_runs_going() {
+    let w = World::new("wn", |_| {}).await;
+    let v1 = InProc::start(&w.cfg, shape(1));
+    w.wait_registered("shape").await;
+    let old_a = w.start("shape", json!({"n": 1})).await;
+    let old_b = w.start("shape", json!({"n": 2})).await;
+    w.wait_status(&old_a, &["waiting"], LONG).await;
+    w.wait_status(&old_b, &["waiting"], LONG).await;
+    v1.stop().await;
+    // Unguarded change: replay finds step "b" where the code now calls "c".
+    let v2 = InProc::start(&w.cfg, shape(2));
+    w.post(&format!("/v1/runs/{old_a}/resume"), json!({"value": "yes"}))
+        .await;
+    let run = w.wait_status(&old_a, &["blocked"], LONG).await;
+    assert_eq!(
+        run["blocked_reason"],
+        "non-determinism at entry 1: the workflow called step \"c\" but the journal recorded step \"b\""
+    );
+    v2.stop().await;
+    // Guarded change: old runs keep the old path, new runs take the new one.
+    let v3 = InProc::start(&w.cfg, shape(3));
+    w.post(&format!("/v1/runs/{old_b}/resume"), json!({"value": "yes"}))
+        .await;
+    let run = w.wait_status(&old_b, &["completed"], LONG).await;
+    assert_eq!(run["output"], json!(["a", "b", "yes"]));
+    let new = w.start("shape", json!({"n": 3})).await;
+    w.wait_status(&new, &["waiting"], LONG).await;
+    w.post(&format!("/v1/runs/{new}/resume"), json!({"value": "yes"})).await;
+    let run = w.wait_status(&new, &["completed"], LONG).await;
+    assert_eq!(run["output"], json!(["a", "c", "yes"]));
+    v3.stop().await;
+}
+
+#[tokio::test]
+async fn unsupported_version_blocks_and_journal_limit_fails() {
+    let w = World::new("wv", |c| c.worker.max_entries = 3).await;
+    let wk = InProc::start(&w.cfg, savepoint_worker::demo::registry(&w.store));
+    w.wait_registered("chain").await;
+    let t = ThreadId::generate("chain");
+    w.store
+        .create(&t, "chain", 7, &json!({"steps": 2}).to_string(), "")
+        .await
+        .unwrap();
+    let run = w.wait_status(&t, &["blocked"], LONG).await;
+    assert_eq!(
+        run["blocked_reason"],
+        "workflow chain version 7 is not served by this worker (serves versions 1..=1)"
+    );
+    assert_eq!(run["step"], 0, "the run is left untouched");
+    let long = w.start("chain", json!({"steps": 5})).await;
+    let run = w.wait_status(&long, &["failed"], LONG).await;
+    assert_eq!(run["error"], "journal would exceed the maximum of 3 entries");
+    assert_eq!(run["step"], 3);
+    wk.stop().await;
+}
+
+/// A step longer than the lease: heartbeats keep the lease; cancelling the run drops the step.
+struct Slow {
+    finished: Arc<AtomicU32>,
+}
+impl Workflow for Slow {
+    const NAME: &'static str = "slow";
+    type Input = Value;
+    type Output = Value;
+    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let finished = self.finished.clone();
+        let v: u32 = ctx
+            .step("long", || {
+                let finished = finished.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_secs(6)).await;
+                    finished.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, StepError>(1)
+                }
+            })
+            .await?;
+        Ok(json!(v))
+    }
+}
+
+#[tokio::test]
+async fn heartbeat_keeps_a_long_step_and_cancel_drops_it() {
+    let w = World::new("wh", |_| {}).await;
+    let finished = Arc::new(AtomicU32::new(0));
+    let mut reg = Registry::new();
+    reg.register(Slow {
+        finished: finished.clone(),
+    });
+    let a = InProc::start(&w.cfg, reg.clone());
+    let b = InProc::start(&w.cfg, reg);
+    w.wait_registered("slow").await;
+    let t = w.start("slow", json!(null)).await;
+    w.wait_status(&t, &["running"], LONG).await;
+    // Three lease lengths later the first owner still holds it: no takeover.
+    tokio::time::sleep(Duration::from_millis(w.cfg.lease_ms * 3)).await;
+    let events = w.event_types(&t).await;
+    assert!(!events.contains(&"takeover".to_string()), "{events:?}");
+    assert_eq!(w.run(&t).await["status"], "running");
+    let (code, body) = w.post(&format!("/v1/runs/{t}/cancel"), json!({})).await;
+    assert_eq!(code, 200, "{body}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        0,
+        "the step in flight was dropped when the lease was lost"
+    );
+    assert_eq!(w.run(&t).await["status"], "cancelled");
+    a.stop().await;
+    b.stop().await;
+}
