@@ -31,7 +31,7 @@ fn env_of(cfg: &Config) -> Vec<(&'static str, String)> {
         ("SAVEPOINT_FAILPOINTS", cfg.failpoints.clone()),
         (
             "RUST_LOG",
-            std::env::var("SAVEPOINT_TEST_CHILD_LOG").unwrap_or_else(|_| "warn".into()),
+            std::env::var("SAVEPOINT_TEST_CHILD_LOG").unwrap_or_else(|_| "warn,lapin=off".into()),
         ),
     ]
 }

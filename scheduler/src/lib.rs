@@ -12,6 +12,7 @@
 mod api;
 pub mod cli;
 pub mod dev;
+pub mod loadgen;
 pub mod process;
 mod publish;
 mod scanner;

@@ -7,6 +7,7 @@
 mod control;
 mod error;
 mod extract;
+mod result;
 mod runs;
 mod views;
 
@@ -64,6 +65,7 @@ pub(crate) fn router(state: ApiState, readiness: Readiness) -> Router {
         .route("/v1/runs/{thread_id}", get(runs::get_run))
         .route("/v1/runs/{thread_id}/history", get(runs::history))
         .route("/v1/runs/{thread_id}/export", get(runs::export))
+        .route("/v1/runs/{thread_id}/result", get(result::result))
         .route("/v1/runs/{thread_id}/resume", post(control::resume))
         .route("/v1/runs/{thread_id}/signals/{name}", post(control::signal))
         .route("/v1/runs/{thread_id}/cancel", post(control::cancel))

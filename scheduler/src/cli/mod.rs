@@ -79,6 +79,9 @@ pub enum Command {
     /// Redis; by default first play the seed's invoice story (crash after the ledger post,
     /// resume on the other worker, count every effect).
     Dev(DevCmd),
+    /// Load generator: submit runs, wait for them, print throughput, latency, duplicates,
+    /// Redis bytes per run; non-zero exit when a run is lost or an effect repeated.
+    Loadgen(crate::loadgen::LoadgenArgs),
     /// List recent runs, newest first.
     List {
         /// Only runs with this status (pending, running, sleeping, waiting, completed, failed,
@@ -201,6 +204,21 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
             }
             savepoint::telemetry::init(&cfg.log_format);
             crate::dev::run(cfg, d.dev).await
+        }
+        Command::Loadgen(a) => {
+            let cfg = savepoint::config::Config::load(a.config.as_deref(), &savepoint::config::ProcessEnv)?;
+            let report = crate::loadgen::run(cfg, &cli.api, a.clone()).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report.render());
+            }
+            let repeated = !report.repeated_deliveries.is_empty() && a.policy == "block"
+                || (a.workflow == "invoice" && !report.repeated_effect_calls.is_empty());
+            if report.lost > 0 || repeated {
+                anyhow::bail!("{} runs lost, effects repeated: {repeated}", report.lost);
+            }
+            Ok(())
         }
         Command::List { status, limit } => print(json, &client.list(status.as_deref(), limit).await?, render::list),
     }

@@ -1,0 +1,145 @@
+//! The fleet under chaos, kept short for CI: 3 worker processes and 2 schedulers, a few
+//! hundred `webhook` runs, a random worker SIGKILLed every second (and replaced), the
+//! broker restarted once. Every run must end completed (or blocked with a reason), no
+//! webhook key may be delivered twice under the `block` policy, no run may be lost.
+
+use rand::Rng;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+use savepoint_integration_tests::procs::Proc;
+use savepoint_integration_tests::scenario::World;
+use savepoint_scheduler::loadgen::receiver;
+
+const WORKER: &str = env!("CARGO_BIN_EXE_it-worker");
+const SCHEDULER: &str = env!("CARGO_BIN_EXE_it-scheduler");
+const RUNS: usize = 300;
+
+async fn rabbitmqctl(arg: &str) {
+    let out = tokio::process::Command::new("rabbitmqctl")
+        .arg(arg)
+        .output()
+        .await
+        .expect("rabbitmqctl runs");
+    assert!(
+        out.status.success(),
+        "rabbitmqctl {arg}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_survives_sigkills_and_a_broker_restart() {
+    let w = World::new("fl", |c| c.worker.slice_max_steps = 2).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (hook, deliveries) = receiver::start(stop.clone()).await.unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let _sched2 = Proc::spawn(SCHEDULER, "sched-2", &w.cfg, &[("SAVEPOINT_HTTP_ADDR", &addr)]);
+    let mut workers: Vec<Proc> = (0..3).map(|i| w.worker(WORKER, &format!("w{i}"), "")).collect();
+    w.wait_registered("webhook").await;
+
+    // Submit at ~20 runs/s for about 15 s, so the chaos below overlaps the whole load.
+    let started = Instant::now();
+    let submitted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let submitter = {
+        let (submitted, base, hook) = (submitted.clone(), w.sched.base_url.clone(), hook.clone());
+        tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            for i in 0..RUNS {
+                let due = started + Duration::from_millis(50 * i as u64);
+                tokio::time::sleep_until(due.into()).await;
+                let input = json!({"url": hook, "steps": 6, "effect_at": 3, "policy": "block"});
+                let body = json!({"workflow": "webhook", "input": input, "thread_id": format!("fleet-{i}")});
+                let r = http
+                    .post(format!("{base}/v1/runs"))
+                    .json(&body)
+                    .send()
+                    .await
+                    .expect("api");
+                assert_eq!(r.status().as_u16(), 201, "start {i}");
+                submitted
+                    .lock()
+                    .unwrap()
+                    .push(savepoint::ids::ThreadId::new(format!("fleet-{i}")).unwrap());
+            }
+        })
+    };
+    let (mut kills, mut restarted, mut next_kill) = (0, false, Instant::now() + Duration::from_secs(1));
+    let deadline = Instant::now() + Duration::from_secs(150);
+    let ended = loop {
+        let threads = submitted.lock().unwrap().clone();
+        let mut conn = w.store.connection();
+        let mut pipe = redis::pipe();
+        for t in &threads {
+            pipe.cmd("HGET").arg(&w.store.keys().run(t).run).arg("status");
+        }
+        let statuses: Vec<Option<String>> = pipe.query_async(&mut conn).await.unwrap_or_default();
+        let ended = statuses
+            .iter()
+            .filter(|s| matches!(s.as_deref(), Some("completed" | "blocked")))
+            .count();
+        if ended == RUNS {
+            break ended;
+        }
+        assert!(Instant::now() < deadline, "only {ended}/{RUNS} runs ended in time");
+        // Chaos for the first 20 seconds: a SIGKILL a second, one broker restart.
+        if started.elapsed() < Duration::from_secs(20) && Instant::now() >= next_kill {
+            let victim = rand::rng().random_range(0..workers.len());
+            workers[victim].signal("KILL");
+            let _ = workers[victim].wait_exit(Duration::from_secs(5)).await;
+            workers[victim] = w.worker(WORKER, &format!("r{kills}"), "");
+            kills += 1;
+            next_kill = Instant::now() + Duration::from_secs(1);
+        }
+        if !restarted && started.elapsed() > Duration::from_secs(3) {
+            rabbitmqctl("stop_app").await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            rabbitmqctl("start_app").await;
+            restarted = true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let elapsed = started.elapsed();
+    submitter.await.unwrap();
+    let threads = submitted.lock().unwrap().clone();
+    let (mut completed, mut blocked) = (0, 0);
+    for t in &threads {
+        let run = w.run(t).await;
+        match run["status"].as_str() {
+            Some("completed") => completed += 1,
+            Some("blocked") => {
+                blocked += 1;
+                assert!(
+                    run["blocked_reason"]
+                        .as_str()
+                        .is_some_and(|r| r.contains("outcome unknown")),
+                    "{run}"
+                );
+            }
+            other => panic!("run {t} ended as {other:?}"),
+        }
+    }
+    let counts = deliveries.snapshot();
+    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "keys delivered twice under the block policy: {twice:?}"
+    );
+    assert!(counts.len() >= completed, "every completed run delivered its webhook");
+    assert!(restarted, "the broker was restarted");
+    let figures = format!(
+        "fleet: {RUNS} runs ({ended} ended) in {:.1}s: {completed} completed, {blocked} blocked (effect in doubt), \
+         {kills} workers SIGKILLed, 1 broker restart, {} webhook keys delivered, 0 twice",
+        elapsed.as_secs_f64(),
+        counts.len()
+    );
+    // Written past the test harness's capture so CI logs show the figures.
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{figures}");
+    stop.cancel();
+}

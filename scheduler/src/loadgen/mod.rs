@@ -1,0 +1,134 @@
+//! `savepoint loadgen`: submits runs through the API (all at once, or at a fixed rate with a
+//! cap on runs in flight), waits for them, and reports throughput, latency percentiles,
+//! effect duplicates, Redis bytes per run and recovery stalls. Exits non-zero when a run is
+//! lost or an effect is delivered twice.
+
+pub mod receiver;
+mod stats;
+mod track;
+
+pub use stats::{Percentiles, Report};
+
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use savepoint::config::Config;
+use savepoint::ids::ThreadId;
+use savepoint::store::RedisStore;
+
+/// Options of `savepoint loadgen`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoadgenArgs {
+    /// TOML config file (for the namespace and Redis URL; default: $SAVEPOINT_CONFIG).
+    #[arg(long)]
+    pub config: Option<String>,
+    /// Workflow to run: chain, webhook or invoice.
+    #[arg(long, default_value = "chain")]
+    pub workflow: String,
+    /// Runs to submit.
+    #[arg(long, default_value_t = 500)]
+    pub runs: usize,
+    /// Steps per run (chain, webhook).
+    #[arg(long, default_value_t = 10)]
+    pub steps: u32,
+    /// Padding bytes per step result (chain).
+    #[arg(long, default_value_t = 0)]
+    pub payload_bytes: usize,
+    /// Runs per second to submit; 0 submits all at once.
+    #[arg(long, default_value_t = 0.0)]
+    pub rate: f64,
+    /// Most runs in flight at once.
+    #[arg(long, default_value_t = 5000)]
+    pub inflight: usize,
+    /// Index of the webhook effect (default: the middle step).
+    #[arg(long)]
+    pub effect_at: Option<u32>,
+    /// Webhook in-doubt policy: block or retry_safe.
+    #[arg(long, default_value = "block")]
+    pub policy: String,
+    /// Webhook URL (default: a receiver started by the load generator, counting deliveries).
+    #[arg(long)]
+    pub webhook_url: Option<String>,
+    /// Seconds to wait for all runs to end.
+    #[arg(long, default_value_t = 300)]
+    pub timeout: u64,
+    /// Runs sampled for per-step latency and Redis bytes.
+    #[arg(long, default_value_t = 200)]
+    pub sample: usize,
+}
+
+fn input(args: &LoadgenArgs, i: usize, hook: &str) -> Result<Value, anyhow::Error> {
+    Ok(match args.workflow.as_str() {
+        "chain" => json!({"steps": args.steps, "payload_bytes": args.payload_bytes}),
+        "webhook" => json!({
+            "url": hook, "steps": args.steps,
+            "effect_at": args.effect_at.unwrap_or(args.steps / 2), "policy": args.policy,
+        }),
+        "invoice" => json!({"invoice_id": format!("LG-{}-{i}", &uuid::Uuid::new_v4().simple().to_string()[..8])}),
+        other => bail!("unknown workflow {other:?}: use chain, webhook or invoice"),
+    })
+}
+
+/// Runs the load and returns the report (the caller prints it and picks the exit code).
+pub async fn run(cfg: Config, api: &str, args: LoadgenArgs) -> anyhow::Result<Report> {
+    let store = RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
+        .await
+        .context("connecting to Redis")?;
+    let stop = CancellationToken::new();
+    let (hook, deliveries) = match (&args.webhook_url, args.workflow.as_str()) {
+        (Some(u), _) => (u.clone(), None),
+        (None, "webhook") => {
+            let (u, d) = receiver::start(stop.clone()).await?;
+            (u, Some(d))
+        }
+        _ => (String::new(), None),
+    };
+    let http = reqwest::Client::builder().pool_max_idle_per_host(64).build()?;
+    let permits = Arc::new(Semaphore::new(args.inflight.max(1)));
+    let tracker = track::Tracker::start(store.clone(), stop.clone());
+    let prefix = format!("lg-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let started = Instant::now();
+    let interval = (args.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / args.rate));
+    let mut submits = tokio::task::JoinSet::new();
+    for i in 0..args.runs {
+        if let Some(iv) = interval {
+            let due = started + iv.mul_f64(i as f64);
+            tokio::time::sleep_until(due.into()).await;
+        }
+        let permit = permits.clone().acquire_owned().await?;
+        let thread = ThreadId::new(format!("{prefix}-{i}"))?;
+        let body = json!({"workflow": args.workflow, "input": input(&args, i, &hook)?, "thread_id": thread.as_str()});
+        let (http, url, tracker) = (http.clone(), format!("{api}/v1/runs"), tracker.clone());
+        submits.spawn(async move {
+            let resp = http.post(&url).json(&body).send().await?;
+            if !resp.status().is_success() {
+                let status = resp.status();
+                bail!("start failed: HTTP {status}: {}", resp.text().await.unwrap_or_default());
+            }
+            tracker.add(thread, permit);
+            Ok::<(), anyhow::Error>(())
+        });
+        while let Some(r) = submits.try_join_next() {
+            r??;
+        }
+    }
+    while let Some(r) = submits.join_next().await {
+        r??;
+    }
+    let all_done = tracker.wait_all(Duration::from_secs(args.timeout)).await;
+    stop.cancel();
+    let threads = tracker.threads();
+    let mut report = track::measure(&store, &threads, args.sample).await?;
+    report.workflow = args.workflow.clone();
+    if let Some(d) = deliveries {
+        report.repeated_deliveries = d.snapshot().into_iter().filter(|(_, n)| *n > 1).collect();
+    }
+    if !all_done {
+        eprintln!("loadgen: timed out after {} s waiting for runs", args.timeout);
+    }
+    Ok(report)
+}
