@@ -130,8 +130,14 @@ async fn story(cfg: &Config, store: &RedisStore, api: &str, fleet: &mut Fleet) -
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let invoice_id = format!("INV-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
     let http = reqwest::Client::new();
+    while !http.get(format!("{api}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
+        if Instant::now() > deadline {
+            bail!("the scheduler did not become ready (Redis and RabbitMQ connected)");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let invoice_id = format!("INV-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
     let resp: Value = http
         .post(format!("{api}/v1/runs"))
         .json(&json!({"workflow": "invoice", "input": {"invoice_id": invoice_id}}))
@@ -145,15 +151,17 @@ async fn story(cfg: &Config, store: &RedisStore, api: &str, fleet: &mut Fleet) -
     let started = Instant::now();
     let mut seen = 0usize;
     let mut w2_started = false;
+    let mut seen_steps = 0usize;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
+        // Events (claims, takeovers, effects) and step commits (journal entries), by time.
         let events = store.events(&thread, 1000).await?;
+        let journal = store.get(&thread).await?.map(|(_, j)| j).unwrap_or_default();
+        let mut lines: Vec<(u64, String)> = Vec::new();
         for e in events.iter().skip(seen) {
-            let at = started.elapsed().as_secs_f64();
             let line = match e.typ.as_str() {
                 "claimed" => format!("{} claimed the run", owner_name(&e.detail)),
                 "takeover" => format!("{} took over the expired lease ({})", owner_name(&e.detail), e.detail),
-                "step_committed" => format!("step {} committed", e.detail),
                 "effect_done" => format!("effect {} applied and recorded", e.detail),
                 "effect_skipped" => format!(
                     "effect {} already applied: recorded result journaled, not repeated",
@@ -161,9 +169,19 @@ async fn story(cfg: &Config, store: &RedisStore, api: &str, fleet: &mut Fleet) -
                 ),
                 other => format!("{other} {}", e.detail),
             };
-            println!("  [{at:6.2}s] {line}");
+            lines.push((e.at, line));
+        }
+        for (i, e) in journal.iter().enumerate().skip(seen_steps) {
+            if e.kind == savepoint::journal::EntryKind::Step {
+                lines.push((e.at, format!("step {i} {} committed", e.name)));
+            }
+        }
+        lines.sort_by_key(|l| l.0);
+        for (_, line) in lines {
+            println!("  [{:6.2}s] {line}", started.elapsed().as_secs_f64());
         }
         seen = events.len();
+        seen_steps = journal.len();
         if crash.is_cancelled() && !w2_started {
             println!(
                 "  [{:6.2}s] w1 CRASHED at failpoint effect.after_call (ledger posted, not yet recorded)",

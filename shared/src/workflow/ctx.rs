@@ -285,7 +285,12 @@ impl Ctx {
         if is_step {
             self.failpoint("step.before_commit").await;
         }
-        let detail = format!("{idx} {}", entry.name);
+        // Plain step commits record no event (the journal entry is the record).
+        let detail = if event.is_empty() {
+            String::new()
+        } else {
+            format!("{idx} {}", entry.name)
+        };
         let started = Instant::now();
         let r = self
             .p
@@ -394,12 +399,8 @@ impl Ctx {
             },
             Err(e) => Outcome::Err(e.message),
         };
-        self.commit(
-            Entry::new(name, EntryKind::Step, outcome.clone(), attempts),
-            "step_committed",
-            None,
-        )
-        .await;
+        self.commit(Entry::new(name, EntryKind::Step, outcome.clone(), attempts), "", None)
+            .await;
         decode_outcome("step", name, outcome)
     }
 }

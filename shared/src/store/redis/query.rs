@@ -3,19 +3,19 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use super::reply::{as_text, flat_map};
+use super::reply::flat_map;
 use super::RedisStore;
 use crate::ids::ThreadId;
 use crate::journal::Entry;
 use crate::store::model::journal_from_fields;
 use crate::store::{RunHeader, RunStatus, StoreError};
 
-/// One event of a run's event stream.
+/// One event of a run's event log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunEvent {
-    /// Stream id.
+    /// Position in the run's event log.
     pub id: String,
-    /// Event type (`claimed`, `step_committed`, `effect_done`, …).
+    /// Event type (`claimed`, `takeover`, `effect_done`, `slept`, …).
     #[serde(rename = "type")]
     pub typ: String,
     /// Free text detail.
@@ -69,36 +69,33 @@ impl RedisStore {
     /// The last `count` events of a run, oldest first.
     pub async fn events(&self, thread: &ThreadId, count: usize) -> Result<Vec<RunEvent>, StoreError> {
         let mut conn = self.connection();
-        let v: redis::Value = redis::cmd("XREVRANGE")
+        let raw: Vec<String> = redis::cmd("LRANGE")
             .arg(&self.keys.run(thread).events)
-            .arg("+")
-            .arg("-")
-            .arg("COUNT")
-            .arg(count)
+            .arg(-(count.max(1) as i64))
+            .arg(-1)
             .query_async(&mut conn)
             .await?;
-        let mut out = Vec::new();
-        if let redis::Value::Array(items) = v {
-            for item in items {
-                if let redis::Value::Array(parts) = item {
-                    if let [id, fields] = parts.as_slice() {
-                        let f = flat_map(fields);
-                        let get = |k: &str| {
-                            f.get(k)
-                                .map(|b| String::from_utf8_lossy(b).into_owned())
-                                .unwrap_or_default()
-                        };
-                        out.push(RunEvent {
-                            id: as_text(id),
-                            typ: get("type"),
-                            detail: get("detail"),
-                            at: get("at").parse().unwrap_or(0),
-                        });
-                    }
+        let len: i64 = redis::cmd("LLEN")
+            .arg(&self.keys.run(thread).events)
+            .query_async(&mut conn)
+            .await?;
+        let first = len - raw.len() as i64;
+        let out = raw
+            .iter()
+            .enumerate()
+            .map(|(i, line)| {
+                let mut parts = line.splitn(3, '\u{1f}');
+                let at = parts.next().unwrap_or("0").parse().unwrap_or(0);
+                let typ = parts.next().unwrap_or("").to_owned();
+                let detail = parts.next().unwrap_or("").to_owned();
+                RunEvent {
+                    id: (first + i as i64).to_string(),
+                    typ,
+                    detail,
+                    at,
                 }
-            }
-        }
-        out.reverse();
+            })
+            .collect();
         Ok(out)
     }
 

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# W1 benchmark: R runs x S steps of `chain` on N local workers, and the I/O floor measured
+# in the same run (one checkpoint CAS + one confirmed quorum-queue message per step).
+#   deploy/bench/w1.sh                      # 500 x 10, 2 workers
+#   RUNS=200 STEPS=1000 WORKERS=1 deploy/bench/w1.sh
+#   PAYLOAD=10000 deploy/bench/w1.sh        # bytes of padding per step result
+# Prints loadgen's figures, the floor and the ratio. Uses a fresh namespace, cleans up.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+RUNS=${RUNS:-500}; STEPS=${STEPS:-10}; WORKERS=${WORKERS:-2}; PAYLOAD=${PAYLOAD:-0}
+PORT=${PORT:-7170}; FLOOR=${FLOOR:-1}
+cargo build --release --quiet --bin savepoint --bin savepoint-worker --bin savepoint-scheduler \
+  -p savepoint-scheduler -p savepoint-worker
+[ "$FLOOR" = 1 ] && cargo build --release --quiet -p savepoint-benches --bin io-floor
+NS=${SAVEPOINT_NAMESPACE:-bench$(date +%s)}
+export SAVEPOINT_NAMESPACE=$NS SAVEPOINT_HTTP_ADDR=127.0.0.1:$PORT RUST_LOG=${RUST_LOG:-warn,lapin=off}
+export SAVEPOINT_WORKER_HTTP_ADDR=
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  redis-cli --scan --pattern "$NS:*" | xargs -r -n 500 redis-cli del >/dev/null
+  rabbitmqctl -q delete_queue "$NS.q.default" >/dev/null 2>&1 || true
+  rabbitmqctl -q delete_queue "$NS.dlq" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+target/release/savepoint-scheduler & PIDS+=($!)
+for i in $(seq 1 "$WORKERS"); do SAVEPOINT_WORKER_NAME=w$i target/release/savepoint-worker & PIDS+=($!); done
+for _ in $(seq 1 100); do
+  curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && redis-cli hexists "$NS:workflows" chain | grep -q 1 && break
+  sleep 0.2
+done
+echo "== savepoint: $RUNS runs x $STEPS steps of chain, $WORKERS workers, payload $PAYLOAD B (namespace $NS)"
+target/release/savepoint --api "http://127.0.0.1:$PORT" loadgen --workflow chain --runs "$RUNS" --steps "$STEPS" \
+  --payload-bytes "$PAYLOAD" --json > /tmp/w1-savepoint.json
+python3 - <<'PY'
+import json; r = json.load(open('/tmp/w1-savepoint.json'))
+print(f"steps/s {r['steps_per_s']:.0f}  runs/s {r['runs_per_s']:.1f}  wall {r['wall_s']:.2f}s")
+l = r['run_latency_ms']; s = r['step_latency_ms']
+print(f"run latency ms p50 {l['p50']:.0f} p90 {l['p90']:.0f} p99 {l['p99']:.0f} max {l['max']:.0f}")
+print(f"step latency ms p50 {s['p50']:.1f} p99 {s['p99']:.1f}")
+print(f"redis bytes/run {r['redis_bytes_per_run']:.0f}  by status {r['by_status']}  lost {r['lost']}")
+PY
+if [ "$FLOOR" = 1 ]; then
+  echo "== I/O floor: same shape"
+  target/release/io-floor --runs "$RUNS" --steps "$STEPS" --workers "$WORKERS" --json > /tmp/w1-floor.json
+  python3 - <<'PY'
+import json; s = json.load(open('/tmp/w1-savepoint.json')); f = json.load(open('/tmp/w1-floor.json'))
+print(f"floor steps/s {f['steps_per_s']:.0f}; savepoint / floor = {100*s['steps_per_s']/f['steps_per_s']:.0f}%")
+PY
+fi
