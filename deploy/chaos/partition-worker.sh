@@ -219,15 +219,36 @@ sleep 2 # let the isolated worker's late writes reach Redis and be refused
 
 # --- Verdict --------------------------------------------------------------------------------
 # Per held run: final status | takeovers by a non-isolated worker | other takeovers | reason
-outcome() { # run key
-  local ev=${1/:run:/:ev:}
-  chaos_redis eval "local st = redis.call('HMGET', KEYS[1], 'status', 'reason')
-    local free, other = 0, 0
-    for _, e in ipairs(redis.call('XRANGE', KEYS[2], '-', '+')) do
+# Lua: the events of a run as {type, detail} pairs, from either event log layout: a stream
+# (fields type/detail/at) or, in newer builds, a capped list of "<ms>\31<type>\31<detail>".
+EVENTS_LUA="local function events(key)
+  local out = {}
+  local ty = redis.call('TYPE', key).ok
+  if ty == 'stream' then
+    for _, e in ipairs(redis.call('XRANGE', key, '-', '+')) do
       local f = {}
       for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
-      if f.type == 'takeover' and string.find(f.detail or '', 'expired lease of isolated-', 1, true) then
-        if string.sub(f.detail, 1, 9) == 'isolated-' then other = other + 1 else free = free + 1 end
+      out[#out + 1] = { f.type or '', f.detail or '' }
+    end
+  elseif ty == 'list' then
+    for _, s in ipairs(redis.call('LRANGE', key, 0, -1)) do
+      local a = string.find(s, '\31', 1, true)
+      local b = a and string.find(s, '\31', a + 1, true)
+      if b then out[#out + 1] = { string.sub(s, a + 1, b - 1), string.sub(s, b + 1) } end
+    end
+  end
+  return out
+end
+"
+# Per held run: final status | takeovers by a non-isolated worker | other takeovers | reason
+outcome() { # run key
+  local ev=${1/:run:/:ev:}
+  chaos_redis eval "$EVENTS_LUA
+    local st = redis.call('HMGET', KEYS[1], 'status', 'reason')
+    local free, other = 0, 0
+    for _, e in ipairs(events(KEYS[2])) do
+      if e[1] == 'takeover' and string.find(e[2], 'expired lease of isolated-', 1, true) then
+        if string.sub(e[2], 1, 9) == 'isolated-' then other = other + 1 else free = free + 1 end
       end
     end
     return (st[1] or 'missing') .. '|' .. free .. '|' .. other .. '|' .. (st[2] or '')" 2 "$1" "$ev"
@@ -243,11 +264,10 @@ done
 all_takeovers=0
 mapfile -t allkeys < <(chaos_redis --scan --pattern "$NS:*:ev:*" | grep . || true)
 for e in "${allkeys[@]}"; do
-  n=$(chaos_redis eval "local n = 0
-    for _, x in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
-      local f = {}
-      for i = 1, #x[2], 2 do f[x[2][i]] = x[2][i + 1] end
-      if f.type == 'takeover' then n = n + 1 end
+  n=$(chaos_redis eval "$EVENTS_LUA
+    local n = 0
+    for _, e in ipairs(events(KEYS[1])) do
+      if e[1] == 'takeover' then n = n + 1 end
     end
     return n" 1 "$e")
   all_takeovers=$((all_takeovers + n))
