@@ -426,3 +426,34 @@ async fn two_replicas_publish_each_due_run_once_per_period() {
     second.stop().await.expect("second replica stops cleanly");
     api.done().await;
 }
+
+#[tokio::test]
+async fn result_long_poll_waits_until_the_run_ends() {
+    let api = TestApi::new("api", |_| {}).await;
+    api.start_echo("lp-1", json!(1)).await;
+    // Not ended: answers 202 with the run as it stands once the timeout passes.
+    let t0 = Instant::now();
+    let (code, body) = api.get("/v1/runs/lp-1/result?timeout=0.3").await;
+    assert_eq!((code, body["status"].as_str()), (202, Some("pending")), "{body}");
+    assert!(t0.elapsed() >= Duration::from_millis(300));
+    // Ends while a poll waits: the poll answers 200 soon after.
+    let waiter = {
+        let url = api.url("/v1/runs/lp-1/result?timeout=10");
+        tokio::spawn(async move { reqwest::get(url).await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t1 = Instant::now();
+    assert_eq!(api.post("/v1/runs/lp-1/cancel", json!({})).await.0, 200);
+    let r = waiter.await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(t1.elapsed() < Duration::from_secs(2), "answered promptly");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["status"], "cancelled");
+    assert_error(
+        api.get("/v1/runs/lp-1/result?timeout=abc").await,
+        400,
+        "timeout must be a number",
+    );
+    assert_error(api.get("/v1/runs/nope/result?timeout=1").await, 404, "not found");
+    api.done().await;
+}

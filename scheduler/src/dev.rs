@@ -131,7 +131,12 @@ async fn story(cfg: &Config, store: &RedisStore, api: &str, fleet: &mut Fleet) -
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let http = reqwest::Client::new();
-    while !http.get(format!("{api}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
+    while !http
+        .get(format!("{api}/readyz"))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+    {
         if Instant::now() > deadline {
             bail!("the scheduler did not become ready (Redis and RabbitMQ connected)");
         }

@@ -126,7 +126,7 @@ impl Default for SchedulerSection {
     fn default() -> Self {
         Self {
             http_addr: "127.0.0.1:7070".into(),
-            scan_interval_ms: 250,
+            scan_interval_ms: 200,
             scan_batch: 500,
             max_input_bytes: 256 * 1024,
         }
@@ -178,7 +178,7 @@ impl Default for Config {
             partitions: DEFAULT_PARTITIONS,
             queue: "default".into(),
             lease_ms: 3000,
-            grace_ms: 500,
+            grace_ms: 250,
             redeliver_ms: 5000,
             retention_secs: 7 * 24 * 3600,
             effect_ttl_secs: 30 * 24 * 3600,

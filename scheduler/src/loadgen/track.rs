@@ -146,12 +146,18 @@ pub(crate) async fn measure(store: &RedisStore, threads: &[ThreadId], sample: us
         }
         bytes.push(total as f64);
     }
+    // A takeover ends a stall that began at the run's last progress before it: the latest
+    // event or journal entry (plain step commits record no event).
     for th in threads {
         let events = store.events(th, 1000).await?;
-        for w in events.windows(2) {
-            if w[1].typ == "takeover" {
-                stalls.push(w[1].at.saturating_sub(w[0].at) as f64);
-            }
+        if !events.iter().any(|e| e.typ == "takeover") {
+            continue;
+        }
+        let journal = store.get(th).await?.map(|(_, j)| j).unwrap_or_default();
+        for (i, e) in events.iter().enumerate().filter(|(_, e)| e.typ == "takeover") {
+            let last_event = events[..i].iter().map(|p| p.at).max().unwrap_or(0);
+            let last_entry = journal.iter().map(|j| j.at).filter(|at| *at <= e.at).max().unwrap_or(0);
+            stalls.push(e.at.saturating_sub(last_event.max(last_entry)) as f64);
         }
     }
     r.step_latency_ms = Percentiles::of(step_gaps);

@@ -44,7 +44,7 @@ impl Default for StoreConfig {
     fn default() -> Self {
         Self {
             lease: Duration::from_millis(3000),
-            grace: Duration::from_millis(500),
+            grace: Duration::from_millis(250),
             redeliver: Duration::from_secs(5),
             retention: Duration::from_secs(7 * 24 * 3600),
             effect_ttl: Duration::from_secs(30 * 24 * 3600),

@@ -1,0 +1,157 @@
+//! Runs waiting on a durable timer: Redis bytes per waiting run and the due scanner's cost
+//! per tick, for N runs (default 1,000 and 20,000). Uses the store's real scripts: each run
+//! is created, claimed, journals one step and suspends as `sleeping` for an hour.
+//!
+//! `cargo run --release -p savepoint-benches --bin timers -- --runs 1000 --runs 20000`
+
+use clap::Parser;
+use std::time::{Duration, Instant};
+
+use savepoint::ids::{Namespace, ThreadId};
+use savepoint::journal::{Entry, EntryKind, Outcome};
+use savepoint::keys::Keys;
+use savepoint::store::{ClaimOutcome, RedisStore, RunStatus, StoreConfig};
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// Waiting-run counts to measure (repeatable).
+    #[arg(long = "runs", default_values_t = vec![1000, 20000])]
+    runs: Vec<usize>,
+    /// Redis URL.
+    #[arg(long, env = "SAVEPOINT_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+    /// Partitions.
+    #[arg(long, default_value_t = 64)]
+    partitions: u16,
+}
+
+async fn used_memory(conn: &mut redis::aio::ConnectionManager) -> anyhow::Result<i64> {
+    let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await?;
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let a = Args::parse();
+    for &n in &a.runs {
+        let ns = format!("timers{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let keys = Keys::new(Namespace::new(ns.clone())?, a.partitions);
+        let store = RedisStore::connect(&a.redis, keys.clone(), StoreConfig::default()).await?;
+        let mut conn = store.connection();
+        let before = used_memory(&mut conn).await?;
+        let input = serde_json::json!({"steps": 1}).to_string();
+        let started = Instant::now();
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..n {
+            let (store, input) = (store.clone(), input.clone());
+            set.spawn(async move {
+                let t = ThreadId::new(format!("timer-{i}"))?;
+                store
+                    .create(
+                        &t,
+                        "chain",
+                        1,
+                        &input,
+                        "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01",
+                    )
+                    .await?;
+                let ClaimOutcome::Claimed(c) = store.claim(&t, "bench-worker", Some(0)).await? else {
+                    anyhow::bail!("claim failed");
+                };
+                let mut lease = c.lease;
+                let step = Entry::new(
+                    "s0",
+                    EntryKind::Step,
+                    Outcome::Ok(serde_json::json!({"i": 1, "acc": 0})),
+                    1,
+                );
+                store.commit(&mut lease, 0, &step, ("", ""), None).await?;
+                let nap = Entry::new(
+                    "nap",
+                    EntryKind::Sleep,
+                    Outcome::Ok(serde_json::json!({"duration_ms": 3_600_000})),
+                    1,
+                );
+                store
+                    .suspend(
+                        &mut lease,
+                        Some((1, &nap)),
+                        RunStatus::Sleeping,
+                        Some(Duration::from_secs(3600)),
+                        None,
+                        ("slept", "nap"),
+                    )
+                    .await?;
+                Ok(())
+            });
+            if set.len() >= 256 {
+                if let Some(r) = set.join_next().await {
+                    r??;
+                }
+            }
+        }
+        while let Some(r) = set.join_next().await {
+            r??;
+        }
+        let setup = started.elapsed();
+        let after = used_memory(&mut conn).await?;
+        let mut sample = 0u64;
+        for i in (0..n).step_by((n / 100).max(1)).take(100) {
+            let k = keys.run(&ThreadId::new(format!("timer-{i}"))?);
+            for key in [&k.run, &k.events] {
+                let b: Option<u64> = redis::cmd("MEMORY")
+                    .arg("USAGE")
+                    .arg(key)
+                    .arg("SAMPLES")
+                    .arg(0)
+                    .query_async(&mut conn)
+                    .await?;
+                sample += b.unwrap_or(0);
+            }
+        }
+        let sampled = (0..n).step_by((n / 100).max(1)).take(100).count() as f64;
+        // One scanner tick = one scan_due call per partition; nothing is due for an hour.
+        let ticks = 20;
+        let t0 = Instant::now();
+        for _ in 0..ticks {
+            for p in 0..a.partitions {
+                let (_, due) = store.scan_due(p, 500, Duration::from_secs(5)).await?;
+                anyhow::ensure!(due.is_empty(), "nothing should be due");
+            }
+        }
+        let tick = t0.elapsed() / ticks;
+        println!(
+            "timers: {n} runs sleeping: setup {:.2}s; redis used_memory +{:.0} B/run (incl. due/index zsets); \
+             MEMORY USAGE run+events {:.0} B/run; scanner tick over {} partitions: {:.2} ms",
+            setup.as_secs_f64(),
+            (after - before) as f64 / n as f64,
+            sample as f64 / sampled,
+            a.partitions,
+            tick.as_secs_f64() * 1000.0
+        );
+        let pattern = format!("{ns}:*");
+        let mut cursor = 0u64;
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await?;
+            if !batch.is_empty() {
+                let _: i64 = redis::cmd("DEL").arg(&batch).query_async(&mut conn).await?;
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(())
+}
