@@ -63,7 +63,7 @@ pub async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    savepoint::telemetry::init(&cfg.log_format);
+    let _telemetry = savepoint::telemetry::init(&cfg.log_format, "savepoint-scheduler");
     let shutdown = CancellationToken::new();
     tokio::spawn(on_signal(shutdown.clone()));
     match crate::run(cfg, shutdown).await {

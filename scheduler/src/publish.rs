@@ -60,11 +60,19 @@ impl Publisher {
     ) -> Result<(), PublishError> {
         self.failpoints.check(BEFORE_PUBLISH).await?;
         let task = Task::new(thread.clone(), self.keys.partition(thread), step, reason);
-        let headers: Vec<(String, String)> = trace
+        let span = tracing::info_span!("publish", thread.id = %thread, task.reason = reason_name(reason));
+        // Every publish joins the run's trace; the message carries the publish span's context.
+        if let Some(t) = trace.filter(|t| !t.is_empty()) {
+            savepoint::telemetry::set_parent(&span, t);
+        }
+        let parent = span.in_scope(savepoint::telemetry::current_traceparent);
+        let headers: Vec<(String, String)> = parent
+            .as_deref()
+            .or(trace)
             .filter(|t| !t.is_empty())
             .map(|t| vec![(TRACEPARENT.to_owned(), t.to_owned())])
             .unwrap_or_default();
-        self.broker.publish(&task.encode(), &headers).await?;
+        tracing::Instrument::instrument(self.broker.publish(&task.encode(), &headers), span).await?;
         inc(&metrics().published, &[("reason", reason_name(reason))]);
         Ok(())
     }

@@ -48,7 +48,7 @@ pub async fn main() -> std::process::ExitCode {
         eprintln!("savepoint-worker: {e}");
         return std::process::ExitCode::from(2);
     }
-    savepoint::telemetry::init(&cfg.log_format);
+    let _telemetry = savepoint::telemetry::init(&cfg.log_format, "savepoint-worker");
     let shutdown = CancellationToken::new();
     tokio::spawn(crate::signals::on_terminate(shutdown.clone()));
     match run(cfg, shutdown).await {

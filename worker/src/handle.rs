@@ -10,6 +10,7 @@ use savepoint::protocol::Task;
 use savepoint::store::{ClaimOutcome, RedisStore};
 use savepoint::workflow::{Registry, SliceLimits};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::slice::execute;
 
@@ -39,8 +40,17 @@ async fn settle(d: &Delivery) {
     }
 }
 
-/// Handles one task message. Never panics; every outcome settles the message.
+/// Handles one task message inside a `task` span whose parent is the publisher's span
+/// (the `traceparent` header), so the run's trace continues across processes.
 pub(crate) async fn handle_delivery(shared: &Shared, d: Delivery) {
+    let span = tracing::info_span!("task", worker.id = %shared.incarnation);
+    if let Some(tp) = d.headers.get("traceparent") {
+        savepoint::telemetry::set_parent(&span, tp);
+    }
+    handle(shared, d).instrument(span).await
+}
+
+async fn handle(shared: &Shared, d: Delivery) {
     let task = match Task::decode(&d.data) {
         Ok(t) => t,
         Err(e) => return dead_letter(shared, &d, &e.to_string(), "undecodable").await,
@@ -53,9 +63,11 @@ pub(crate) async fn handle_delivery(shared: &Shared, d: Delivery) {
         );
         return dead_letter(shared, &d, &reason, "partition").await;
     }
+    let claim_span = tracing::info_span!("claim", thread.id = %task.thread, task.reason = task.reason.as_str());
     let claimed = match shared
         .store
         .claim(&task.thread, shared.incarnation.as_str(), task.step)
+        .instrument(claim_span)
         .await
     {
         Ok(c) => c,

@@ -63,10 +63,15 @@ pub(crate) async fn publish(
         step,
         reason,
     );
-    let headers: Vec<(String, String)> = trace
+    let span = tracing::info_span!("publish", thread.id = %lease.thread, task.reason = reason.as_str());
+    // The next task's span continues from this publish (else from the run's own trace).
+    let parent = span.in_scope(savepoint::telemetry::current_traceparent);
+    let headers: Vec<(String, String)> = parent
+        .as_deref()
+        .or(trace)
         .map(|t| vec![("traceparent".to_owned(), t.to_owned())])
         .unwrap_or_default();
-    match shared.broker.publish(&task.encode(), &headers).await {
+    match shared.broker.publish(&task.encode(), &headers).instrument(span).await {
         Ok(()) => inc(&metrics().published, &[("reason", reason.as_str())]),
         Err(e) => tracing::warn!(thread.id = %lease.thread, error = %e, "publish failed; the due time will redeliver"),
     }
@@ -75,7 +80,20 @@ pub(crate) async fn publish(
 
 /// Runs one slice of a claimed run.
 pub(crate) async fn execute(shared: &Shared, c: Claimed) {
-    let span = tracing::info_span!("slice", thread.id = %c.lease.thread, worker.id = %shared.incarnation, workflow = %c.header.workflow, task.attempt = c.header.attempt);
+    let trace_id = c
+        .header
+        .trace
+        .as_deref()
+        .map(savepoint::telemetry::trace_id_of)
+        .unwrap_or_default();
+    let span = tracing::info_span!(
+        "slice",
+        thread.id = %c.lease.thread,
+        worker.id = %shared.incarnation,
+        workflow = %c.header.workflow,
+        task.attempt = c.header.attempt,
+        trace.id = %trace_id,
+    );
     run_slice(shared, c).instrument(span).await
 }
 

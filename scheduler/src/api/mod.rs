@@ -96,7 +96,9 @@ async fn count_requests(req: Request, next: Next) -> Response {
         .map(|m| m.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".into());
     let method = req.method().as_str().to_owned();
-    let resp = next.run(req).await;
+    // One span per request: the root of a new run's trace (`POST /v1/runs`).
+    let span = tracing::info_span!("api.request", http.method = %method, http.route = %route);
+    let resp = tracing::Instrument::instrument(next.run(req), span).await;
     inc(
         &metrics().http_requests,
         &[

@@ -81,7 +81,8 @@ pub(crate) async fn start(State(st): State<ApiState>, ApiJson(req): ApiJson<Star
             ),
         ));
     }
-    let trace = new_traceparent();
+    // The run's trace starts at this request's span when traces are exported.
+    let trace = savepoint::telemetry::current_traceparent().unwrap_or_else(new_traceparent);
     match svc
         .store
         .create(&thread, &req.workflow, entry.version, &input, &trace)

@@ -202,7 +202,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
             if std::env::var_os("RUST_LOG").is_none() {
                 std::env::set_var("RUST_LOG", "error");
             }
-            savepoint::telemetry::init(&cfg.log_format);
+            let _telemetry = savepoint::telemetry::init(&cfg.log_format, "savepoint-dev");
             crate::dev::run(cfg, d.dev).await
         }
         Command::Loadgen(a) => {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::{RetryPolicy, StepError, WorkflowError};
 use crate::failpoints::Failpoints;
@@ -97,12 +98,16 @@ pub struct Ctx {
     started: Instant,
     exit: Option<SliceExit>,
     notify: Arc<Notify>,
+    /// Open while recorded entries are being replayed; closed at the first live call.
+    replay_span: Option<tracing::Span>,
 }
 
 impl Ctx {
     /// A context over a claimed run.
     pub fn new(parts: CtxParts) -> Self {
+        let replay_span = Some(tracing::debug_span!("replay", journal.entries = parts.journal.len()));
         Self {
+            replay_span,
             p: parts,
             cursor: 0,
             live_in_slice: 0,
@@ -227,6 +232,7 @@ impl Ctx {
     /// Gate before every live call: replay-only refusal, shutdown and budget yields, the
     /// journal limit.
     pub(super) async fn before_live(&mut self, name: &str) {
+        self.replay_span = None;
         if self.p.replay_only {
             self.stop::<()>(SliceExit::WouldRunLive(name.to_owned())).await;
         }
@@ -296,6 +302,7 @@ impl Ctx {
             .p
             .store
             .commit(&mut self.p.lease, idx, &entry, (event, &detail), consume_signal)
+            .instrument(tracing::debug_span!("commit", step.index = idx))
             .await;
         if let Err(e) = r {
             return self.store_failed(e).await;
@@ -384,23 +391,29 @@ impl Ctx {
         if let Some(e) = self.replayed(name, EntryKind::Step).await {
             return decode_outcome("step", name, e.outcome);
         }
-        self.before_live(name).await;
-        let started = Instant::now();
-        let (r, attempts) = self.attempt_loop(name, policy, f).await;
-        let m = metrics();
-        let step_labels = labels(&[("workflow", &self.p.workflow)]);
-        m.step_seconds
-            .get_or_create(&step_labels)
-            .observe(started.elapsed().as_secs_f64());
-        let outcome = match r {
-            Ok(v) => match serde_json::to_value(&v) {
-                Ok(j) => Outcome::Ok(j),
-                Err(e) => Outcome::Err(format!("result does not encode as JSON: {e}")),
-            },
-            Err(e) => Outcome::Err(e.message),
-        };
-        self.commit(Entry::new(name, EntryKind::Step, outcome.clone(), attempts), "", None)
-            .await;
+        let span = tracing::debug_span!("step", step.name = name, step.index = self.cursor);
+        let outcome = async {
+            self.before_live(name).await;
+            let started = Instant::now();
+            let (r, attempts) = self.attempt_loop(name, policy, f).await;
+            let m = metrics();
+            let step_labels = labels(&[("workflow", &self.p.workflow)]);
+            m.step_seconds
+                .get_or_create(&step_labels)
+                .observe(started.elapsed().as_secs_f64());
+            let outcome = match r {
+                Ok(v) => match serde_json::to_value(&v) {
+                    Ok(j) => Outcome::Ok(j),
+                    Err(e) => Outcome::Err(format!("result does not encode as JSON: {e}")),
+                },
+                Err(e) => Outcome::Err(e.message),
+            };
+            self.commit(Entry::new(name, EntryKind::Step, outcome.clone(), attempts), "", None)
+                .await;
+            outcome
+        }
+        .instrument(span)
+        .await;
         decode_outcome("step", name, outcome)
     }
 }

@@ -11,6 +11,7 @@ use serde_json::Value;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use super::ctx::{decode_outcome, Ctx, SliceExit};
 use super::{RetryPolicy, StepError, WorkflowError};
@@ -123,14 +124,20 @@ impl Ctx {
             Err(e) => return self.block(&format!("effect {name:?}: {e}"), None).await,
         };
         let idx = self.cursor;
-        if let Some(recorded) = self.acquire(name, &key, &opts.policy).await {
+        let intent_span =
+            tracing::debug_span!("effect.intent", effect.name = name, effect.key = %key, step.index = idx);
+        if let Some(recorded) = self.acquire(name, &key, &opts.policy).instrument(intent_span).await {
             let entry = effect_entry(name, &key, Outcome::Ok(recorded.clone()), 0);
             self.commit(entry, "effect_skipped", None).await;
             return decode_outcome("effect", name, Outcome::Ok(recorded));
         }
         self.failpoint("effect.after_intent").await;
         let policy = opts.retry.clone().unwrap_or_else(|| self.p.retry.clone());
-        let (r, attempts) = self.attempt_loop(name, &policy, || f(key_s.clone())).await;
+        let call_span = tracing::debug_span!("effect.call", effect.name = name, effect.key = %key, step.index = idx);
+        let (r, attempts) = self
+            .attempt_loop(name, &policy, || f(key_s.clone()))
+            .instrument(call_span)
+            .await;
         let value = match r {
             Ok(v) => match serde_json::to_value(&v) {
                 Ok(j) => j,
@@ -165,7 +172,14 @@ impl Ctx {
         };
         self.failpoint("effect.after_call").await;
         let thread = self.thread_id().clone();
-        let value = match self.p.store.effect_done(&key, &thread, Some(idx), &value).await {
+        let done_span = tracing::debug_span!("effect.done", effect.key = %key, step.index = idx);
+        let value = match self
+            .p
+            .store
+            .effect_done(&key, &thread, Some(idx), &value)
+            .instrument(done_span)
+            .await
+        {
             Ok(EffectDone::Recorded) => {
                 inc(&metrics().effects, &[("outcome", "applied")]);
                 value

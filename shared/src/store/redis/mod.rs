@@ -142,6 +142,7 @@ impl RedisStore {
     }
 
     /// Starts a run (idempotent on thread id + workflow + input).
+    #[tracing::instrument(level = "debug", name = "create", skip_all, fields(thread.id = %thread))]
     pub async fn create(
         &self,
         thread: &ThreadId,
@@ -285,6 +286,7 @@ impl RedisStore {
 
     /// Ends a slice without ending the run: sleeping, waiting or pending (yield / retry later).
     #[allow(clippy::too_many_arguments)]
+    #[tracing::instrument(level = "debug", name = "suspend", skip_all, fields(thread.id = %lease.thread, run.status = status.as_str()))]
     pub async fn suspend(
         &self,
         lease: &mut Lease,
@@ -331,6 +333,7 @@ impl RedisStore {
 
     /// Ends the run (completed, failed) or stops it (blocked), optionally with a last entry.
     #[allow(clippy::too_many_arguments)]
+    #[tracing::instrument(level = "debug", name = "finish", skip_all, fields(thread.id = %lease.thread, run.status = status.as_str()))]
     pub async fn finish(
         &self,
         lease: &mut Lease,
@@ -405,6 +408,7 @@ impl RedisStore {
     }
 
     /// Delivers a resume value (`kind = "interrupt"`) or a signal (`kind = "signal"`).
+    #[tracing::instrument(level = "debug", name = "signal", skip_all, fields(thread.id = %thread, signal.kind = kind))]
     pub async fn signal(
         &self,
         thread: &ThreadId,
