@@ -1,10 +1,8 @@
-//! Worker lifecycle: SIGTERM makes in-flight runs yield (no run waits for a lease to expire),
-//! health and metrics endpoints answer.
+//! Worker lifecycle: SIGTERM makes in-flight runs yield (no run waits for a lease to expire).
 
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-use savepoint_integration_tests::procs::Proc;
 use savepoint_integration_tests::scenario::World;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_it-worker");
@@ -45,50 +43,4 @@ async fn sigterm_yields_in_flight_runs_to_another_worker() {
         "shutdown took {stop_ms} ms; the other worker finished the run {} ms later",
         started.elapsed().as_millis()
     );
-}
-
-#[tokio::test]
-async fn worker_serves_health_readiness_and_metrics() {
-    let w = World::new("lh", |_| {}).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
-    let _p = Proc::spawn(WORKER, "wm", &w.cfg, &[("SAVEPOINT_WORKER_HTTP_ADDR", &addr)]);
-    w.wait_registered("chain").await;
-    let base = format!("http://{addr}");
-    let deadline = Instant::now() + LONG;
-    loop {
-        if let Ok(r) = w.http.get(format!("{base}/readyz")).send().await {
-            if r.status().is_success() {
-                break;
-            }
-        }
-        assert!(Instant::now() < deadline, "worker never became ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(w
-        .http
-        .get(format!("{base}/healthz"))
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .is_success());
-    let t = w.start("chain", json!({"steps": 5})).await;
-    w.wait_status(&t, &["completed"], LONG).await;
-    let text = w
-        .http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(text.contains("savepoint_steps_total"), "{text}");
-    assert!(text.contains("savepoint_claims_total{outcome=\"claimed\"} 1"), "{text}");
-    assert!(text.contains("savepoint_slices_total{end=\"completed\"} 1"), "{text}");
 }

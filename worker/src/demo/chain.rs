@@ -14,6 +14,9 @@ pub struct ChainIn {
     /// Padding bytes added to each step's result (payload-size benchmarks).
     #[serde(default)]
     pub payload_bytes: usize,
+    /// Milliseconds each step waits, standing in for a call to a slow service.
+    #[serde(default)]
+    pub step_delay_ms: u64,
 }
 
 /// The benchmark workflow.
@@ -26,12 +29,16 @@ impl Workflow for Chain {
 
     async fn run(&self, ctx: &mut Ctx, input: ChainIn) -> Result<Value, WorkflowError> {
         let pad = "x".repeat(input.payload_bytes);
+        let delay = input.step_delay_ms;
         let mut state = json!({"i": 0, "acc": 0});
         for i in 0..input.steps {
             let prev = &state;
             let pad = &pad;
             state = ctx
                 .step(&format!("s{i}"), || async move {
+                    if delay > 0 {
+                        tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                    }
                     let acc = prev["acc"].as_u64().unwrap_or(0) + u64::from(i);
                     let mut out = json!({"i": i + 1, "acc": acc});
                     if !pad.is_empty() {
