@@ -156,6 +156,7 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
             _ = crash.cancelled() => break,
             d = consumer.next() => match d { Some(d) => d, None => break },
         };
+        metrics().reconnects.set(broker.reconnects() as i64);
         let shared = shared.clone();
         tasks.spawn(async move {
             let _permit = permit;

@@ -135,6 +135,27 @@ impl RedisStore {
         self.conn.clone()
     }
 
+    /// A script invocation for a lease holder: the run's four keys, then thread, owner,
+    /// fence and the version read (the compare-and-swap and fencing arguments).
+    fn fenced<'a>(script: &'a redis::Script, lease: &Lease) -> redis::ScriptInvocation<'a> {
+        let k = &lease.keys;
+        let mut inv = script.prepare_invoke();
+        inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
+        inv.arg(lease.thread.as_str())
+            .arg(&lease.owner)
+            .arg(lease.fence)
+            .arg(lease.version);
+        inv
+    }
+
+    /// Optional journal entry arguments: index and bytes, or two empty strings.
+    fn entry_args(inv: &mut redis::ScriptInvocation<'_>, entry: Option<(u32, &Entry)>) {
+        match entry {
+            Some((i, e)) => inv.arg(i).arg(e.encode()),
+            None => inv.arg("").arg(""),
+        };
+    }
+
     async fn invoke(&self, inv: &redis::ScriptInvocation<'_>) -> Result<Reply, StoreError> {
         let mut conn = self.conn.clone();
         let v: redis::Value = inv.invoke_async(&mut conn).await?;
@@ -260,13 +281,7 @@ impl RedisStore {
         event: (&str, &str),
         consume_signal: Option<&str>,
     ) -> Result<(), StoreError> {
-        let k = &lease.keys;
-        let mut inv = self.scripts.commit.prepare_invoke();
-        inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
-        inv.arg(lease.thread.as_str())
-            .arg(&lease.owner)
-            .arg(lease.fence)
-            .arg(lease.version);
+        let mut inv = Self::fenced(&self.scripts.commit, lease);
         inv.arg(index)
             .arg(entry.encode())
             .arg(ms(self.cfg.lease))
@@ -296,17 +311,8 @@ impl RedisStore {
         wait: Option<&Wait>,
         event: (&str, &str),
     ) -> Result<Suspended, StoreError> {
-        let k = &lease.keys;
-        let mut inv = self.scripts.suspend.prepare_invoke();
-        inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
-        inv.arg(lease.thread.as_str())
-            .arg(&lease.owner)
-            .arg(lease.fence)
-            .arg(lease.version);
-        match entry {
-            Some((i, e)) => inv.arg(i).arg(e.encode()),
-            None => inv.arg("").arg(""),
-        };
+        let mut inv = Self::fenced(&self.scripts.suspend, lease);
+        Self::entry_args(&mut inv, entry);
         inv.arg(status.as_str())
             .arg(due_in.map(|d| ms(d).to_string()).unwrap_or_default());
         match wait {
@@ -345,17 +351,8 @@ impl RedisStore {
         blocked_effect: Option<&str>,
         event: (&str, &str),
     ) -> Result<(), StoreError> {
-        let k = &lease.keys;
-        let mut inv = self.scripts.finish.prepare_invoke();
-        inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
-        inv.arg(lease.thread.as_str())
-            .arg(&lease.owner)
-            .arg(lease.fence)
-            .arg(lease.version);
-        match entry {
-            Some((i, e)) => inv.arg(i).arg(e.encode()),
-            None => inv.arg("").arg(""),
-        };
+        let mut inv = Self::fenced(&self.scripts.finish, lease);
+        Self::entry_args(&mut inv, entry);
         inv.arg(status.as_str())
             .arg(output.map(|o| o.to_string()).unwrap_or_default());
         inv.arg(error.unwrap_or(""))

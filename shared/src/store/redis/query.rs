@@ -35,6 +35,33 @@ pub struct CatalogEntry {
     pub min_version: u32,
 }
 
+/// Every field of the run hash except the journal (`j:<i>`).
+const HEADER_FIELDS: [&str; 23] = [
+    "wf",
+    "wfv",
+    "schema",
+    "status",
+    "steps",
+    "ver",
+    "owner",
+    "fence",
+    "lease",
+    "attempt",
+    "due",
+    "created",
+    "updated",
+    "finished",
+    "input",
+    "output",
+    "error",
+    "reason",
+    "blocked_fx",
+    "wait_kind",
+    "wait_name",
+    "wait_payload",
+    "trace",
+];
+
 impl RedisStore {
     /// A run's header and journal, if it exists.
     pub async fn get(&self, thread: &ThreadId) -> Result<Option<(RunHeader, Vec<Entry>)>, StoreError> {
@@ -52,14 +79,20 @@ impl RedisStore {
         Ok(Some((header, journal)))
     }
 
-    /// A run's header only (HGETALL without decoding the journal).
+    /// A run's header only: HMGET of the header fields, so polling a long run does not move
+    /// its journal.
     pub async fn header(&self, thread: &ThreadId) -> Result<Option<RunHeader>, StoreError> {
         let mut conn = self.connection();
-        let v: redis::Value = redis::cmd("HGETALL")
+        let values: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
             .arg(&self.keys.run(thread).run)
+            .arg(&HEADER_FIELDS[..])
             .query_async(&mut conn)
             .await?;
-        let fields = flat_map(&v);
+        let fields: BTreeMap<String, Vec<u8>> = HEADER_FIELDS
+            .iter()
+            .zip(values)
+            .filter_map(|(k, v)| v.map(|v| ((*k).to_owned(), v)))
+            .collect();
         if fields.is_empty() {
             return Ok(None);
         }
