@@ -14,7 +14,7 @@ cargo build --release --quiet --bin savepoint --bin savepoint-worker --bin savep
 [ "$FLOOR" = 1 ] && cargo build --release --quiet -p savepoint-benches --bin io-floor
 NS=${SAVEPOINT_NAMESPACE:-bench$(date +%s)}
 export SAVEPOINT_NAMESPACE=$NS SAVEPOINT_HTTP_ADDR=127.0.0.1:$PORT RUST_LOG=${RUST_LOG:-warn,lapin=off}
-export SAVEPOINT_WORKER_HTTP_ADDR=
+export SAVEPOINT_WORKER_HTTP_ADDR= SAVEPOINT_QUEUE_EXPIRES_MS=600000
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done

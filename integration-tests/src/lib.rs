@@ -64,6 +64,8 @@ impl Services {
             redis_url: self.redis_url.clone(),
             namespace: namespace.to_owned(),
             partitions: 8,
+            // Test queues vanish once unused, so test runs do not pile up quorum queues.
+            queue_expires_ms: 300_000,
             lease_ms: 1500,
             grace_ms: 300,
             redeliver_ms: 2000,

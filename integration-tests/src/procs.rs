@@ -21,6 +21,7 @@ fn env_of(cfg: &Config) -> Vec<(&'static str, String)> {
         ("SAVEPOINT_REDIS_URL", cfg.redis_url.clone()),
         ("SAVEPOINT_NAMESPACE", cfg.namespace.clone()),
         ("SAVEPOINT_PARTITIONS", cfg.partitions.to_string()),
+        ("SAVEPOINT_QUEUE_EXPIRES_MS", cfg.queue_expires_ms.to_string()),
         ("SAVEPOINT_LEASE_MS", cfg.lease_ms.to_string()),
         ("SAVEPOINT_GRACE_MS", cfg.grace_ms.to_string()),
         ("SAVEPOINT_REDELIVER_MS", cfg.redeliver_ms.to_string()),

@@ -147,6 +147,8 @@ pub struct Config {
     pub partitions: u16,
     /// Task queue name.
     pub queue: String,
+    /// Delete queues unused this long (`x-expires`, ms); 0 = never. For throwaway namespaces.
+    pub queue_expires_ms: u32,
     /// Lease length (ms).
     pub lease_ms: u64,
     /// Grace after lease expiry before the scanner rings again (ms).
@@ -177,6 +179,7 @@ impl Default for Config {
             namespace: "sp".into(),
             partitions: DEFAULT_PARTITIONS,
             queue: "default".into(),
+            queue_expires_ms: 0,
             lease_ms: 3000,
             grace_ms: 250,
             redeliver_ms: 5000,
@@ -235,6 +238,7 @@ impl Config {
         env_parse(env, "SAVEPOINT_NAMESPACE", &mut self.namespace)?;
         env_parse(env, "SAVEPOINT_PARTITIONS", &mut self.partitions)?;
         env_parse(env, "SAVEPOINT_QUEUE", &mut self.queue)?;
+        env_parse(env, "SAVEPOINT_QUEUE_EXPIRES_MS", &mut self.queue_expires_ms)?;
         env_parse(env, "SAVEPOINT_LEASE_MS", &mut self.lease_ms)?;
         env_parse(env, "SAVEPOINT_GRACE_MS", &mut self.grace_ms)?;
         env_parse(env, "SAVEPOINT_REDELIVER_MS", &mut self.redeliver_ms)?;
@@ -312,7 +316,7 @@ impl Config {
     pub fn broker(&self) -> BrokerConfig {
         BrokerConfig {
             amqp_url: self.amqp_url.clone(),
-            topology: Topology::new(&self.namespace, &self.queue),
+            topology: Topology::new(&self.namespace, &self.queue).with_expiry(self.queue_expires_ms),
             prefetch: self.worker.prefetch,
             delivery_limit: 20,
             reconnect_min: Duration::from_millis(100),

@@ -14,6 +14,9 @@ pub struct Topology {
     pub namespace: String,
     /// Logical task queue name inside the namespace, e.g. "default".
     pub queue: String,
+    /// Queues unused (no consumers, no gets) this long are deleted by the broker (`x-expires`);
+    /// 0 = never. Meant for throwaway namespaces (tests, benchmarks), not production.
+    pub expires_ms: u32,
 }
 
 impl Topology {
@@ -22,7 +25,14 @@ impl Topology {
         Topology {
             namespace: namespace.to_owned(),
             queue: queue.to_owned(),
+            expires_ms: 0,
         }
+    }
+
+    /// The same topology with `x-expires` on its queues (see [`Topology::expires_ms`]).
+    pub fn with_expiry(mut self, ms: u32) -> Self {
+        self.expires_ms = ms;
+        self
     }
 
     /// The task exchange: `"{ns}.tasks"` (direct, durable).
@@ -68,9 +78,13 @@ pub(crate) fn short(s: &str) -> Result<ShortString, BrokerError> {
     })
 }
 
-fn quorum_args() -> FieldTable {
+fn quorum_args(topo: &Topology) -> FieldTable {
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), AMQPValue::LongString(LongString::from("quorum")));
+    if topo.expires_ms > 0 {
+        let ms = i32::try_from(topo.expires_ms).unwrap_or(i32::MAX);
+        args.insert("x-expires".into(), AMQPValue::LongInt(ms));
+    }
     args
 }
 
@@ -94,7 +108,7 @@ pub(crate) async fn declare(ch: &Channel, topo: &Topology, delivery_limit: u32) 
         .await
         .map_err(|e| BrokerError::amqp(format!("exchange.declare {dlx}"), e))?;
 
-    let mut qargs = quorum_args();
+    let mut qargs = quorum_args(topo);
     let limit = i32::try_from(delivery_limit).unwrap_or(i32::MAX);
     qargs.insert("x-delivery-limit".into(), AMQPValue::LongInt(limit));
     qargs.insert(
@@ -114,7 +128,7 @@ pub(crate) async fn declare(ch: &Channel, topo: &Topology, delivery_limit: u32) 
     .await
     .map_err(|e| BrokerError::amqp(format!("queue.bind {queue}"), e))?;
 
-    ch.queue_declare(short(&dlq)?, QueueDeclareOptions::durable(), quorum_args())
+    ch.queue_declare(short(&dlq)?, QueueDeclareOptions::durable(), quorum_args(topo))
         .await
         .map_err(|e| BrokerError::amqp(format!("queue.declare {dlq}"), e))?;
     ch.queue_bind(
