@@ -320,32 +320,10 @@ pub async fn register_test_workflow_version(cfg: &Config, name: &str, version: u
 /// Deletes the namespace's Redis keys (`SCAN MATCH <ns>:*`) and its exchanges and queues.
 /// Call it at the end of a test; panics on failure.
 pub async fn cleanup(cfg: &Config) {
-    let client = redis::Client::open(cfg.redis_url.as_str()).expect("redis url");
-    let mut conn = client.get_multiplexed_async_connection().await.expect("connect redis");
-    let pattern = format!("{}:*", cfg.namespace);
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await
-            .expect("scan");
-        if !keys.is_empty() {
-            let _: i64 = redis::cmd("UNLINK")
-                .arg(&keys)
-                .query_async(&mut conn)
-                .await
-                .expect("unlink");
-        }
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
+    let store = savepoint::store::RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
+        .await
+        .expect("connect redis");
+    store.purge_namespace().await.expect("delete the namespace's keys");
     let broker = Broker::connect(cfg.broker(), Duration::from_secs(10))
         .await
         .expect("connect broker");

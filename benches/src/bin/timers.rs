@@ -101,17 +101,7 @@ async fn main() -> anyhow::Result<()> {
         let after = used_memory(&mut conn).await?;
         let mut sample = 0u64;
         for i in (0..n).step_by((n / 100).max(1)).take(100) {
-            let k = keys.run(&ThreadId::new(format!("timer-{i}"))?);
-            for key in [&k.run, &k.events] {
-                let b: Option<u64> = redis::cmd("MEMORY")
-                    .arg("USAGE")
-                    .arg(key)
-                    .arg("SAMPLES")
-                    .arg(0)
-                    .query_async(&mut conn)
-                    .await?;
-                sample += b.unwrap_or(0);
-            }
+            sample += store.run_memory_bytes(&ThreadId::new(format!("timer-{i}"))?).await?;
         }
         let sampled = (0..n).step_by((n / 100).max(1)).take(100).count() as f64;
         // One scanner tick = one scan_due call per partition; nothing is due for an hour.
@@ -133,25 +123,7 @@ async fn main() -> anyhow::Result<()> {
             a.partitions,
             tick.as_secs_f64() * 1000.0
         );
-        let pattern = format!("{ns}:*");
-        let mut cursor = 0u64;
-        loop {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await?;
-            if !batch.is_empty() {
-                let _: i64 = redis::cmd("DEL").arg(&batch).query_async(&mut conn).await?;
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
+        store.purge_namespace().await?;
     }
     Ok(())
 }

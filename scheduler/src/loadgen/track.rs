@@ -127,24 +127,11 @@ pub(crate) async fn measure(store: &RedisStore, threads: &[ThreadId], sample: us
     }
     r.run_latency_ms = Percentiles::of(latencies);
     let (mut step_gaps, mut stalls, mut bytes) = (Vec::new(), Vec::new(), Vec::new());
-    let mut conn = store.connection();
     for th in threads.iter().take(sample) {
         if let Some((_, journal)) = store.get(th).await? {
             step_gaps.extend(journal.windows(2).map(|w| w[1].at.saturating_sub(w[0].at) as f64));
         }
-        let k = store.keys().run(th);
-        let mut total = 0u64;
-        for key in [&k.run, &k.events, &k.signals] {
-            let n: Option<u64> = redis::cmd("MEMORY")
-                .arg("USAGE")
-                .arg(key)
-                .arg("SAMPLES")
-                .arg(0)
-                .query_async(&mut conn)
-                .await?;
-            total += n.unwrap_or(0);
-        }
-        bytes.push(total as f64);
+        bytes.push(store.run_memory_bytes(th).await? as f64);
     }
     // A takeover ends a stall that began at the run's last progress before it: the latest
     // event or journal entry (plain step commits record no event).

@@ -217,6 +217,45 @@ impl RedisStore {
         Ok(raw.and_then(|s| serde_json::from_str(&s).ok()))
     }
 
+    /// Bytes Redis holds for one run: `MEMORY USAGE … SAMPLES 0` of its hash, event log and
+    /// signals (benchmarks and the load generator report it).
+    pub async fn run_memory_bytes(&self, thread: &ThreadId) -> Result<u64, StoreError> {
+        let k = self.keys.run(thread);
+        let mut pipe = redis::pipe();
+        for key in [&k.run, &k.events, &k.signals] {
+            pipe.cmd("MEMORY").arg("USAGE").arg(key).arg("SAMPLES").arg(0);
+        }
+        let mut conn = self.connection();
+        let sizes: Vec<Option<u64>> = pipe.query_async(&mut conn).await?;
+        Ok(sizes.into_iter().flatten().sum())
+    }
+
+    /// Deletes every key of this namespace (`SCAN MATCH <ns>:*` + `UNLINK`); returns how many.
+    /// For tests and benchmarks: it removes runs, effect records and the catalog alike.
+    pub async fn purge_namespace(&self) -> Result<u64, StoreError> {
+        let mut conn = self.connection();
+        let pattern = format!("{}:*", self.keys.namespace());
+        let (mut cursor, mut deleted) = (0u64, 0u64);
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await?;
+            if !keys.is_empty() {
+                let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut conn).await?;
+                deleted += n;
+            }
+            if next == 0 {
+                return Ok(deleted);
+            }
+            cursor = next;
+        }
+    }
+
     /// Redis server time (ms).
     pub async fn server_time(&self) -> Result<u64, StoreError> {
         let mut conn = self.connection();
