@@ -9,9 +9,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUNS=${RUNS:-500}; STEPS=${STEPS:-10}; WORKERS=${WORKERS:-2}; PAYLOAD=${PAYLOAD:-0}
 PORT=${PORT:-7170}; FLOOR=${FLOOR:-1}
-cargo build --release --quiet --bin savepoint --bin savepoint-worker --bin savepoint-scheduler \
-  -p savepoint-scheduler -p savepoint-worker
-[ "$FLOOR" = 1 ] && cargo build --release --quiet -p savepoint-benches --bin io-floor
+# BIN=dir runs prebuilt binaries (e.g. a copy of an older build, for before/after figures).
+BIN=${BIN:-}
+if [ -z "$BIN" ]; then
+  cargo build --release --quiet --bin savepoint --bin savepoint-worker --bin savepoint-scheduler \
+    -p savepoint-scheduler -p savepoint-worker
+  [ "$FLOOR" = 1 ] && cargo build --release --quiet -p savepoint-benches --bin io-floor
+  BIN=target/release
+fi
 NS=${SAVEPOINT_NAMESPACE:-bench$(date +%s)}
 export SAVEPOINT_NAMESPACE=$NS SAVEPOINT_HTTP_ADDR=127.0.0.1:$PORT RUST_LOG=${RUST_LOG:-warn,lapin=off}
 export SAVEPOINT_WORKER_HTTP_ADDR= SAVEPOINT_QUEUE_EXPIRES_MS=600000
@@ -24,14 +29,14 @@ cleanup() {
   rabbitmqctl -q delete_queue "$NS.dlq" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
-target/release/savepoint-scheduler & PIDS+=($!)
-for i in $(seq 1 "$WORKERS"); do SAVEPOINT_WORKER_NAME=w$i target/release/savepoint-worker & PIDS+=($!); done
+"$BIN"/savepoint-scheduler & PIDS+=($!)
+for i in $(seq 1 "$WORKERS"); do SAVEPOINT_WORKER_NAME=w$i "$BIN"/savepoint-worker & PIDS+=($!); done
 for _ in $(seq 1 100); do
-  curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && redis-cli hexists "$NS:workflows" chain | grep -q 1 && break
+  curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && { redis-cli hexists "$NS:workflows" chain | grep -q 1 || redis-cli hgetall "$NS:workers" | grep -q '"chain"'; } && break
   sleep 0.2
 done
 echo "== savepoint: $RUNS runs x $STEPS steps of chain, $WORKERS workers, payload $PAYLOAD B (namespace $NS)"
-target/release/savepoint --api "http://127.0.0.1:$PORT" loadgen --workflow chain --runs "$RUNS" --steps "$STEPS" \
+"$BIN"/savepoint --api "http://127.0.0.1:$PORT" loadgen --workflow chain --runs "$RUNS" --steps "$STEPS" \
   --payload-bytes "$PAYLOAD" --json > /tmp/w1-savepoint.json
 python3 - <<'PY'
 import json; r = json.load(open('/tmp/w1-savepoint.json'))
@@ -43,7 +48,7 @@ print(f"redis bytes/run {r['redis_bytes_per_run']:.0f}  by status {r['by_status'
 PY
 if [ "$FLOOR" = 1 ]; then
   echo "== I/O floor: same shape"
-  target/release/io-floor --runs "$RUNS" --steps "$STEPS" --workers "$WORKERS" --json > /tmp/w1-floor.json
+  "$BIN"/io-floor --runs "$RUNS" --steps "$STEPS" --workers "$WORKERS" --json > /tmp/w1-floor.json
   python3 - <<'PY'
 import json; s = json.load(open('/tmp/w1-savepoint.json')); f = json.load(open('/tmp/w1-floor.json'))
 print(f"floor steps/s {f['steps_per_s']:.0f}; savepoint / floor = {100*s['steps_per_s']/f['steps_per_s']:.0f}%")

@@ -19,7 +19,7 @@ pub mod tasks;
 
 use savepoint::broker::Broker;
 use savepoint::config::Config;
-use savepoint::store::redis::CatalogEntry;
+use savepoint::store::redis::{CatalogEntry, WorkerInfo};
 use savepoint::store::RedisStore;
 use savepoint_scheduler::SchedulerError;
 use std::future::Future;
@@ -298,8 +298,8 @@ where
     }
 }
 
-/// Registers workflow `name` (version 1) in the namespace's catalog, as a worker would, so
-/// API tests can start runs without a worker.
+/// Registers workflow `name` (version 1) in the namespace's catalog, as a live worker would
+/// (for an hour), so API tests can start runs without a worker.
 pub async fn register_test_workflow(cfg: &Config, name: &str) {
     register_test_workflow_version(cfg, name, 1).await;
 }
@@ -314,7 +314,17 @@ pub async fn register_test_workflow_version(cfg: &Config, name: &str, version: u
         version,
         min_version: 1,
     };
-    store.register_workflows(&[entry]).await.expect("register workflow");
+    // A registration that outlives any test, standing in for a live worker that serves it.
+    let worker = WorkerInfo {
+        id: format!("test-registration-{name}-v{version}"),
+        workflows: vec![entry],
+        queue: cfg.queue.clone(),
+        until: 0,
+    };
+    store
+        .register_worker(&worker, Duration::from_secs(3600))
+        .await
+        .expect("register workflow");
 }
 
 /// Deletes the namespace's Redis keys (`SCAN MATCH <ns>:*`) and its exchanges and queues.

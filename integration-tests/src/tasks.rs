@@ -39,7 +39,9 @@ pub async fn collect_tasks(
                 seen.len()
             )
         });
-        let Ok(Some(d)) = tokio::time::timeout(left, consumer.next()).await else {
+        // Wake up now and then so a time-based `done` is seen without a message arriving.
+        let wait = left.min(Duration::from_millis(200));
+        let Ok(Some(d)) = tokio::time::timeout(wait, consumer.next()).await else {
             continue;
         };
         d.ack().await.expect("ack");

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use savepoint::ids::{EffectKey, ThreadId};
 use savepoint::journal::{Entry, EntryKind, Outcome};
-use savepoint::store::redis::{CreateOutcome, EffectDone, SignalOutcome};
-use savepoint::store::{ClaimOutcome, EffectClaim, RedisStore, RunStatus, StoreError, Wait};
+use savepoint::store::redis::{CreateOutcome, EffectDone, EffectRelease, ServedSpec, SignalOutcome, Suspend};
+use savepoint::store::{ClaimOutcome, EffectClaim, Finish, Holder, RedisStore, RunStatus, StoreError, Wait};
 use savepoint_integration_tests::{fresh_namespace, services, test_config};
 
 async fn store() -> RedisStore {
@@ -32,7 +32,7 @@ async fn new_run(s: &RedisStore, input: serde_json::Value) -> ThreadId {
 }
 
 async fn claim(s: &RedisStore, t: &ThreadId, owner: &str) -> savepoint::store::Claimed {
-    match s.claim(t, owner, None).await.unwrap() {
+    match s.claim(t, owner, None, &ServedSpec::any()).await.unwrap() {
         ClaimOutcome::Claimed(c) => *c,
         other => panic!("expected a claim, got {other:?}"),
     }
@@ -67,7 +67,7 @@ async fn claim_outcomes_and_fenced_commits() {
     let s = store().await;
     let missing = ThreadId::generate("none");
     assert!(matches!(
-        s.claim(&missing, "w", None).await.unwrap(),
+        s.claim(&missing, "w", None, &ServedSpec::any()).await.unwrap(),
         ClaimOutcome::Missing
     ));
     let t = new_run(&s, json!(null)).await;
@@ -75,7 +75,9 @@ async fn claim_outcomes_and_fenced_commits() {
     assert_eq!(a.lease.fence, 1);
     assert!(!a.takeover);
     // A live lease: another worker (or a duplicate task) is turned away.
-    assert!(matches!(s.claim(&t, "worker-b", None).await.unwrap(), ClaimOutcome::Leased(o) if o == "worker-a"));
+    assert!(
+        matches!(s.claim(&t, "worker-b", None, &ServedSpec::any()).await.unwrap(), ClaimOutcome::Leased(o) if o == "worker-a")
+    );
     s.commit(&mut a.lease, 0, &entry("s0"), ("step_committed", "0 s0"), None)
         .await
         .unwrap();
@@ -94,7 +96,7 @@ async fn claim_outcomes_and_fenced_commits() {
     assert_eq!(s.header(&t).await.unwrap().unwrap().version, before.version);
     // The lease expires; worker-b takes over with a higher fence.
     tokio::time::sleep(s.config().lease + Duration::from_millis(100)).await;
-    let mut b = match s.claim(&t, "worker-b", Some(1)).await.unwrap() {
+    let mut b = match s.claim(&t, "worker-b", Some(1), &ServedSpec::any()).await.unwrap() {
         ClaimOutcome::Claimed(c) => *c,
         other => panic!("{other:?}"),
     };
@@ -127,15 +129,18 @@ async fn claim_outcomes_and_fenced_commits() {
     s.suspend(
         &mut b.lease,
         None,
-        RunStatus::Pending,
-        Some(Duration::from_secs(60)),
-        None,
+        Suspend {
+            status: RunStatus::Pending,
+            due_in: Some(Duration::from_secs(60)),
+            wait: None,
+            backoff_on: None,
+        },
         ("yielded", ""),
     )
     .await
     .unwrap();
     assert!(matches!(
-        s.claim(&t, "worker-c", Some(0)).await.unwrap(),
+        s.claim(&t, "worker-c", Some(0), &ServedSpec::any()).await.unwrap(),
         ClaimOutcome::Stale(2)
     ));
     let events = s.events(&t, 100).await.unwrap();
@@ -162,36 +167,45 @@ async fn sleeping_waiting_and_signals() {
     s.suspend(
         &mut c.lease,
         Some((0, &sleep)),
-        RunStatus::Sleeping,
-        Some(Duration::from_secs(3600)),
-        None,
+        Suspend {
+            status: RunStatus::Sleeping,
+            due_in: Some(Duration::from_secs(3600)),
+            wait: None,
+            backoff_on: None,
+        },
         ("slept", "nap"),
     )
     .await
     .unwrap();
-    assert!(matches!(s.claim(&t, "w", None).await.unwrap(), ClaimOutcome::NotDue(_)));
+    assert!(matches!(
+        s.claim(&t, "w", None, &ServedSpec::any()).await.unwrap(),
+        ClaimOutcome::NotDue(_)
+    ));
     // Short sleep: due soon, then claimable.
     let t2 = new_run(&s, json!(null)).await;
     let mut c2 = claim(&s, &t2, "w").await;
     s.suspend(
         &mut c2.lease,
         Some((0, &sleep)),
-        RunStatus::Sleeping,
-        Some(Duration::from_millis(50)),
-        None,
+        Suspend {
+            status: RunStatus::Sleeping,
+            due_in: Some(Duration::from_millis(50)),
+            wait: None,
+            backoff_on: None,
+        },
         ("slept", "nap"),
     )
     .await
     .unwrap();
     tokio::time::sleep(Duration::from_millis(80)).await;
     assert!(matches!(
-        s.claim(&t2, "w", None).await.unwrap(),
+        s.claim(&t2, "w", None, &ServedSpec::any()).await.unwrap(),
         ClaimOutcome::Claimed(_)
     ));
     // Waiting for an interrupt: resume wakes it; a resume while not waiting is refused.
     let t3 = new_run(&s, json!(null)).await;
     assert!(matches!(
-        s.signal(&t3, "interrupt", "", &json!("yes")).await.unwrap(),
+        s.signal(&t3, "interrupt", "", &json!("yes"), None).await.unwrap(),
         SignalOutcome::NotWaiting(..)
     ));
     let mut c3 = claim(&s, &t3, "w").await;
@@ -204,24 +218,30 @@ async fn sleeping_waiting_and_signals() {
         .suspend(
             &mut c3.lease,
             None,
-            RunStatus::Waiting,
-            None,
-            Some(&wait),
+            Suspend {
+                status: RunStatus::Waiting,
+                due_in: None,
+                wait: Some(&wait),
+                backoff_on: None,
+            },
             ("interrupted", "gate"),
         )
         .await
         .unwrap();
     assert!(!r.woke);
-    assert!(matches!(s.claim(&t3, "w", None).await.unwrap(), ClaimOutcome::Waiting));
+    assert!(matches!(
+        s.claim(&t3, "w", None, &ServedSpec::any()).await.unwrap(),
+        ClaimOutcome::Waiting
+    ));
     let h = s.header(&t3).await.unwrap().unwrap();
     assert_eq!(
         (h.status, h.wait.clone(), h.due),
         (RunStatus::Waiting, Some(wait.clone()), None)
     );
-    assert_eq!(
-        s.signal(&t3, "interrupt", "", &json!("yes")).await.unwrap(),
-        SignalOutcome::Woke
-    );
+    assert!(matches!(
+        s.signal(&t3, "interrupt", "", &json!("yes"), None).await.unwrap(),
+        SignalOutcome::Woke(_)
+    ));
     let mut c3 = claim(&s, &t3, "w").await;
     assert_eq!(c3.signals.get("i:gate"), Some(&json!("yes")));
     let answered = Entry::new("gate", EntryKind::Interrupt, Outcome::Ok(json!("yes")), 1);
@@ -236,11 +256,11 @@ async fn sleeping_waiting_and_signals() {
     .unwrap();
     // Signals sent early are buffered, in order; a wait for a buffered signal wakes at once.
     assert_eq!(
-        s.signal(&t3, "signal", "go", &json!(1)).await.unwrap(),
+        s.signal(&t3, "signal", "go", &json!(1), None).await.unwrap(),
         SignalOutcome::Buffered
     );
     assert_eq!(
-        s.signal(&t3, "signal", "go", &json!(2)).await.unwrap(),
+        s.signal(&t3, "signal", "go", &json!(2), None).await.unwrap(),
         SignalOutcome::Buffered
     );
     let wait_go = Wait {
@@ -252,9 +272,12 @@ async fn sleeping_waiting_and_signals() {
         .suspend(
             &mut c3.lease,
             None,
-            RunStatus::Waiting,
-            None,
-            Some(&wait_go),
+            Suspend {
+                status: RunStatus::Waiting,
+                due_in: None,
+                wait: Some(&wait_go),
+                backoff_on: None,
+            },
             ("waiting_signal", "go"),
         )
         .await
@@ -274,11 +297,7 @@ async fn finish_cancel_unblock_and_retention() {
     s.finish(
         &mut c.lease,
         Some((0, &entry("s0"))),
-        RunStatus::Completed,
-        Some(&json!({"ok": true})),
-        None,
-        None,
-        None,
+        Finish::Completed(&json!({"ok": true})),
         ("completed", ""),
     )
     .await
@@ -299,14 +318,14 @@ async fn finish_cancel_unblock_and_retention() {
         "finished runs expire: ttl {ttl}"
     );
     assert!(matches!(
-        s.claim(&t, "w", None).await.unwrap(),
+        s.claim(&t, "w", None, &ServedSpec::any()).await.unwrap(),
         ClaimOutcome::Terminal(RunStatus::Completed)
     ));
-    assert_eq!(s.cancel(&t, "x").await.unwrap(), Some(RunStatus::Completed));
+    assert_eq!(s.cancel(&t, "x").await.unwrap(), Err(RunStatus::Completed));
     // Cancel moves the fence: the running worker is refused at its next write.
     let t2 = new_run(&s, json!(null)).await;
     let mut c2 = claim(&s, &t2, "w").await;
-    assert_eq!(s.cancel(&t2, "operator").await.unwrap(), None);
+    assert_eq!(s.cancel(&t2, "operator").await.unwrap().map(|c| c.settled), Ok(vec![]));
     assert!(matches!(
         s.commit(&mut c2.lease, 0, &entry("s0"), ("x", ""), None).await,
         Err(StoreError::Fenced { .. })
@@ -314,14 +333,18 @@ async fn finish_cancel_unblock_and_retention() {
     // Blocked on an effect, then unblocked by an operator.
     let t3 = new_run(&s, json!(null)).await;
     let mut c3 = claim(&s, &t3, "w").await;
+    let holder = Holder {
+        thread: t3.to_string(),
+        index: 0,
+        fence: 1,
+    };
     s.finish(
         &mut c3.lease,
         None,
-        RunStatus::Blocked,
-        None,
-        None,
-        Some("effect k outcome unknown"),
-        Some("k"),
+        Finish::Blocked {
+            reason: "effect k outcome unknown",
+            effect: Some(("k", &holder)),
+        },
         ("blocked", ""),
     )
     .await
@@ -336,7 +359,7 @@ async fn finish_cancel_unblock_and_retention() {
         s.unblock(&t3, "other", "").await.unwrap(),
         Err(("blocked".into(), "k".into()))
     );
-    assert_eq!(s.unblock(&t3, "k", "applied").await.unwrap(), Ok(()));
+    assert!(s.unblock(&t3, "k", "applied").await.unwrap().is_ok());
     let h = s.header(&t3).await.unwrap().unwrap();
     assert_eq!((h.status, h.reason, h.blocked_effect), (RunStatus::Pending, None, None));
 }
@@ -351,9 +374,12 @@ async fn scan_due_hands_each_run_out_once_per_period() {
         s.suspend(
             &mut c.lease,
             None,
-            RunStatus::Sleeping,
-            Some(Duration::from_millis(1)),
-            None,
+            Suspend {
+                status: RunStatus::Sleeping,
+                due_in: Some(Duration::from_millis(1)),
+                wait: None,
+                backoff_on: None,
+            },
             ("slept", ""),
         )
         .await
@@ -365,6 +391,8 @@ async fn scan_due_hands_each_run_out_once_per_period() {
     for p in 0..s.keys().partitions() {
         let (_, a) = s.scan_due(p, 1000, Duration::from_secs(60)).await.unwrap();
         let (_, b) = s.scan_due(p, 1000, Duration::from_secs(60)).await.unwrap();
+        let a: Vec<ThreadId> = a.into_iter().map(|r| r.thread).collect();
+        let b: Vec<ThreadId> = b.into_iter().map(|r| r.thread).collect();
         assert!(
             b.iter().all(|t| !a.contains(t)),
             "a run was handed out twice within one period"
@@ -383,49 +411,154 @@ async fn effect_records_intent_done_release() {
     let s = store().await;
     let key = EffectKey::new(format!("charge:{}", uuid::Uuid::new_v4())).unwrap();
     let (t1, t2) = (ThreadId::generate("a"), ThreadId::generate("b"));
+    let h1 = |index: i64, fence: u64| Holder {
+        thread: t1.to_string(),
+        index,
+        fence,
+    };
     assert_eq!(s.effect_intent(&key, &t1, 3, 1, false).await.unwrap(), EffectClaim::Won);
-    // Same attempt asking again: still ours. Another run: busy. A later attempt: in doubt.
+    // The intent never expires (an in-doubt effect must not silently become "absent").
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(s.keys().effect(&key))
+        .query_async(&mut s.connection())
+        .await
+        .unwrap();
+    assert_eq!(ttl, -1, "intent records have no TTL");
+    // Same attempt asking again (a lost reply): still ours. Another run: busy. A later
+    // attempt: in doubt, and only a higher fence takes it over.
     assert_eq!(s.effect_intent(&key, &t1, 3, 1, false).await.unwrap(), EffectClaim::Won);
     assert_eq!(
         s.effect_intent(&key, &t2, 0, 1, false).await.unwrap(),
-        EffectClaim::Busy(t1.to_string())
+        EffectClaim::Busy(h1(3, 1))
     );
     assert_eq!(
         s.effect_intent(&key, &t1, 3, 2, false).await.unwrap(),
-        EffectClaim::InDoubt
+        EffectClaim::InDoubt(h1(3, 1))
     );
     assert_eq!(s.effect_intent(&key, &t1, 3, 2, true).await.unwrap(), EffectClaim::Won);
+    // The stale attempt (fence 1) can neither take it back nor mark it done nor free it.
     assert_eq!(
-        s.effect_done(&key, &t2, Some(0), &json!(1)).await.unwrap(),
+        s.effect_intent(&key, &t1, 3, 1, true).await.unwrap(),
+        EffectClaim::Stale(2)
+    );
+    assert_eq!(
+        s.effect_done(&key, &t1, 3, 1, &json!("stale")).await.unwrap(),
+        EffectDone::Stale
+    );
+    assert!(matches!(
+        s.effect_release(&key, &t1, 3, 1).await.unwrap(),
+        EffectRelease::NotOwner(_)
+    ));
+    // The same attempt at another index: one key used twice at once.
+    assert_eq!(
+        s.effect_intent(&key, &t1, 5, 2, false).await.unwrap(),
+        EffectClaim::SelfHeld(3)
+    );
+    assert_eq!(
+        s.effect_done(&key, &t2, 0, 1, &json!(1)).await.unwrap(),
         EffectDone::NotOwner(t1.to_string())
     );
     assert_eq!(
-        s.effect_done(&key, &t1, Some(3), &json!({"id": 7})).await.unwrap(),
+        s.effect_done(&key, &t1, 3, 2, &json!({"id": 7})).await.unwrap(),
         EffectDone::Recorded
     );
+    // A retried done (lost reply) answers with the first result.
     assert_eq!(
-        s.effect_done(&key, &t1, Some(3), &json!({"id": 8})).await.unwrap(),
+        s.effect_done(&key, &t1, 3, 2, &json!({"id": 8})).await.unwrap(),
         EffectDone::Already(json!({"id": 7}))
     );
     assert_eq!(
         s.effect_intent(&key, &t2, 0, 1, false).await.unwrap(),
         EffectClaim::Done(json!({"id": 7}))
     );
-    assert_eq!(s.effect_release(&key, &t1, Some((3, 2))).await.unwrap(), "done");
+    assert_eq!(
+        s.effect_release(&key, &t1, 3, 2).await.unwrap(),
+        EffectRelease::Done(json!({"id": 7}))
+    );
     let key2 = EffectKey::new(format!("mail:{}", uuid::Uuid::new_v4())).unwrap();
     assert_eq!(
         s.effect_intent(&key2, &t1, 0, 1, false).await.unwrap(),
         EffectClaim::Won
     );
-    assert_eq!(s.effect_release(&key2, &t2, Some((0, 1))).await.unwrap(), "not_owner");
-    assert_eq!(
-        s.effect_release(&key2, &t1, Some((0, 9))).await.unwrap(),
-        "not_owner",
-        "a fenced-out attempt frees nothing"
+    assert!(matches!(
+        s.effect_release(&key2, &t2, 0, 1).await.unwrap(),
+        EffectRelease::NotOwner(_)
+    ));
+    assert!(
+        matches!(
+            s.effect_release(&key2, &t1, 0, 9).await.unwrap(),
+            EffectRelease::NotOwner(_)
+        ),
+        "another attempt frees nothing"
     );
-    assert_eq!(s.effect_release(&key2, &t1, Some((0, 1))).await.unwrap(), "ok");
+    assert_eq!(
+        s.effect_release(&key2, &t1, 0, 1).await.unwrap(),
+        EffectRelease::Released
+    );
+    assert_eq!(
+        s.effect_release(&key2, &t1, 0, 1).await.unwrap(),
+        EffectRelease::Absent,
+        "a retried release is harmless"
+    );
     assert_eq!(
         s.effect_intent(&key2, &t2, 0, 1, false).await.unwrap(),
         EffectClaim::Won
+    );
+}
+
+/// An intent whose owner ended becomes an explicit in-doubt record; an operator settles
+/// exactly the record a blocked run names, never a newer one.
+#[tokio::test]
+async fn orphaned_intents_and_operator_settlement() {
+    let s = store().await;
+    let key = EffectKey::new(format!("charge:{}", uuid::Uuid::new_v4())).unwrap();
+    let (t1, t2) = (ThreadId::generate("a"), ThreadId::generate("b"));
+    assert_eq!(s.effect_intent(&key, &t1, 2, 4, false).await.unwrap(), EffectClaim::Won);
+    assert!(
+        !s.effect_orphan(&key, &t2, 2, "cancelled").await.unwrap(),
+        "not t2's intent"
+    );
+    assert!(
+        !s.effect_orphan(&key, &t1, 9, "cancelled").await.unwrap(),
+        "not that index"
+    );
+    assert!(s.effect_orphan(&key, &t1, 2, "cancelled").await.unwrap());
+    let owner = Holder {
+        thread: t1.to_string(),
+        index: 2,
+        fence: 4,
+    };
+    assert_eq!(
+        s.effect_intent(&key, &t2, 0, 1, false).await.unwrap(),
+        EffectClaim::Orphaned(owner.clone(), "cancelled".into())
+    );
+    // A resolver naming another holder changes nothing.
+    let other = Holder {
+        fence: 5,
+        ..owner.clone()
+    };
+    assert!(matches!(
+        s.settle_released(&key, &t2, Some(&other)).await.unwrap(),
+        EffectRelease::Changed(_)
+    ));
+    assert!(matches!(
+        s.settle_done(&key, &t2, &json!(1), Some(&other)).await.unwrap(),
+        EffectDone::Changed(_)
+    ));
+    assert_eq!(
+        s.settle_released(&key, &t2, Some(&owner)).await.unwrap(),
+        EffectRelease::Released
+    );
+    // The run re-runs and takes a new intent; a second (late) resolver for the old record
+    // must not free it.
+    assert_eq!(s.effect_intent(&key, &t2, 0, 2, false).await.unwrap(), EffectClaim::Won);
+    assert!(matches!(
+        s.settle_released(&key, &t2, Some(&owner)).await.unwrap(),
+        EffectRelease::Changed(_)
+    ));
+    assert_eq!(
+        s.effect_intent(&key, &t2, 0, 2, false).await.unwrap(),
+        EffectClaim::Won,
+        "the live intent survived the late resolver"
     );
 }

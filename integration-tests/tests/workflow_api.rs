@@ -262,7 +262,7 @@ async fn changed_code_blocks_with_the_mismatch_and_patched_keeps_old_runs_going(
 }
 
 #[tokio::test]
-async fn unsupported_version_blocks_and_journal_limit_fails() {
+async fn unserved_version_is_given_back_and_journal_limit_fails() {
     let w = World::new("wv", |c| c.worker.max_entries = 3).await;
     let wk = InProc::start(&w.cfg, savepoint_worker::demo::registry(&w.store));
     w.wait_registered("chain").await;
@@ -271,12 +271,20 @@ async fn unsupported_version_blocks_and_journal_limit_fails() {
         .create(&t, "chain", 7, &json!({"steps": 2}).to_string(), "")
         .await
         .unwrap();
-    let run = w.wait_status(&t, &["blocked"], LONG).await;
+    // Not blocked: given back untouched (no claim, no fence), with the reason on the run,
+    // for a worker that serves v7 to pick up.
+    let run = savepoint_integration_tests::wait_until(LONG, "the run says what it waits for", || async {
+        let run = w.run(&t).await;
+        run.get("waiting_for").is_some().then_some(run)
+    })
+    .await;
+    assert_eq!(run["waiting_for"], "waiting for a worker that serves chain v7", "{run}");
     assert_eq!(
-        run["blocked_reason"],
-        "workflow chain version 7 is not served by this worker (serves versions 1..=1)"
+        (run["status"].as_str(), run["step"].as_u64(), run["attempt"].as_u64()),
+        (Some("pending"), Some(0), Some(0))
     );
-    assert_eq!(run["step"], 0, "the run is left untouched");
+    let h = w.store.header(&t).await.unwrap().unwrap();
+    assert_eq!(h.fence, 0, "no fence spent on a run this worker cannot serve");
     let long = w.start("chain", json!({"steps": 5})).await;
     let run = w.wait_status(&long, &["failed"], LONG).await;
     assert_eq!(run["error"], "journal would exceed the maximum of 3 entries");

@@ -86,54 +86,50 @@ async fn scan_all(
     Ok(total)
 }
 
-/// Hands out one batch of partition `p` and publishes a task for each run.
+/// Hands out one batch of partition `p`, publishes a task for each run, and marks the runs
+/// whose task the broker confirmed, so the safety net leaves them to the queue.
 async fn scan_partition(
     store: &RedisStore,
     publisher: &Publisher,
     p: u16,
     s: &ScanSettings,
 ) -> Result<usize, StoreError> {
-    let (now, threads) = store.scan_due(p, s.batch, s.period).await?;
-    if threads.is_empty() {
+    let (now, rung) = store.scan_due(p, s.batch, s.period).await?;
+    if rung.is_empty() {
         return Ok(0);
     }
-    metrics().scanned.inc_by(threads.len() as u64);
-    let meta = run_meta(store, &threads).await.unwrap_or_else(|e| {
-        debug!(error = %e, "reading trace context of due runs failed; publishing without it");
-        vec![(None, None); threads.len()]
-    });
-    for (_, due) in &meta {
-        if let Some(due) = due {
+    metrics().scanned.inc_by(rung.len() as u64);
+    for r in &rung {
+        if let Some(due) = r.due {
             metrics()
                 .due_lag_seconds
-                .observe(now.saturating_sub(*due) as f64 / 1000.0);
+                .observe(now.saturating_sub(due) as f64 / 1000.0);
         }
     }
-    let n = threads.len();
-    futures::stream::iter(threads.into_iter().zip(meta))
-        .for_each_concurrent(PUBLISH_CONCURRENCY, |(thread, (trace, _))| async move {
-            if let Err(e) = publisher
-                .publish(&thread, None, TaskReason::Due, trace.as_deref())
+    let n = rung.len();
+    let confirmed: Vec<(ThreadId, u64)> = futures::stream::iter(rung)
+        .map(|r| async move {
+            match publisher
+                .publish(&r.thread, None, TaskReason::Due, r.trace.as_deref())
                 .await
             {
-                // The run keeps its (moved) due time: it is handed out again next period.
-                warn!(thread.id = %thread, error = %e, "publishing a due task failed");
+                Ok(()) => Some((r.thread, r.rv)),
+                Err(e) => {
+                    // The run keeps its (moved) due time: it is handed out again next period.
+                    warn!(thread.id = %r.thread, error = %e, "publishing a due task failed");
+                    None
+                }
             }
         })
+        .buffer_unordered(PUBLISH_CONCURRENCY)
+        .filter_map(|x| async move { x })
+        .collect()
         .await;
-    Ok(n)
-}
-
-/// The trace context and recorded due time of each run, in one pipelined round trip.
-async fn run_meta(store: &RedisStore, threads: &[ThreadId]) -> Result<Vec<(Option<String>, Option<u64>)>, StoreError> {
-    let mut pipe = redis::pipe();
-    for t in threads {
-        pipe.cmd("HMGET").arg(store.keys().run(t).run).arg("trace").arg("due");
+    match store.mark_queued(&confirmed).await {
+        Ok(marked) => {
+            metrics().queue_marked.inc_by(marked);
+        }
+        Err(e) => debug!(error = %e, "marking due tasks queued failed; they may be rung once more"),
     }
-    let mut conn = store.connection();
-    let rows: Vec<(Option<String>, Option<String>)> = pipe.query_async(&mut conn).await?;
-    Ok(rows
-        .into_iter()
-        .map(|(trace, due)| (trace.filter(|t| !t.is_empty()), due.and_then(|d| d.parse().ok())))
-        .collect())
+    Ok(n)
 }

@@ -105,6 +105,7 @@ async fn connect(cfg: &Config) -> Result<(RedisStore, Broker), SchedulerError> {
             Err(e) => return Err(e.into()),
         }
     };
+    store.check_layout().await?;
     let left = CONNECT_DEADLINE
         .saturating_sub(start.elapsed())
         .max(Duration::from_secs(1));

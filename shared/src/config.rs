@@ -153,6 +153,22 @@ pub struct Config {
     pub lease_ms: u64,
     /// Grace after lease expiry before the scanner rings again (ms).
     pub grace_ms: u64,
+    /// Safety margin of the worker's local lease deadline (ms): a worker acts under a lease
+    /// only until `sent + lease_ms - lease_margin_ms` of the request Redis last confirmed.
+    pub lease_margin_ms: u64,
+    /// Redis command (response) timeout (ms); 0 = a third of the lease. At most half the
+    /// lease, so a hung command cannot outlive the lease it runs under.
+    pub redis_timeout_ms: u64,
+    /// How long a run whose task the broker confirmed waits before the scanner rings it
+    /// again (ms); doubles with every unanswered ring, up to an hour. Only a lost message
+    /// needs this, so it is long: the queue, not the scanner, carries the backlog.
+    pub queued_redeliver_ms: u64,
+    /// How long a worker's registration (the workflows and versions it serves) lives
+    /// without a heartbeat (ms). New runs start at the newest version a live worker serves.
+    pub worker_ttl_ms: u64,
+    /// Takeovers of a run at the same journal position (its worker died or stalled each
+    /// time) before the run is blocked as a poison run.
+    pub max_crashes: u32,
     /// Safety-net redelivery delay (ms).
     pub redeliver_ms: u64,
     /// Retention of finished runs (s).
@@ -182,6 +198,11 @@ impl Default for Config {
             queue_expires_ms: 0,
             lease_ms: 3000,
             grace_ms: 250,
+            lease_margin_ms: 500,
+            redis_timeout_ms: 0,
+            queued_redeliver_ms: 300_000,
+            worker_ttl_ms: 10_000,
+            max_crashes: 5,
             redeliver_ms: 5000,
             retention_secs: 7 * 24 * 3600,
             effect_ttl_secs: 30 * 24 * 3600,
@@ -241,6 +262,11 @@ impl Config {
         env_parse(env, "SAVEPOINT_QUEUE_EXPIRES_MS", &mut self.queue_expires_ms)?;
         env_parse(env, "SAVEPOINT_LEASE_MS", &mut self.lease_ms)?;
         env_parse(env, "SAVEPOINT_GRACE_MS", &mut self.grace_ms)?;
+        env_parse(env, "SAVEPOINT_LEASE_MARGIN_MS", &mut self.lease_margin_ms)?;
+        env_parse(env, "SAVEPOINT_REDIS_TIMEOUT_MS", &mut self.redis_timeout_ms)?;
+        env_parse(env, "SAVEPOINT_QUEUED_REDELIVER_MS", &mut self.queued_redeliver_ms)?;
+        env_parse(env, "SAVEPOINT_WORKER_TTL_MS", &mut self.worker_ttl_ms)?;
+        env_parse(env, "SAVEPOINT_MAX_CRASHES", &mut self.max_crashes)?;
         env_parse(env, "SAVEPOINT_REDELIVER_MS", &mut self.redeliver_ms)?;
         env_parse(env, "SAVEPOINT_RETENTION_SECS", &mut self.retention_secs)?;
         env_parse(env, "SAVEPOINT_EFFECT_TTL_SECS", &mut self.effect_ttl_secs)?;
@@ -274,6 +300,28 @@ impl Config {
         if self.lease_ms < 200 {
             return bad(format!("lease_ms must be at least 200, got {}", self.lease_ms));
         }
+        if self.lease_margin_ms * 2 >= self.lease_ms {
+            return bad(format!(
+                "lease_margin_ms ({}) must be less than half of lease_ms ({})",
+                self.lease_margin_ms, self.lease_ms
+            ));
+        }
+        if self.redis_timeout_ms != 0 && (self.redis_timeout_ms < 50 || self.redis_timeout_ms * 2 > self.lease_ms) {
+            return bad(format!(
+                "redis_timeout_ms ({}) must be 0 (a third of the lease) or from 50 to half of lease_ms ({}): \
+                 a Redis command must not outlive the lease it runs under",
+                self.redis_timeout_ms, self.lease_ms
+            ));
+        }
+        if self.queued_redeliver_ms < self.redeliver_ms {
+            return bad(format!(
+                "queued_redeliver_ms ({}) must be at least redeliver_ms ({})",
+                self.queued_redeliver_ms, self.redeliver_ms
+            ));
+        }
+        if self.worker_ttl_ms < 1000 || self.max_crashes == 0 {
+            return bad("worker_ttl_ms must be at least 1000 and max_crashes at least 1".into());
+        }
         if self.retention_secs == 0 || self.effect_ttl_secs == 0 || self.redeliver_ms == 0 || self.event_cap == 0 {
             return bad("retention_secs, effect_ttl_secs, redeliver_ms and event_cap must be positive".into());
         }
@@ -305,10 +353,24 @@ impl Config {
         StoreConfig {
             lease: Duration::from_millis(self.lease_ms),
             grace: Duration::from_millis(self.grace_ms),
+            lease_margin: Duration::from_millis(self.lease_margin_ms),
+            command_timeout: Duration::from_millis(self.redis_command_timeout_ms()),
+            queued_redeliver: Duration::from_millis(self.queued_redeliver_ms),
+            worker_ttl: Duration::from_millis(self.worker_ttl_ms),
+            max_crashes: self.max_crashes,
             redeliver: Duration::from_millis(self.redeliver_ms),
             retention: Duration::from_secs(self.retention_secs),
             effect_ttl: Duration::from_secs(self.effect_ttl_secs),
             event_cap: self.event_cap,
+        }
+    }
+
+    /// The Redis command timeout in force: `redis_timeout_ms`, or a third of the lease.
+    pub fn redis_command_timeout_ms(&self) -> u64 {
+        if self.redis_timeout_ms == 0 {
+            (self.lease_ms / 3).max(50)
+        } else {
+            self.redis_timeout_ms
         }
     }
 
@@ -369,6 +431,19 @@ mod tests {
             Config::load(None, &env(&[("SAVEPOINT_FAILPOINTS", "x=abort")])),
             Err(ConfigError::Invalid(_))
         ));
+        // The Redis timeout is a fraction of the lease; the margin leaves room to act.
+        let c = Config::load(None, &env(&[("SAVEPOINT_LEASE_MS", "1500")])).unwrap();
+        assert_eq!(c.redis_command_timeout_ms(), 500);
+        for (var, val) in [
+            ("SAVEPOINT_REDIS_TIMEOUT_MS", "2000"),
+            ("SAVEPOINT_LEASE_MARGIN_MS", "1500"),
+            ("SAVEPOINT_QUEUED_REDELIVER_MS", "10"),
+        ] {
+            match Config::load(None, &env(&[(var, val)])) {
+                Err(ConfigError::Invalid(m)) => assert!(m.contains(&var[10..].to_ascii_lowercase()), "{m}"),
+                other => panic!("{var}={val} accepted: {other:?}"),
+            }
+        }
     }
 
     #[test]

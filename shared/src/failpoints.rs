@@ -1,13 +1,16 @@
 //! Named crash points (DESIGN §8). `SAVEPOINT_FAILPOINTS="name=action;…"` makes a process
 //! abort (as under `kill -9`) or fail with a transient error at a named point.
 //!
-//! Actions: `abort`, `error`, with an optional trigger: `abort@N` fires on the N-th hit only,
-//! `abort%P` fires on each hit with probability P percent. With nothing configured a check is
-//! one branch on an empty map.
+//! Actions: `abort`, `error`, `pause(MS)`, with an optional trigger: `abort@N` fires on the
+//! N-th hit only, `abort%P` fires on each hit with probability P percent. `pause(MS)` stops
+//! the task at that point for MS milliseconds (a GC-like stall; inside a run's slice the
+//! lease heartbeat stalls with it, so the lease can expire under the paused worker). With
+//! nothing configured a check is one branch on an empty map.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Every failpoint name the engine checks.
 pub const NAMES: &[&str] = &[
@@ -30,6 +33,8 @@ pub enum Action {
     Abort,
     /// Fail the operation with a transient error.
     Error,
+    /// Stop the task here for this long, then go on.
+    Pause(Duration),
 }
 
 /// When it fires.
@@ -60,7 +65,7 @@ pub enum FailpointParseError {
     #[error("unknown failpoint {0:?}; known: {1}")]
     UnknownName(String, String),
     /// Unknown action.
-    #[error("unknown failpoint action {0:?}; use abort or error")]
+    #[error("unknown failpoint action {0:?}; use abort, error or pause(MS)")]
     UnknownAction(String),
 }
 
@@ -120,7 +125,7 @@ impl Failpoints {
             let action = match verb {
                 "abort" => Action::Abort,
                 "error" => Action::Error,
-                other => return Err(FailpointParseError::UnknownAction(other.into())),
+                other => parse_pause(other).ok_or_else(|| FailpointParseError::UnknownAction(other.into()))?,
             };
             points.insert(
                 name,
@@ -156,10 +161,32 @@ impl Failpoints {
         if self.points.is_empty() {
             return Ok(());
         }
-        match self.fire(name) {
+        match self.hit(name) {
             None => Ok(()),
-            Some(Action::Error) => Err(Injected(name)),
-            Some(Action::Abort) => match &self.crash {
+            Some(action) => self.perform(name, action).await,
+        }
+    }
+
+    /// Counts a hit of point `name` and says which action fires, if any, without performing
+    /// it (callers that must react to a pause first, such as a run's slice stalling its
+    /// heartbeat, then call [`Failpoints::perform`]).
+    pub fn hit(&self, name: &str) -> Option<Action> {
+        if self.points.is_empty() {
+            return None;
+        }
+        self.fire(name)
+    }
+
+    /// Performs an action that [`Failpoints::hit`] returned.
+    pub async fn perform(&self, name: &'static str, action: Action) -> Result<(), Injected> {
+        match action {
+            Action::Pause(d) => {
+                tracing::warn!(failpoint = name, pause_ms = d.as_millis() as u64, "failpoint: pausing");
+                tokio::time::sleep(d).await;
+                Ok(())
+            }
+            Action::Error => Err(Injected(name)),
+            Action::Abort => match &self.crash {
                 Some(hook) => {
                     tracing::warn!(failpoint = name, "failpoint: crashing this worker");
                     hook(name);
@@ -175,6 +202,7 @@ impl Failpoints {
     }
 
     fn fire(&self, name: &str) -> Option<Action> {
+        // (`hit` checked that something is configured.)
         let p = self.points.get(name)?;
         let hit = p.hits.fetch_add(1, Ordering::SeqCst) + 1;
         let fires = match p.trigger {
@@ -184,6 +212,12 @@ impl Failpoints {
         };
         fires.then_some(p.action)
     }
+}
+
+/// `pause(MS)` → the pause action.
+fn parse_pause(verb: &str) -> Option<Action> {
+    let ms: u64 = verb.strip_prefix("pause(")?.strip_suffix(')')?.trim().parse().ok()?;
+    Some(Action::Pause(Duration::from_millis(ms)))
 }
 
 #[cfg(test)]
@@ -211,6 +245,27 @@ mod tests {
             Err(FailpointParseError::Syntax(_))
         ));
         assert!(Failpoints::parse("publish.before=error%150").is_err());
+        let p = Failpoints::parse("effect.after_intent=pause(9000)@2").unwrap();
+        assert_eq!(
+            p.points["effect.after_intent"].action,
+            Action::Pause(Duration::from_millis(9000))
+        );
+        assert_eq!(p.points["effect.after_intent"].trigger, Trigger::Nth(2));
+        assert!(matches!(
+            Failpoints::parse("publish.before=pause(soon)"),
+            Err(FailpointParseError::UnknownAction(_))
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pause_stops_then_goes_on() {
+        let f = Failpoints::parse("publish.after=pause(5000)@1").unwrap();
+        let t0 = tokio::time::Instant::now();
+        assert!(f.check("publish.after").await.is_ok());
+        assert!(t0.elapsed() >= Duration::from_millis(5000));
+        let t1 = tokio::time::Instant::now();
+        assert!(f.check("publish.after").await.is_ok());
+        assert!(t1.elapsed() < Duration::from_millis(10), "fires on the first hit only");
     }
 
     #[tokio::test]

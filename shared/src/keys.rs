@@ -27,6 +27,10 @@ pub struct RunKeys {
     pub signals: String,
     /// The partition's index of runs by creation time (for listing).
     pub index: String,
+    /// The partition's index of blocked runs (they never expire: listed however old).
+    pub blocked: String,
+    /// The partition's index of runs waiting for an interrupt or signal.
+    pub waiting: String,
 }
 
 impl Keys {
@@ -66,6 +70,8 @@ impl Keys {
             events: format!("{tag}:ev:{thread}"),
             signals: format!("{tag}:sig:{thread}"),
             index: format!("{tag}:runs"),
+            blocked: format!("{tag}:blocked"),
+            waiting: format!("{tag}:waiting"),
         }
     }
 
@@ -90,9 +96,20 @@ impl Keys {
         format!("{}:{{fx{:02}}}:fx:{}", self.ns, p, key)
     }
 
-    /// The catalog of workflows served by the fleet (name → version range), written by workers.
-    pub fn catalog(&self) -> String {
-        format!("{}:workflows", self.ns)
+    /// The index of runs with status `status` (blocked or waiting) of partition `p`.
+    pub fn status_index(&self, p: u16, status: &str) -> String {
+        format!("{}:{status}", self.tag(p))
+    }
+
+    /// Live worker registrations (incarnation → expiry and the workflows it serves); the
+    /// fleet's workflow catalog is computed from it.
+    pub fn workers(&self) -> String {
+        format!("{}:workers", self.ns)
+    }
+
+    /// Namespace metadata fixed at first use (the partition count).
+    pub fn meta(&self) -> String {
+        format!("{}:meta", self.ns)
     }
 
     /// The demo workflows' effect log (a list of JSON records).
@@ -112,11 +129,20 @@ mod tests {
         let rk = k.run(&t);
         let p = k.partition(&t);
         let tag = format!("{{p{p:02}}}");
-        for key in [&rk.run, &rk.due, &rk.events, &rk.signals, &rk.index] {
+        for key in [
+            &rk.run,
+            &rk.due,
+            &rk.events,
+            &rk.signals,
+            &rk.index,
+            &rk.blocked,
+            &rk.waiting,
+        ] {
             assert!(key.starts_with(&format!("sp:{tag}:")), "{key}");
         }
         assert_eq!(rk.run, format!("sp:{tag}:run:invoice-42"));
         assert_eq!(k.due(p), rk.due);
+        assert_eq!(k.status_index(p, "blocked"), rk.blocked);
     }
 
     #[test]

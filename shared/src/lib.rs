@@ -8,6 +8,7 @@ pub mod failpoints;
 pub mod ids;
 pub mod journal;
 pub mod keys;
+pub mod lease;
 pub mod metrics;
 pub mod protocol;
 pub mod store;

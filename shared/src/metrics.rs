@@ -48,6 +48,12 @@ pub struct Metrics {
     pub reconnects: Gauge,
     /// HTTP requests by route and status.
     pub http_requests: Family<Labels, Counter>,
+    /// Runs blocked, by reason class (`poison`, `effect_in_doubt`, `non_determinism`, …).
+    pub blocks: Family<Labels, Counter>,
+    /// Runs a worker gave back because it does not serve their workflow version.
+    pub unserved: Family<Labels, Counter>,
+    /// Runs whose safety-net due time moved out because the broker confirmed their task.
+    pub queue_marked: Counter,
 }
 
 fn latency() -> Histogram {
@@ -72,6 +78,9 @@ impl Metrics {
             inflight: Gauge::default(),
             reconnects: Gauge::default(),
             http_requests: Family::default(),
+            blocks: Family::default(),
+            unserved: Family::default(),
+            queue_marked: Counter::default(),
             registry: Registry::default(),
         };
         registry.register("steps", "Journal calls committed", m.steps.clone());
@@ -100,6 +109,17 @@ impl Metrics {
         registry.register("runs_inflight", "Runs executing in this worker", m.inflight.clone());
         registry.register("broker_reconnects", "Broker reconnects", m.reconnects.clone());
         registry.register("http_requests", "HTTP requests", m.http_requests.clone());
+        registry.register("runs_blocked", "Runs blocked, by reason class", m.blocks.clone());
+        registry.register(
+            "runs_unserved",
+            "Runs given back because this worker does not serve their workflow version",
+            m.unserved.clone(),
+        );
+        registry.register(
+            "tasks_marked_queued",
+            "Runs left to their confirmed queued task by the safety net",
+            m.queue_marked.clone(),
+        );
         Self { registry, ..m }
     }
 

@@ -7,6 +7,7 @@ use savepoint::failpoints::Failpoints;
 use savepoint::ids::Incarnation;
 use savepoint::metrics::{inc, metrics};
 use savepoint::protocol::Task;
+use savepoint::store::redis::ServedSpec;
 use savepoint::store::{ClaimOutcome, RedisStore};
 use savepoint::workflow::{Registry, SliceLimits};
 use tokio_util::sync::CancellationToken;
@@ -23,6 +24,8 @@ pub(crate) struct Shared {
     pub incarnation: Incarnation,
     pub limits: SliceLimits,
     pub slices_stop: CancellationToken,
+    /// What this worker serves, checked by the claim itself.
+    pub served: ServedSpec,
 }
 
 async fn dead_letter(shared: &Shared, d: &Delivery, reason: &str, class: &str) {
@@ -66,7 +69,7 @@ async fn handle(shared: &Shared, d: Delivery) {
     let claim_span = tracing::info_span!("claim", thread.id = %task.thread, task.reason = task.reason.as_str());
     let claimed = match shared
         .store
-        .claim(&task.thread, shared.incarnation.as_str(), task.step)
+        .claim(&task.thread, shared.incarnation.as_str(), task.step, &shared.served)
         .instrument(claim_span)
         .await
     {
@@ -91,7 +94,20 @@ async fn handle(shared: &Shared, d: Delivery) {
         ClaimOutcome::NotDue(_) => "not_due",
         ClaimOutcome::Leased(_) => "leased",
         ClaimOutcome::Stale(_) => "stale",
+        ClaimOutcome::Unserved { .. } => "unserved",
+        ClaimOutcome::Poison(_) => "poison",
     };
+    match &claimed {
+        ClaimOutcome::Unserved { reason, retry_in_ms } => {
+            tracing::info!(thread.id = %task.thread, %reason, retry_in_ms, "not served here: given back untouched");
+            inc(&metrics().unserved, &[]);
+        }
+        ClaimOutcome::Poison(reason) => {
+            tracing::warn!(thread.id = %task.thread, %reason, "poison run blocked");
+            inc(&metrics().blocks, &[("reason", "poison")]);
+        }
+        _ => {}
+    }
     inc(&metrics().claims, &[("outcome", outcome)]);
     let ClaimOutcome::Claimed(c) = claimed else {
         tracing::debug!(thread.id = %task.thread, outcome, "task needs no work; dropped");

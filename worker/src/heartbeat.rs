@@ -1,31 +1,44 @@
-//! Lease heartbeat for long steps: losing the lease cancels the step in flight.
+//! Lease heartbeat for long steps: every confirmed heartbeat moves the local lease deadline;
+//! losing the lease cancels the step in flight.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use savepoint::store::{Lease, RedisStore};
+use savepoint::lease::LeaseClock;
+use savepoint::store::{Lease, RedisStore, StoreError};
 
-/// Extends `lease` every third of the lease length until dropped; cancels `lost` when the
-/// store says the lease is gone (another worker took it, or the run was cancelled).
+/// Extends `lease` every third of the lease length until dropped; each confirmed extension
+/// moves `clock`; cancels `lost` when the store says the lease is gone (another worker took
+/// it, or the run was cancelled). Failed heartbeats do not cancel anything by themselves: the
+/// local deadline runs out if Redis stops confirming, and the slice stops then.
 pub(crate) struct Heartbeat(JoinHandle<()>);
 
 impl Heartbeat {
-    pub(crate) fn start(store: RedisStore, lease: Lease, lost: CancellationToken) -> Self {
+    pub(crate) fn start(store: RedisStore, lease: Lease, clock: LeaseClock, lost: CancellationToken) -> Self {
         let every = (store.config().lease / 3).max(Duration::from_millis(50));
         Self(tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.tick().await;
             loop {
                 tick.tick().await;
+                if clock.stalled() {
+                    continue;
+                }
+                let sent = Instant::now();
                 match store.heartbeat(&lease).await {
-                    Ok(_) => {}
-                    Err(e) if e.is_lease_lost() || matches!(e, savepoint::store::StoreError::Missing(_)) => {
+                    Ok(_) => clock.confirmed(sent),
+                    Err(e) if e.is_lease_lost() || matches!(e, StoreError::Missing(_)) => {
                         tracing::warn!(thread.id = %lease.thread, error = %e, "lease lost: cancelling the step in flight");
                         lost.cancel();
                         return;
                     }
-                    Err(e) => tracing::warn!(thread.id = %lease.thread, error = %e, "heartbeat failed; retrying"),
+                    Err(e) => tracing::warn!(
+                        thread.id = %lease.thread,
+                        error = %e,
+                        left_ms = clock.remaining().as_millis() as u64,
+                        "heartbeat failed; retrying until the local lease deadline"
+                    ),
                 }
             }
         }))

@@ -54,6 +54,13 @@ pub async fn replay(store: &RedisStore, registry: &Registry, thread: &ThreadId) 
         limits,
         failpoints: Failpoints::none(),
         lease_lost: CancellationToken::new(),
+        clock: savepoint::lease::LeaseClock::new(
+            std::time::Instant::now(),
+            std::time::Duration::from_secs(365 * 24 * 3600),
+            std::time::Duration::ZERO,
+        ),
+        crashes: 0,
+        busy_tries: 0,
         shutdown: CancellationToken::new(),
         retry: wf.retry_policy(),
         replay_only: true,
@@ -68,7 +75,16 @@ pub async fn replay(store: &RedisStore, registry: &Registry, thread: &ThreadId) 
             r = body => Some(r),
         }
     };
+    let (at, recorded) = (ctx.next_index() as usize, ctx.journal().len());
     Ok(match result {
+        Some(_) if at < recorded => {
+            let e = &ctx.journal()[at];
+            ReplayReport::Diverged(format!(
+                "non-determinism at entry {at}: the workflow returned but the journal recorded {} {:?} there",
+                e.kind.as_str(),
+                e.name
+            ))
+        }
         Some(r) => ReplayReport::Finished(r.map_err(|e| e.to_string())),
         None => match ctx.take_exit() {
             Some(SliceExit::WouldRunLive(name)) => ReplayReport::WouldRunLive(name),

@@ -11,6 +11,7 @@ use savepoint::config::Config;
 use savepoint::failpoints::{FailpointParseError, Failpoints};
 use savepoint::ids::Incarnation;
 use savepoint::metrics::{metrics, ops_router, Readiness};
+use savepoint::store::redis::{ServedSpec, WorkerInfo};
 use savepoint::store::{RedisStore, StoreError};
 use savepoint::workflow::Registry;
 
@@ -88,6 +89,22 @@ async fn connect_store(cfg: &Config, shutdown: &CancellationToken) -> Result<Red
     }
 }
 
+/// Refreshes the worker's registration every third of its TTL until aborted (or crashed),
+/// so the catalog lists only live workers.
+async fn keep_registered(store: RedisStore, info: WorkerInfo, ttl: Duration, crash: CancellationToken) {
+    let mut tick = tokio::time::interval(ttl / 3);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = crash.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if let Err(e) = store.register_worker(&info, ttl).await {
+            tracing::warn!(error = %e, "refreshing the worker registration failed; retrying");
+        }
+    }
+}
+
 /// [`run`] with explicit options.
 pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationToken) -> Result<(), WorkerError> {
     cfg.validate().map_err(|e| WorkerError::Config(e.to_string()))?;
@@ -125,9 +142,23 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
         });
     }
     let store = connect_store(&cfg, &shutdown).await?;
+    store.check_layout().await?;
     let broker = Broker::connect(cfg.broker(), Duration::from_secs(60)).await?;
-    store.register_workflows(&opts.registry.catalog()).await?;
     let incarnation = Incarnation::new(&cfg.worker.name);
+    let catalog = opts.registry.catalog();
+    let info = WorkerInfo {
+        id: incarnation.as_str().to_owned(),
+        workflows: catalog.clone(),
+        queue: cfg.queue.clone(),
+        until: 0,
+    };
+    store.register_worker(&info, cfg.store().worker_ttl).await?;
+    let registration = tokio::spawn(keep_registered(
+        store.clone(),
+        info.clone(),
+        cfg.store().worker_ttl,
+        crash.clone(),
+    ));
     tracing::info!(worker.id = %incarnation, workflows = ?opts.registry.names(), concurrency = cfg.worker.concurrency, "worker started");
     let consume_stop = CancellationToken::new();
     let slices_stop = CancellationToken::new();
@@ -139,6 +170,7 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
         incarnation,
         limits: cfg.limits(),
         slices_stop: slices_stop.clone(),
+        served: ServedSpec::new(&catalog),
     });
     let mut consumer = broker.consumer(shared.incarnation.as_str(), consume_stop.clone());
     let sem = Arc::new(Semaphore::new(cfg.worker.concurrency));
@@ -168,6 +200,7 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
     if crash.is_cancelled() {
         tracing::warn!(worker.id = %shared.incarnation, "worker crashed (simulated kill -9): dropping everything");
         tasks.abort_all();
+        registration.abort();
         drop(consumer);
         return Ok(());
     }
@@ -186,6 +219,10 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
         tasks.abort_all();
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
+    registration.abort();
+    if let Err(e) = shared.store.deregister_worker(shared.incarnation.as_str()).await {
+        tracing::debug!(error = %e, "deregistering failed; the registration expires on its own");
+    }
     tracing::info!("worker stopped");
     Ok(())
 }

@@ -1,58 +1,39 @@
 //! One slice of a run: compatibility checks, replay + live calls, then complete, fail,
 //! suspend or yield (publishing a continuation task).
 
+use futures::FutureExt;
+use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use savepoint::ids::EffectKey;
+use savepoint::lease::LeaseClock;
 use savepoint::metrics::{inc, metrics};
 use savepoint::protocol::{Task, TaskReason};
-use savepoint::store::redis::SCHEMA_VERSION;
-use savepoint::store::{Claimed, Lease, RunStatus};
-use savepoint::workflow::{Ctx, CtxParts, SliceExit};
+use savepoint::store::redis::Suspend;
+use savepoint::store::{Claimed, Finish, Lease, RunStatus};
+use savepoint::workflow::{busy_backoff, key_still_held, Ctx, CtxParts, SliceExit};
 
 use crate::handle::Shared;
 use crate::heartbeat::Heartbeat;
 
-/// Why this worker cannot serve a claimed run, if it cannot.
-fn incompatibility(shared: &Shared, c: &Claimed) -> Option<String> {
-    let h = &c.header;
-    if h.schema != SCHEMA_VERSION {
-        return Some(format!(
-            "checkpoint schema v{} is not supported by this worker (reads v{SCHEMA_VERSION})",
-            h.schema
-        ));
-    }
-    let Some(wf) = shared.registry.get(&h.workflow) else {
-        return Some(format!(
-            "unknown workflow {:?}: this worker serves {:?}",
-            h.workflow,
-            shared.registry.names()
-        ));
-    };
-    if h.workflow_version < wf.min_version() || h.workflow_version > wf.version() {
-        return Some(format!(
-            "workflow {} version {} is not served by this worker (serves versions {}..={})",
-            h.workflow,
-            h.workflow_version,
-            wf.min_version(),
-            wf.version()
-        ));
-    }
-    if let Err(e) = &c.journal {
-        return Some(format!("journal cannot be read: {e}"));
-    }
-    None
+/// Why this worker cannot run a claimed run, if it cannot. (Workflow, version and schema are
+/// checked by the claim itself, which gives such runs back untouched.)
+fn unreadable(c: &Claimed) -> Option<String> {
+    c.journal.as_ref().err().map(|e| format!("journal cannot be read: {e}"))
 }
 
-/// Publishes a task for the run (continuation or wake-up). Failure is logged: the run's
-/// due time makes the scanner ring again.
+/// Publishes a task for the run (continuation or wake-up), then tells the store that the
+/// broker carries it (so the safety net does not publish another). Failure is logged: the
+/// run's due time makes the scanner ring again.
 pub(crate) async fn publish(
     shared: &Shared,
     lease: &Lease,
     step: Option<u32>,
     reason: TaskReason,
     trace: Option<&str>,
+    rv: u64,
 ) {
     if shared.failpoints.check("publish.before").await.is_err() {
         return;
@@ -63,7 +44,7 @@ pub(crate) async fn publish(
         step,
         reason,
     );
-    let span = tracing::info_span!("publish", thread.id = %lease.thread, task.reason = reason.as_str());
+    let span = tracing::info_span!("publish", task.reason = reason.as_str());
     // The next task's span continues from this publish (else from the run's own trace).
     let parent = span.in_scope(savepoint::telemetry::current_traceparent);
     let headers: Vec<(String, String)> = parent
@@ -72,8 +53,13 @@ pub(crate) async fn publish(
         .map(|t| vec![("traceparent".to_owned(), t.to_owned())])
         .unwrap_or_default();
     match shared.broker.publish(&task.encode(), &headers).instrument(span).await {
-        Ok(()) => inc(&metrics().published, &[("reason", reason.as_str())]),
-        Err(e) => tracing::warn!(thread.id = %lease.thread, error = %e, "publish failed; the due time will redeliver"),
+        Ok(()) => {
+            inc(&metrics().published, &[("reason", reason.as_str())]);
+            if let Err(e) = shared.store.mark_queued(&[(lease.thread.clone(), rv)]).await {
+                tracing::debug!(error = %e, "marking the task queued failed; the safety net may ring once more");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "publish failed; the due time will redeliver"),
     }
     let _ = shared.failpoints.check("publish.after").await;
 }
@@ -89,12 +75,44 @@ pub(crate) async fn execute(shared: &Shared, c: Claimed) {
     let span = tracing::info_span!(
         "slice",
         thread.id = %c.lease.thread,
-        worker.id = %shared.incarnation,
         workflow = %c.header.workflow,
         task.attempt = c.header.attempt,
         trace.id = %trace_id,
     );
     run_slice(shared, c).instrument(span).await
+}
+
+/// A run that backed off on an effect key another run holds: if the key is still held, back
+/// off again without replaying the journal. True when it did.
+async fn still_backing_off(shared: &Shared, c: &Claimed, lease: &mut Lease) -> bool {
+    let Some((key, n)) = &c.header.wait_effect else {
+        return false;
+    };
+    let Ok(key) = EffectKey::new(key.clone()) else {
+        return false;
+    };
+    let holder = match key_still_held(&shared.store, &key, &lease.thread).await {
+        Ok(Some(h)) => h,
+        Ok(None) => return false,
+        Err(e) => {
+            tracing::debug!(error = %e, "checking a held effect key failed; replaying");
+            return false;
+        }
+    };
+    let delay = busy_backoff(*n);
+    let detail = format!("key {key} still held by {holder}; next try in {delay:?}");
+    let how = Suspend {
+        backoff_on: Some((key.as_str(), n + 1)),
+        ..Suspend::until(RunStatus::Sleeping, delay)
+    };
+    inc(&metrics().effects, &[("outcome", "busy")]);
+    match shared.store.suspend(lease, None, how, ("effect_busy", &detail)).await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::debug!(error = %e, "re-suspending a backing-off run failed; replaying");
+            false
+        }
+    }
 }
 
 async fn run_slice(shared: &Shared, c: Claimed) {
@@ -104,34 +122,34 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         metrics().inflight.dec();
     });
     let mut lease = c.lease.clone();
-    if let Some(reason) = incompatibility(shared, &c) {
-        tracing::error!(%reason, "cannot serve run: blocking it");
-        let r = shared
-            .store
-            .finish(
-                &mut lease,
-                None,
-                RunStatus::Blocked,
-                None,
-                None,
-                Some(&reason),
-                None,
-                ("blocked", &reason),
-            )
-            .await;
-        if let Err(e) = r {
+    if let Some(reason) = unreadable(&c) {
+        tracing::warn!(%reason, "cannot read the run: blocking it");
+        inc(&metrics().blocks, &[("reason", "unreadable")]);
+        let how = Finish::Blocked {
+            reason: &reason,
+            effect: None,
+        };
+        if let Err(e) = shared.store.finish(&mut lease, None, how, ("blocked", &reason)).await {
             tracing::warn!(error = %e, "could not record the block");
         }
         inc(&metrics().slices, &[("end", "blocked")]);
         return;
     }
     let Some(wf) = shared.registry.get(&c.header.workflow) else {
+        // The claim checked the served set; a registry without it serves nothing here.
+        release_for_retry(shared, &mut lease).await;
         return;
     };
+    if still_backing_off(shared, &c, &mut lease).await {
+        inc(&metrics().slices, &[("end", "suspended")]);
+        return;
+    }
     let journal = c.journal.clone().unwrap_or_default();
     let replayed = journal.len();
     let lost = CancellationToken::new();
-    let _hb = Heartbeat::start(shared.store.clone(), lease.clone(), lost.clone());
+    let cfg = shared.store.config();
+    let clock = LeaseClock::new(c.sent_at, cfg.lease, cfg.lease_margin);
+    let _hb = Heartbeat::start(shared.store.clone(), lease.clone(), clock.clone(), lost.clone());
     let mut ctx = Ctx::new(CtxParts {
         store: shared.store.clone(),
         lease,
@@ -140,6 +158,9 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         limits: shared.limits.clone(),
         failpoints: shared.failpoints.clone(),
         lease_lost: lost,
+        clock,
+        crashes: c.header.crashes,
+        busy_tries: c.header.wait_effect.as_ref().map(|w| w.1).unwrap_or(0),
         shutdown: shared.slices_stop.clone(),
         retry: wf.retry_policy(),
         replay_only: false,
@@ -147,29 +168,40 @@ async fn run_slice(shared: &Shared, c: Claimed) {
     });
     let stopped = ctx.exit_signal();
     let result = {
-        let body = wf.run(&mut ctx, c.header.input.clone());
+        let body = AssertUnwindSafe(wf.run(&mut ctx, c.header.input.clone())).catch_unwind();
         tokio::select! {
             biased;
             _ = stopped.notified() => None,
             r = body => Some(r),
         }
     };
+    let at = ctx.next_index();
+    let recorded = ctx.journal().len() as u32;
     let mut lease = ctx.lease().clone();
     let trace = c.header.trace.as_deref();
     let end = match result {
-        Some(Ok(output)) => {
+        Some(Err(panic)) => {
+            let reason = format!(
+                "workflow code panicked after entry {at}: {}; fix the code and retry the run",
+                savepoint::workflow::panic_message(&panic)
+            );
+            block(shared, &mut lease, &reason, "panic").await
+        }
+        // Code that returns while recorded entries remain did not take the recorded path.
+        Some(Ok(_)) if at < recorded => {
+            let next = &ctx.journal()[at as usize];
+            let reason = format!(
+                "non-determinism at entry {at}: the workflow returned but the journal recorded {} {:?} there \
+                 ({recorded} entries)",
+                next.kind.as_str(),
+                next.name
+            );
+            block(shared, &mut lease, &reason, "non_determinism").await
+        }
+        Some(Ok(Ok(output))) => {
             let r = shared
                 .store
-                .finish(
-                    &mut lease,
-                    None,
-                    RunStatus::Completed,
-                    Some(&output),
-                    None,
-                    None,
-                    None,
-                    ("completed", ""),
-                )
+                .finish(&mut lease, None, Finish::Completed(&output), ("completed", ""))
                 .await;
             match r {
                 Ok(()) => "completed",
@@ -179,20 +211,11 @@ async fn run_slice(shared: &Shared, c: Claimed) {
                 }
             }
         }
-        Some(Err(err)) => {
+        Some(Ok(Err(err))) => {
             let msg = err.to_string();
             let r = shared
                 .store
-                .finish(
-                    &mut lease,
-                    None,
-                    RunStatus::Failed,
-                    None,
-                    Some(&msg),
-                    None,
-                    None,
-                    ("failed", &msg),
-                )
+                .finish(&mut lease, None, Finish::Failed(&msg), ("failed", &msg))
                 .await;
             match r {
                 Ok(()) => "failed",
@@ -203,15 +226,15 @@ async fn run_slice(shared: &Shared, c: Claimed) {
             }
         }
         None => match ctx.take_exit() {
-            Some(SliceExit::Yielded) => {
-                publish(shared, &lease, Some(ctx.next_index()), TaskReason::Continue, trace).await;
+            Some(SliceExit::Yielded { rv }) => {
+                publish(shared, &lease, Some(ctx.next_index()), TaskReason::Continue, trace, rv).await;
                 "yielded"
             }
-            Some(SliceExit::Suspended { woke: true }) => {
-                publish(shared, &lease, None, TaskReason::Signal, trace).await;
+            Some(SliceExit::Suspended { woke: true, rv }) => {
+                publish(shared, &lease, None, TaskReason::Signal, trace, rv).await;
                 "suspended"
             }
-            Some(SliceExit::Suspended { woke: false }) => "suspended",
+            Some(SliceExit::Suspended { woke: false, .. }) => "suspended",
             Some(SliceExit::Blocked(_)) => "blocked",
             Some(SliceExit::Failed(_)) => "failed",
             Some(SliceExit::LeaseLost(reason)) => {
@@ -222,6 +245,11 @@ async fn run_slice(shared: &Shared, c: Claimed) {
                 tracing::warn!(%reason, "slice stopped on a transient error; releasing the run for a retry");
                 release_for_retry(shared, &mut lease).await;
                 "transient"
+            }
+            Some(SliceExit::DeadlinePassed(reason)) => {
+                tracing::warn!(%reason, "local lease deadline passed: stopped; handing the run back if Redis lets us");
+                release_for_retry(shared, &mut lease).await;
+                "deadline"
             }
             Some(SliceExit::WouldRunLive(_)) | None => "transient",
         },
@@ -236,20 +264,28 @@ async fn run_slice(shared: &Shared, c: Claimed) {
     inc(&metrics().slices, &[("end", end)]);
 }
 
+async fn block(shared: &Shared, lease: &mut Lease, reason: &str, class: &str) -> &'static str {
+    tracing::warn!(%reason, "run blocked");
+    inc(&metrics().blocks, &[("reason", class)]);
+    let how = Finish::Blocked { reason, effect: None };
+    match shared.store.finish(lease, None, how, ("blocked", reason)).await {
+        Ok(()) => "blocked",
+        Err(e) => {
+            tracing::warn!(error = %e, "could not record the block");
+            "lease_lost"
+        }
+    }
+}
+
 /// After a transient failure, hand the run back quickly (due in a second) instead of
-/// waiting for the lease to expire. If Redis is down this fails too, and the lease expiry
-/// does the same job later.
+/// waiting for the lease to expire. If Redis is down (or another worker took the run) this
+/// fails too, and the lease expiry does the same job later. The write is fenced, so it is
+/// safe even past the local deadline.
 async fn release_for_retry(shared: &Shared, lease: &mut Lease) {
+    let how = Suspend::until(RunStatus::Pending, Duration::from_secs(1));
     let r = shared
         .store
-        .suspend(
-            lease,
-            None,
-            RunStatus::Pending,
-            Some(Duration::from_secs(1)),
-            None,
-            ("retry_later", "transient error"),
-        )
+        .suspend(lease, None, how, ("retry_later", "transient error"))
         .await;
     if let Err(e) = r {
         tracing::debug!(error = %e, "release after a transient error failed; the lease will expire");

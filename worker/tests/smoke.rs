@@ -79,8 +79,11 @@ async fn demo_workflows_run_end_to_end() {
     let appr = start(&store, &broker, "approval", json!({})).await;
     let h = wait_status(&store, &appr, RunStatus::Waiting).await;
     assert_eq!(h.wait.unwrap().name, "gate");
-    let woke = store.signal(&appr, "interrupt", "", &json!("yes")).await.unwrap();
-    assert_eq!(woke, savepoint::store::redis::SignalOutcome::Woke);
+    let woke = store.signal(&appr, "interrupt", "", &json!("yes"), None).await.unwrap();
+    assert!(
+        matches!(woke, savepoint::store::redis::SignalOutcome::Woke(_)),
+        "{woke:?}"
+    );
     let task = Task::new(appr.clone(), store.keys().partition(&appr), None, TaskReason::Signal);
     broker.publish(&task.encode(), &[]).await.unwrap();
     let h = wait_status(&store, &appr, RunStatus::Completed).await;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use savepoint::ids::{Namespace, ThreadId};
 use savepoint::journal::{Entry, EntryKind, Outcome};
 use savepoint::keys::Keys;
+use savepoint::store::redis::{ServedSpec, Suspend};
 use savepoint::store::{ClaimOutcome, RedisStore, RunStatus, StoreConfig};
 
 #[derive(Parser, Debug)]
@@ -59,7 +60,8 @@ async fn main() -> anyhow::Result<()> {
                         "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01",
                     )
                     .await?;
-                let ClaimOutcome::Claimed(c) = store.claim(&t, "bench-worker", Some(0)).await? else {
+                let ClaimOutcome::Claimed(c) = store.claim(&t, "bench-worker", Some(0), &ServedSpec::any()).await?
+                else {
                     anyhow::bail!("claim failed");
                 };
                 let mut lease = c.lease;
@@ -80,9 +82,7 @@ async fn main() -> anyhow::Result<()> {
                     .suspend(
                         &mut lease,
                         Some((1, &nap)),
-                        RunStatus::Sleeping,
-                        Some(Duration::from_secs(3600)),
-                        None,
+                        Suspend::until(RunStatus::Sleeping, Duration::from_secs(3600)),
                         ("slept", "nap"),
                     )
                     .await?;

@@ -1,12 +1,13 @@
-//! Acting on runs: resume an interrupt, deliver a signal, cancel, resolve an in-doubt effect.
+//! Acting on runs: resume an interrupt, deliver a signal, cancel, retry a blocked run,
+//! resolve an in-doubt effect.
 
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::Json;
 use savepoint::ids::{EffectKey, ThreadId};
 use savepoint::protocol::TaskReason;
-use savepoint::store::redis::{EffectDone, SignalOutcome};
-use savepoint::store::{RunStatus, StoreError};
+use savepoint::store::redis::{EffectDone, EffectRelease, RetryOutcome, SignalOutcome};
+use savepoint::store::{Holder, RunStatus, StoreError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tracing::{info, warn};
@@ -20,12 +21,30 @@ type Reply = Result<(StatusCode, Json<Value>), ApiError>;
 /// Longest signal name.
 const MAX_SIGNAL_NAME: usize = 64;
 
-/// Body of resume and signal.
+/// Longest client id of a resume or signal.
+const MAX_CLIENT_ID: usize = 128;
+
+/// Body of resume and signal: the value, and an optional client id that makes a retried
+/// POST deliver once.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ValueBody {
     #[serde(default)]
     value: Value,
+    #[serde(default)]
+    id: Option<String>,
+}
+
+impl ValueBody {
+    fn client_id(&self) -> Result<Option<&str>, ApiError> {
+        match self.id.as_deref() {
+            None => Ok(None),
+            Some(id) if (1..=MAX_CLIENT_ID).contains(&id.len()) && !id.chars().any(char::is_control) => Ok(Some(id)),
+            Some(_) => Err(ApiError::bad_request(format!(
+                "id must be 1-{MAX_CLIENT_ID} characters without control characters"
+            ))),
+        }
+    }
 }
 
 /// Body of resolve.
@@ -51,19 +70,46 @@ pub(crate) fn valid_signal_name(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
 }
 
-/// Rings a worker after a state change made the run runnable. A failed publish is only
-/// logged: the change gave the run a due time, so the scanner rings it later.
-async fn ring(svc: &Services, thread: &ThreadId, reason: TaskReason) {
-    let mut conn = svc.store.connection();
-    let trace: Option<String> = redis::cmd("HGET")
-        .arg(svc.store.keys().run(thread).run)
-        .arg("trace")
-        .query_async(&mut conn)
-        .await
-        .unwrap_or(None);
-    if let Err(e) = svc.publisher.publish(thread, None, reason, trace.as_deref()).await {
-        warn!(thread.id = %thread, error = %e, "publishing a task failed; the due scanner will retry");
+/// Rings a worker after a state change made the run runnable, then tells the store the
+/// broker carries the task (ring version `rv`). A failed publish is only logged: the change
+/// gave the run a due time, so the scanner rings it later.
+pub(crate) async fn ring(
+    svc: &Services,
+    thread: &ThreadId,
+    step: Option<u32>,
+    reason: TaskReason,
+    trace: Option<&str>,
+    rv: u64,
+) {
+    let fetched;
+    let trace = match trace {
+        Some(t) => Some(t),
+        None => {
+            let mut conn = svc.store.connection();
+            fetched = redis::cmd("HGET")
+                .arg(svc.store.keys().run(thread).run)
+                .arg("trace")
+                .query_async::<Option<String>>(&mut conn)
+                .await
+                .unwrap_or(None);
+            fetched.as_deref()
+        }
+    };
+    match svc.publisher.publish(thread, step, reason, trace).await {
+        Ok(()) => {
+            if let Err(e) = svc.store.mark_queued(&[(thread.clone(), rv)]).await {
+                warn!(thread.id = %thread, error = %e, "marking the task queued failed; the scanner may ring once more");
+            }
+        }
+        Err(e) => warn!(thread.id = %thread, error = %e, "publishing a task failed; the due scanner will retry"),
     }
+}
+
+fn duplicate(thread: &ThreadId) -> (StatusCode, Json<Value>) {
+    (
+        StatusCode::ACCEPTED,
+        Json(json!({ "thread_id": thread.as_str(), "duplicate": true })),
+    )
 }
 
 fn pending(thread: &ThreadId) -> Json<Value> {
@@ -81,13 +127,15 @@ pub(crate) async fn resume(
     ApiJson(body): ApiJson<ValueBody>,
 ) -> Reply {
     let thread = thread_id(raw)?;
+    let id = body.client_id()?;
     let svc = st.services()?;
-    match svc.store.signal(&thread, "interrupt", "", &body.value).await? {
-        SignalOutcome::Woke => {
+    match svc.store.signal(&thread, "interrupt", "", &body.value, id).await? {
+        SignalOutcome::Woke(rv) => {
             info!(thread.id = %thread, "run resumed");
-            ring(svc, &thread, TaskReason::Signal).await;
+            ring(svc, &thread, None, TaskReason::Signal, None, rv).await;
             Ok((StatusCode::ACCEPTED, pending(&thread)))
         }
+        SignalOutcome::Duplicate => Ok(duplicate(&thread)),
         SignalOutcome::NotWaiting(status, kind, name) => {
             let waits = if status == "waiting" && !kind.is_empty() {
                 format!(" (it waits for {kind} {name:?})")
@@ -119,13 +167,15 @@ pub(crate) async fn signal(
             "invalid signal name {name:?}: use 1-{MAX_SIGNAL_NAME} characters from A-Z a-z 0-9 _ . -"
         )));
     }
+    let id = body.client_id()?;
     let svc = st.services()?;
-    match svc.store.signal(&thread, "signal", &name, &body.value).await? {
-        SignalOutcome::Woke => {
+    match svc.store.signal(&thread, "signal", &name, &body.value, id).await? {
+        SignalOutcome::Woke(rv) => {
             info!(thread.id = %thread, signal = %name, "run woken by signal");
-            ring(svc, &thread, TaskReason::Signal).await;
+            ring(svc, &thread, None, TaskReason::Signal, None, rv).await;
             Ok((StatusCode::ACCEPTED, pending(&thread)))
         }
+        SignalOutcome::Duplicate => Ok(duplicate(&thread)),
         SignalOutcome::Buffered => {
             info!(thread.id = %thread, signal = %name, "signal buffered");
             Ok((
@@ -152,21 +202,52 @@ pub(crate) async fn cancel(State(st): State<ApiState>, ApiPath(raw): ApiPath<Str
     };
     let reason = body.reason.unwrap_or_else(|| "cancelled via API".to_owned());
     match st.services()?.store.cancel(&thread, &reason).await {
-        Ok(None) => {
-            info!(thread.id = %thread, %reason, "run cancelled");
+        Ok(Ok(c)) => {
+            info!(thread.id = %thread, %reason, in_doubt = c.settled.len(), "run cancelled");
+            let in_doubt: Vec<Value> = c
+                .settled
+                .iter()
+                .map(|(index, key)| json!({ "index": index, "key": key, "state": "in_doubt_owner_cancelled" }))
+                .collect();
             Ok((
                 StatusCode::OK,
-                Json(json!({ "thread_id": thread.as_str(), "status": "cancelled" })),
+                Json(json!({ "thread_id": thread.as_str(), "status": "cancelled", "effects_in_doubt": in_doubt })),
             ))
         }
-        Ok(Some(status)) => Err(ApiError::conflict(format!("run already ended: it is {status}"))),
+        Ok(Err(status)) => Err(ApiError::conflict(format!("run already ended: it is {status}"))),
+        Err(StoreError::Missing(_)) => Err(ApiError::run_not_found(&thread)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `POST /v1/runs/{thread_id}/retry`: re-queues a blocked run after a fix (non-determinism
+/// fixed in code, a version served again, a poison step fixed); the worker that claims it
+/// checks it again from the top.
+pub(crate) async fn retry(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Reply {
+    let thread = thread_id(raw)?;
+    let svc = st.services()?;
+    match svc.store.retry(&thread, "operator retry via API").await {
+        Ok(RetryOutcome::Queued(rv)) => {
+            info!(thread.id = %thread, "blocked run re-queued");
+            ring(svc, &thread, None, TaskReason::Operator, None, rv).await;
+            Ok((StatusCode::ACCEPTED, pending(&thread)))
+        }
+        Ok(RetryOutcome::NotBlocked(status)) => Err(ApiError::conflict(format!(
+            "run is {status}; only blocked runs are retried"
+        ))),
+        Ok(RetryOutcome::OnEffect(key)) => Err(ApiError::conflict(format!(
+            "run is blocked on the in-doubt effect {key:?}: settle it with POST /v1/runs/{thread}/effects/{key}/resolve \
+             (savepoint resolve {thread} {key} --applied true|false) instead"
+        ))),
         Err(StoreError::Missing(_)) => Err(ApiError::run_not_found(&thread)),
         Err(e) => Err(e.into()),
     }
 }
 
 /// `POST /v1/runs/{thread_id}/effects/{key}/resolve` `{"applied", "result"?}`: settles the
-/// in-doubt effect a blocked run waits on, then makes the run runnable again.
+/// in-doubt effect a blocked run waits on, then makes the run runnable again. The run names
+/// the record it waits on (the holder's run, index and fence), and only that record is
+/// settled: two resolvers racing, or a resolve arriving after the run re-ran, change nothing.
 pub(crate) async fn resolve(
     State(st): State<ApiState>,
     ApiPath((raw, key)): ApiPath<(String, String)>,
@@ -191,29 +272,35 @@ pub(crate) async fn resolve(
             key.as_str()
         )));
     }
+    let holder = header.blocked_effect_owner.as_deref().and_then(Holder::parse);
+    let changed = |now: String| {
+        ApiError::conflict(format!(
+            "effect {key}'s record changed since the run blocked (now held by {now:?}); look at the run again"
+        ))
+    };
     let effect = if body.applied {
         let result = body.result.unwrap_or(Value::Null);
-        match svc.store.effect_done(&key, &thread, None, &result).await? {
+        match svc.store.settle_done(&key, &thread, &result, holder.as_ref()).await? {
             EffectDone::Recorded => json!({ "state": "applied", "result": result }),
             // Marked done earlier: the first recorded result stands.
             EffectDone::Already(first) => json!({ "state": "already_applied", "result": first }),
-            EffectDone::NotOwner(holder) => {
-                return Err(ApiError::conflict(format!("effect {key} is held by run {holder}")));
-            }
+            EffectDone::Changed(now) | EffectDone::NotOwner(now) => return Err(changed(now)),
+            EffectDone::Stale => return Err(changed(String::new())),
         }
     } else {
-        match svc.store.effect_release(&key, &thread, None).await?.as_str() {
+        match svc.store.settle_released(&key, &thread, holder.as_ref()).await? {
             // The record says done: the effect did happen; the run will journal its result.
-            "done" => json!({ "state": "already_applied" }),
-            "not_owner" => return Err(ApiError::conflict(format!("effect {key} is held by another run"))),
-            _ => json!({ "state": "released" }),
+            EffectRelease::Done(result) => json!({ "state": "already_applied", "result": result }),
+            EffectRelease::Changed(now) | EffectRelease::NotOwner(now) => return Err(changed(now)),
+            EffectRelease::Released | EffectRelease::Absent => json!({ "state": "released" }),
         }
     };
-    let detail = format!("{key}: operator resolved applied={}", body.applied);
+    let who = holder.map(|h| h.to_string()).unwrap_or_else(|| "its holder".into());
+    let detail = format!("{key}: operator resolved applied={} (intent of {who})", body.applied);
     match svc.store.unblock(&thread, key.as_str(), &detail).await? {
-        Ok(()) => {
+        Ok(rv) => {
             info!(thread.id = %thread, effect.key = %key, applied = body.applied, "in-doubt effect resolved");
-            ring(svc, &thread, TaskReason::Operator).await;
+            ring(svc, &thread, None, TaskReason::Operator, None, rv).await;
             Ok((
                 StatusCode::ACCEPTED,
                 Json(json!({ "thread_id": thread.as_str(), "status": "pending", "effect": effect })),

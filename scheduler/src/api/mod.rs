@@ -69,6 +69,7 @@ pub(crate) fn router(state: ApiState, readiness: Readiness) -> Router {
         .route("/v1/runs/{thread_id}/resume", post(control::resume))
         .route("/v1/runs/{thread_id}/signals/{name}", post(control::signal))
         .route("/v1/runs/{thread_id}/cancel", post(control::cancel))
+        .route("/v1/runs/{thread_id}/retry", post(control::retry))
         .route("/v1/runs/{thread_id}/effects/{key}/resolve", post(control::resolve))
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state);

@@ -10,7 +10,7 @@ use savepoint::store::redis::CreateOutcome;
 use savepoint::store::{RedisStore, RunStatus, StoreError};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tracing::{info, warn};
+use tracing::info;
 
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::{views, ApiError, ApiState};
@@ -42,13 +42,7 @@ pub(crate) fn thread_id(raw: String) -> Result<ThreadId, ApiError> {
 }
 
 async fn catalog_names(store: &RedisStore) -> Result<Vec<String>, StoreError> {
-    let mut conn = store.connection();
-    let mut names: Vec<String> = redis::cmd("HKEYS")
-        .arg(store.keys().catalog())
-        .query_async(&mut conn)
-        .await?;
-    names.sort();
-    Ok(names)
+    Ok(store.catalog().await?.into_keys().collect())
 }
 
 /// `POST /v1/runs`: starts a run (idempotent on thread id + workflow + input).
@@ -62,7 +56,7 @@ pub(crate) async fn start(State(st): State<ApiState>, ApiJson(req): ApiJson<Star
         inc(&metrics().runs_started, &[("outcome", "unknown_workflow")]);
         let names = catalog_names(&svc.store).await?;
         let known = if names.is_empty() {
-            "none (no worker has registered a workflow yet)".to_owned()
+            "none (no live worker serves a workflow)".to_owned()
         } else {
             names.join(", ")
         };
@@ -91,14 +85,9 @@ pub(crate) async fn start(State(st): State<ApiState>, ApiJson(req): ApiJson<Star
         CreateOutcome::Created => {
             inc(&metrics().runs_started, &[("outcome", "created")]);
             info!(thread.id = %thread, workflow = %req.workflow, workflow.version = entry.version, "run created");
-            if let Err(e) = svc
-                .publisher
-                .publish(&thread, Some(0), TaskReason::Start, Some(&trace))
-                .await
-            {
-                // The run has a due time: the scanner starts it after the redelivery delay.
-                warn!(thread.id = %thread, error = %e, "publishing the start task failed; the due scanner will retry");
-            }
+            // A failed publish is only logged: the run has a due time and the scanner starts
+            // it after the redelivery delay.
+            super::control::ring(svc, &thread, Some(0), TaskReason::Start, Some(&trace), 0).await;
             Ok((
                 StatusCode::CREATED,
                 Json(json!({ "thread_id": thread.as_str(), "status": "pending" })),

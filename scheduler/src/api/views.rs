@@ -2,7 +2,7 @@
 
 use savepoint::journal::{Entry, Outcome};
 use savepoint::store::redis::RunEvent;
-use savepoint::store::{RunHeader, RunStatus};
+use savepoint::store::{Holder, RunHeader, RunStatus};
 use serde_json::{json, Map, Value};
 
 /// Names a run waits for: `[wait name]` while waiting, `[]` otherwise.
@@ -44,6 +44,12 @@ pub(crate) fn run_view(h: &RunHeader) -> Value {
     if h.status == RunStatus::Blocked {
         put_some(&mut m, "blocked_reason", h.reason.clone());
         put_some(&mut m, "blocked_effect", h.blocked_effect.clone());
+        if let Some(holder) = h.blocked_effect_owner.as_deref().and_then(Holder::parse) {
+            m.insert(
+                "blocked_effect_holder".into(),
+                json!({ "thread_id": holder.thread, "index": holder.index, "fence": holder.fence }),
+            );
+        }
     } else if h.status == RunStatus::Cancelled {
         put_some(&mut m, "cancel_reason", h.reason.clone());
     }
@@ -56,6 +62,17 @@ pub(crate) fn run_view(h: &RunHeader) -> Value {
                 json!({ "kind": w.kind, "name": w.name, "payload": w.payload }),
             );
         }
+    }
+    if !h.status.is_final() && h.status != RunStatus::Blocked {
+        // Why a runnable run is not moving, when the engine knows.
+        put_some(&mut m, "waiting_for", h.waiting_for.clone());
+        if let Some((key, tries)) = &h.wait_effect {
+            m.insert("waiting_on_effect".into(), json!({ "key": key, "tries": tries }));
+        }
+    }
+    if h.crashes > 0 {
+        m.insert("crashes".into(), h.crashes.into());
+        put_some(&mut m, "crashed_by", h.crashed_by.clone());
     }
     put_some(&mut m, "due_at", h.due);
     m.insert("created_at".into(), h.created_at.into());
@@ -161,6 +178,11 @@ mod tests {
             error: None,
             reason: Some("effect ledger:1 outcome unknown".into()),
             blocked_effect: Some("ledger:1".into()),
+            blocked_effect_owner: None,
+            waiting_for: None,
+            wait_effect: None,
+            crashes: 0,
+            crashed_by: None,
             wait: Some(Wait {
                 kind: "interrupt".into(),
                 name: "approve".into(),

@@ -177,17 +177,21 @@ impl ApiClient {
             .await
     }
 
-    /// `POST /v1/runs/{thread}/resume`.
-    pub async fn resume(&self, thread: &str, value: Value) -> Result<Value, ClientError> {
+    /// `POST /v1/runs/{thread}/resume`; with a client `id`, a retried call delivers once.
+    pub async fn resume(&self, thread: &str, value: Value, id: Option<&str>) -> Result<Value, ClientError> {
         let path = format!("/v1/runs/{}/resume", encode(thread));
-        self.request(Method::POST, &path, Some(&json!({ "value": value })))
-            .await
+        self.request(Method::POST, &path, Some(&value_body(value, id))).await
     }
 
-    /// `POST /v1/runs/{thread}/signals/{name}`.
-    pub async fn signal(&self, thread: &str, name: &str, value: Value) -> Result<Value, ClientError> {
+    /// `POST /v1/runs/{thread}/signals/{name}`; with a client `id`, a retried call delivers once.
+    pub async fn signal(&self, thread: &str, name: &str, value: Value, id: Option<&str>) -> Result<Value, ClientError> {
         let path = format!("/v1/runs/{}/signals/{}", encode(thread), encode(name));
-        self.request(Method::POST, &path, Some(&json!({ "value": value })))
+        self.request(Method::POST, &path, Some(&value_body(value, id))).await
+    }
+
+    /// `POST /v1/runs/{thread}/retry`: re-queue a blocked run after a fix.
+    pub async fn retry(&self, thread: &str) -> Result<Value, ClientError> {
+        self.request(Method::POST, &format!("/v1/runs/{}/retry", encode(thread)), None)
             .await
     }
 
@@ -233,6 +237,13 @@ impl ApiClient {
             format!("/v1/runs?{}", query.join("&"))
         };
         self.request(Method::GET, &path, None).await
+    }
+}
+
+fn value_body(value: Value, id: Option<&str>) -> Value {
+    match id {
+        Some(id) => json!({ "value": value, "id": id }),
+        None => json!({ "value": value }),
     }
 }
 

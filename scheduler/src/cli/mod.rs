@@ -55,6 +55,9 @@ pub enum Command {
         thread: String,
         /// The answer, as JSON (e.g. `true`, `'"text"'`, `'{"ok":1}'`).
         value: String,
+        /// Client id: a retried call with the same id is delivered once.
+        #[arg(long)]
+        id: Option<String>,
     },
     /// Send a named signal to a run (buffered if it is not waiting for it yet).
     Signal {
@@ -64,6 +67,9 @@ pub enum Command {
         name: String,
         /// The value, as JSON.
         value: String,
+        /// Client id: a retried call with the same id is delivered once.
+        #[arg(long)]
+        id: Option<String>,
     },
     /// Cancel a run that has not ended.
     Cancel {
@@ -72,6 +78,12 @@ pub enum Command {
         /// Why (recorded in the run's events).
         #[arg(long)]
         reason: Option<String>,
+    },
+    /// Re-queue a blocked run after a fix (code deployed, version served again): the worker
+    /// checks it again from the top. Runs blocked on an in-doubt effect are resolved instead.
+    Retry {
+        /// Thread id of the blocked run.
+        thread: String,
     },
     /// Settle the in-doubt effect a blocked run waits on, and let it continue.
     Resolve(ResolveArgs),
@@ -180,13 +192,26 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Get { thread } => print(json, &client.get(&thread).await?, render::run),
         Command::History { thread } => print(json, &client.history(&thread).await?, render::history),
         Command::Export { thread } => print(true, &client.export(&thread).await?, |_| String::new()),
-        Command::Resume { thread, value } => {
-            let v = client.resume(&thread, parse_json_arg("value", &value)?).await?;
+        Command::Resume { thread, value, id } => {
+            let v = client
+                .resume(&thread, parse_json_arg("value", &value)?, id.as_deref())
+                .await?;
             print(json, &v, |v| render::ack("resumed", v))
         }
-        Command::Signal { thread, name, value } => {
-            let v = client.signal(&thread, &name, parse_json_arg("value", &value)?).await?;
+        Command::Signal {
+            thread,
+            name,
+            value,
+            id,
+        } => {
+            let v = client
+                .signal(&thread, &name, parse_json_arg("value", &value)?, id.as_deref())
+                .await?;
             print(json, &v, |v| render::ack(&format!("signal {name} →"), v))
+        }
+        Command::Retry { thread } => {
+            let v = client.retry(&thread).await?;
+            print(json, &v, |v| render::ack("retry", v))
         }
         Command::Cancel { thread, reason } => {
             let v = client.cancel(&thread, reason.as_deref()).await?;

@@ -181,6 +181,9 @@ pub fn ack(action: &str, v: &Value) -> String {
     if v["buffered"] == Value::Bool(true) {
         return format!("{action} {thread}: buffered until the run asks for it\n");
     }
+    if v["duplicate"] == Value::Bool(true) {
+        return format!("{action} {thread}: already delivered with this id (nothing changed)\n");
+    }
     let mut s = format!("{action} {thread}: {}", text(&v["status"]));
     if let Some(e) = v.get("effect").and_then(|e| e.get("state")) {
         let _ = write!(s, " (effect {})", text(e));

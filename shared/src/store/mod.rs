@@ -7,7 +7,7 @@ pub mod model;
 pub mod redis;
 
 pub use self::redis::{RedisStore, StoreConfig};
-pub use model::{ClaimOutcome, Claimed, EffectClaim, Lease, RunHeader, RunStatus, Wait};
+pub use model::{ClaimOutcome, Claimed, EffectClaim, Finish, Holder, Lease, RunHeader, RunStatus, Wait};
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +53,9 @@ pub enum StoreError {
     /// A stored record could not be read.
     #[error("corrupt record: {0}")]
     Corrupt(String),
+    /// The namespace was created with another key layout than this process is configured for.
+    #[error("{0}")]
+    Layout(String),
 }
 
 impl StoreError {

@@ -129,6 +129,18 @@ pub struct RunHeader {
     pub reason: Option<String>,
     /// The in-doubt effect key a blocked run waits on.
     pub blocked_effect: Option<String>,
+    /// The record the block waits on (`thread\x1findex\x1ffence`), so a resolve settles
+    /// exactly that intent and not a newer one.
+    pub blocked_effect_owner: Option<String>,
+    /// Why a runnable run is not running: no live worker serves its workflow version.
+    pub waiting_for: Option<String>,
+    /// The effect key a run backs off on (another run holds its intent), and how often it
+    /// has backed off so far.
+    pub wait_effect: Option<(String, u32)>,
+    /// Takeovers at the current journal position (the worker died or stalled each time).
+    pub crashes: u32,
+    /// The workers that held the run when it crashed there.
+    pub crashed_by: Option<String>,
     /// What a waiting run waits for.
     pub wait: Option<Wait>,
     /// W3C trace context of the run (one run is one trace).
@@ -189,6 +201,11 @@ impl RunHeader {
             error: text(map, "error"),
             reason: text(map, "reason"),
             blocked_effect: text(map, "blocked_fx"),
+            blocked_effect_owner: text(map, "blocked_fx_owner"),
+            waiting_for: text(map, "waiting_for"),
+            wait_effect: text(map, "wait_fx").map(|k| (k, num(map, "wait_fx_n").unwrap_or(0))),
+            crashes: num(map, "crashes").unwrap_or(0),
+            crashed_by: text(map, "crashed_by"),
             wait,
             trace: text(map, "trace"),
         })
@@ -237,6 +254,8 @@ pub struct Claimed {
     pub server_now: u64,
     /// True when this claim took over another worker's expired lease.
     pub takeover: bool,
+    /// When the claim request was sent (monotonic): the start of the local lease deadline.
+    pub sent_at: std::time::Instant,
 }
 
 /// What a claim found.
@@ -256,6 +275,77 @@ pub enum ClaimOutcome {
     Leased(String),
     /// The task is behind the journal (a duplicate or old message).
     Stale(u32),
+    /// This worker does not serve the run's workflow version (or checkpoint schema): it was
+    /// given back untouched and is due again in `retry_in_ms`.
+    Unserved {
+        /// Shown on the run (`waiting for a worker that serves invoice v2`).
+        reason: String,
+        /// Back-off until the next try (ms).
+        retry_in_ms: u64,
+    },
+    /// Taken over too often at one journal position: blocked as a poison run, with the reason.
+    Poison(String),
+}
+
+/// Who holds an effect key's record: a run, the journal index of its call, the fence of the
+/// attempt that took it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The run.
+    pub thread: String,
+    /// The journal index of its call (-1 when set by an operator).
+    pub index: i64,
+    /// The fence of the attempt.
+    pub fence: u64,
+}
+
+impl Holder {
+    /// The form stored on a blocked run and matched by resolve (`thread\x1findex\x1ffence`).
+    pub fn token(&self) -> String {
+        format!("{}\u{1f}{}\u{1f}{}", self.thread, self.index, self.fence)
+    }
+
+    /// Parses [`Holder::token`].
+    pub fn parse(token: &str) -> Option<Self> {
+        let mut p = token.split('\u{1f}');
+        let thread = p.next()?.to_owned();
+        let index = p.next()?.parse().ok()?;
+        let fence = p.next()?.parse().ok()?;
+        Some(Self { thread, index, fence })
+    }
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "run {} at entry {} (fence {})", self.thread, self.index, self.fence)
+    }
+}
+
+/// How a slice ends a run (or stops it until an operator acts).
+#[derive(Debug, Clone, Copy)]
+pub enum Finish<'a> {
+    /// Completed with this output.
+    Completed(&'a Value),
+    /// Failed with this error.
+    Failed(&'a str),
+    /// Blocked with a reason, optionally on an in-doubt effect key and the record it waits on.
+    Blocked {
+        /// Why.
+        reason: &'a str,
+        /// The effect key and its holder, when an effect's outcome is unknown.
+        effect: Option<(&'a str, &'a Holder)>,
+    },
+}
+
+impl Finish<'_> {
+    /// The status it writes.
+    pub fn status(&self) -> RunStatus {
+        match self {
+            Finish::Completed(_) => RunStatus::Completed,
+            Finish::Failed(_) => RunStatus::Failed,
+            Finish::Blocked { .. } => RunStatus::Blocked,
+        }
+    }
 }
 
 /// What recording an effect intent found.
@@ -266,7 +356,14 @@ pub enum EffectClaim {
     /// Already applied (by any run): record this result and skip the effect.
     Done(Value),
     /// This run's earlier attempt recorded the intent and did not finish: outcome unknown.
-    InDoubt,
+    InDoubt(Holder),
+    /// A newer attempt of this run holds the intent: this attempt is fenced out.
+    Stale(u64),
+    /// This very attempt holds the key at another journal index (one key used twice at once).
+    SelfHeld(u32),
+    /// The run that held the intent ended (cancelled, expired) without settling it: in doubt
+    /// until an operator resolves it. The status it ended with.
+    Orphaned(Holder, String),
     /// Another run holds the intent right now: back off.
-    Busy(String),
+    Busy(Holder),
 }

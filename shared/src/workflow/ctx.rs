@@ -1,11 +1,13 @@
 //! The workflow context: replay of recorded entries, live execution with a fenced commit
 //! per call, and suspension without user-visible errors.
 
+use futures::FutureExt;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -13,11 +15,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::{RetryPolicy, StepError, WorkflowError};
-use crate::failpoints::Failpoints;
-use crate::ids::ThreadId;
+use crate::failpoints::{Action, Failpoints};
+use crate::ids::{EffectKey, ThreadId};
 use crate::journal::{Entry, EntryKind, Outcome};
+use crate::lease::LeaseClock;
 use crate::metrics::{inc, labels, metrics};
-use crate::store::{Lease, RedisStore, RunStatus, StoreError};
+use crate::store::redis::Suspend;
+use crate::store::{Finish, Holder, Lease, RedisStore, RunStatus, StoreError};
 
 /// Why a slice of a run ended without the workflow returning. The runtime acts on it.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,10 +31,15 @@ pub enum SliceExit {
     Suspended {
         /// Needs a task now.
         woke: bool,
+        /// The run's ring version, for marking the task queued once published.
+        rv: u64,
     },
     /// Yielded after the slice budget or on shutdown; committed as pending: publish a
-    /// continuation task.
-    Yielded,
+    /// continuation task (then mark it queued with this ring version).
+    Yielded {
+        /// The run's ring version.
+        rv: u64,
+    },
     /// Blocked with a reason; committed.
     Blocked(String),
     /// Failed by the runtime (journal limit); committed.
@@ -39,6 +48,9 @@ pub enum SliceExit {
     LeaseLost(String),
     /// Redis unreachable or an injected error; the lease will expire and the run resumes.
     Transient(String),
+    /// The local lease deadline passed (Redis not confirming the lease, or the process
+    /// stalled): nothing more is started; the run is handed back if Redis lets us.
+    DeadlinePassed(String),
     /// Replay-only mode reached a call that is not in the journal.
     WouldRunLive(String),
 }
@@ -80,6 +92,14 @@ pub struct CtxParts {
     pub failpoints: Failpoints,
     /// Cancelled when the lease is lost (a running step is dropped).
     pub lease_lost: CancellationToken,
+    /// The local lease deadline (extended by every confirmed lease-extending write).
+    pub clock: LeaseClock,
+    /// Takeovers at the current journal position so far (from the claim): after a crash the
+    /// first live call is recorded, so a poison run's reason can name it.
+    pub crashes: u32,
+    /// How often the run has backed off on an effect key held by another run (from the
+    /// claim), so the back-off keeps growing.
+    pub busy_tries: u32,
     /// Cancelled when the worker shuts down (the run yields at the next call).
     pub shutdown: CancellationToken,
     /// Default retry policy of the workflow.
@@ -88,6 +108,15 @@ pub struct CtxParts {
     pub replay_only: bool,
     /// Workflow name (metric label).
     pub workflow: String,
+}
+
+/// An effect intent this slice took and has not settled.
+#[derive(Debug, Clone)]
+pub(super) struct HeldIntent {
+    pub key: EffectKey,
+    pub index: u32,
+    /// The effect function may have started: the outcome is unknown if the slice stops now.
+    pub called: bool,
 }
 
 /// The handle workflow code journals its calls through.
@@ -100,6 +129,12 @@ pub struct Ctx {
     notify: Arc<Notify>,
     /// Open while recorded entries are being replayed; closed at the first live call.
     replay_span: Option<tracing::Span>,
+    /// The intent this slice holds, released if the slice stops before calling the effect.
+    pub(super) held: Option<HeldIntent>,
+    /// `patched` answers given so far (sticky: one run never mixes old and new paths).
+    pub(super) patches: HashMap<String, bool>,
+    /// The live call in flight was recorded in the run (after a crash).
+    noted: bool,
 }
 
 impl Ctx {
@@ -114,6 +149,9 @@ impl Ctx {
             started: Instant::now(),
             exit: None,
             notify: Arc::new(Notify::new()),
+            held: None,
+            patches: HashMap::new(),
+            noted: false,
         }
     }
 
@@ -162,10 +200,28 @@ impl Ctx {
         self.notify.clone()
     }
 
+    /// The fencing token of this attempt (monotonic per run: every claim raises it).
+    pub fn fence(&self) -> u64 {
+        self.p.lease.fence
+    }
+
     /// Stops the slice: records why, wakes the runtime, and never returns (the runtime drops
-    /// the workflow future).
+    /// the workflow future). An intent taken but not yet acted on is released first: this
+    /// slice knows the effect did not happen.
     pub(super) async fn stop<T>(&mut self, exit: SliceExit) -> T {
         tracing::debug!(thread.id = %self.p.lease.thread, ?exit, "slice stops");
+        if let Some(h) = self.held.take().filter(|h| !h.called) {
+            if !self.p.replay_only {
+                let r = tokio::time::timeout(
+                    self.p.store.config().command_timeout,
+                    self.p
+                        .store
+                        .effect_release(&h.key, &self.p.lease.thread, h.index, self.p.lease.fence),
+                )
+                .await;
+                tracing::debug!(effect.key = %h.key, ?r, "released the intent of an effect that was not called");
+            }
+        }
         self.exit = Some(exit);
         self.notify.notify_one();
         std::future::pending::<T>().await
@@ -182,9 +238,22 @@ impl Ctx {
 
     /// Checks a failpoint; an injected error stops the slice as transient.
     pub(super) async fn failpoint(&mut self, name: &'static str) {
-        if let Err(e) = self.p.failpoints.check(name).await {
+        if self.failpoint_err(name).await {
+            let e = crate::failpoints::Injected(name);
             self.stop::<()>(SliceExit::Transient(e.to_string())).await;
         }
+    }
+
+    /// Checks a failpoint and performs it; true when it injected an error. A pause stalls the
+    /// slice's heartbeat too, as a stalled process would.
+    pub(super) async fn failpoint_err(&mut self, name: &'static str) -> bool {
+        let Some(action) = self.p.failpoints.hit(name) else {
+            return false;
+        };
+        if let Action::Pause(d) = action {
+            self.p.clock.stall(d);
+        }
+        self.p.failpoints.perform(name, action).await.is_err()
     }
 
     /// The recorded entry at the cursor if it matches; blocks the run on non-determinism.
@@ -204,22 +273,28 @@ impl Ctx {
         self.block(&reason, None).await
     }
 
-    /// Stops the run as blocked with a reason (and the in-doubt effect key, if any).
-    pub(super) async fn block<T>(&mut self, reason: &str, effect: Option<&str>) -> T {
+    /// Stops the run as blocked with a reason (and the in-doubt effect key with the record it
+    /// waits on, if any).
+    pub(super) async fn block<T>(&mut self, reason: &str, effect: Option<(&str, &Holder)>) -> T {
         if self.p.replay_only {
             return self.stop(SliceExit::Blocked(reason.to_owned())).await;
         }
+        tracing::warn!(thread.id = %self.p.lease.thread, %reason, "run blocked");
+        let class = if effect.is_some() {
+            "effect_in_doubt"
+        } else if reason.starts_with("non-determinism") {
+            "non_determinism"
+        } else {
+            "other"
+        };
+        inc(&metrics().blocks, &[("reason", class)]);
         let r = self
             .p
             .store
             .finish(
                 &mut self.p.lease,
                 None,
-                RunStatus::Blocked,
-                None,
-                None,
-                Some(reason),
-                effect,
+                Finish::Blocked { reason, effect },
                 ("blocked", reason),
             )
             .await;
@@ -236,6 +311,10 @@ impl Ctx {
         if self.p.replay_only {
             self.stop::<()>(SliceExit::WouldRunLive(name.to_owned())).await;
         }
+        if self.p.clock.expired() {
+            self.stop::<()>(SliceExit::DeadlinePassed(format!("before live call {name:?}")))
+                .await;
+        }
         let over_budget = self.live_in_slice > 0
             && (self.live_in_slice >= self.p.limits.max_steps || self.started.elapsed() >= self.p.limits.max_time);
         if self.p.shutdown.is_cancelled() || over_budget {
@@ -246,14 +325,12 @@ impl Ctx {
                 .suspend(
                     &mut self.p.lease,
                     None,
-                    RunStatus::Pending,
-                    Some(redeliver),
-                    None,
+                    Suspend::until(RunStatus::Pending, redeliver),
                     ("yielded", name),
                 )
                 .await;
             match r {
-                Ok(_) => self.stop::<()>(SliceExit::Yielded).await,
+                Ok(s) => self.stop::<()>(SliceExit::Yielded { rv: s.rv }).await,
                 Err(e) => self.store_failed::<()>(e).await,
             }
         }
@@ -265,20 +342,20 @@ impl Ctx {
             let r = self
                 .p
                 .store
-                .finish(
-                    &mut self.p.lease,
-                    None,
-                    RunStatus::Failed,
-                    None,
-                    Some(&reason),
-                    None,
-                    None,
-                    ("failed", &reason),
-                )
+                .finish(&mut self.p.lease, None, Finish::Failed(&reason), ("failed", &reason))
                 .await;
             match r {
                 Ok(()) => self.stop::<()>(SliceExit::Failed(reason)).await,
                 Err(e) => self.store_failed::<()>(e).await,
+            }
+        }
+        if self.p.crashes > 0 && !self.noted {
+            // The previous attempts died at this position: name the call, for the reason a
+            // poison run is blocked with.
+            self.noted = true;
+            let cur = format!("{} {name}", self.cursor);
+            if let Err(e) = self.p.store.note(&self.p.lease, "cur", &cur).await {
+                return self.store_failed(e).await;
             }
         }
         self.live_in_slice += 1;
@@ -307,6 +384,7 @@ impl Ctx {
         if let Err(e) = r {
             return self.store_failed(e).await;
         }
+        self.p.clock.confirmed(started);
         let m = metrics();
         m.commit_seconds.observe(started.elapsed().as_secs_f64());
         let outcome = match (&entry.outcome, event) {
@@ -326,13 +404,35 @@ impl Ctx {
         }
     }
 
-    /// Runs `fut` unless the lease is lost first (then the slice stops and `fut` is dropped).
+    /// Runs `fut` while the lease holds: if the lease is lost, or the local lease deadline
+    /// passes, the slice stops and `fut` is dropped. Past the deadline `fut` is never polled
+    /// again, even if it is ready: a worker that may have lost its lease does not go on.
     pub(super) async fn guarded<T>(&mut self, fut: impl Future<Output = T>) -> T {
         let lost = self.p.lease_lost.clone();
-        tokio::select! {
-            biased;
-            _ = lost.cancelled() => self.stop(SliceExit::LeaseLost("lease lost during a call".into())).await,
-            v = fut => v,
+        let clock = self.p.clock.clone();
+        let mut fut = std::pin::pin!(fut);
+        let outcome = loop {
+            let deadline = clock.deadline();
+            let gate = std::future::poll_fn(|cx| {
+                if clock.expired() {
+                    return std::task::Poll::Pending;
+                }
+                fut.as_mut().poll(cx)
+            });
+            tokio::select! {
+                biased;
+                _ = lost.cancelled() => break Err(SliceExit::LeaseLost("lease lost during a call".into())),
+                _ = tokio::time::sleep_until(deadline.into()) => {
+                    if clock.expired() {
+                        break Err(SliceExit::DeadlinePassed("the local lease deadline passed during a call".into()));
+                    }
+                }
+                v = gate => break Ok(v),
+            }
+        };
+        match outcome {
+            Ok(v) => v,
+            Err(exit) => self.stop(exit).await,
         }
     }
 
@@ -350,7 +450,11 @@ impl Ctx {
     {
         let mut attempt = 1;
         loop {
-            let r = self.guarded(f()).await.map_err(Into::into);
+            // A panic in the call is a failure of this attempt, retried by the policy.
+            let r = match self.guarded(AssertUnwindSafe(f()).catch_unwind()).await {
+                Ok(r) => r.map_err(Into::into),
+                Err(panic) => Err(StepError::retryable(format!("panicked: {}", panic_message(&panic)))),
+            };
             match r {
                 Err(e) if policy.should_retry(attempt, &e) => {
                     let delay = policy.backoff(attempt);
@@ -415,6 +519,17 @@ impl Ctx {
         .instrument(span)
         .await;
         decode_outcome("step", name, outcome)
+    }
+}
+
+/// The message of a caught panic.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(no message)".to_owned()
     }
 }
 

@@ -1,29 +1,54 @@
 //! `effect`: exactly-once effects by idempotency key (DESIGN §6).
 //!
-//! Order: intent (SET NX) → perform → mark the key done with the result → journal. Marking
-//! the key first means a crash before the journal write is healed by the next attempt,
-//! which finds the key done and journals the recorded result without repeating the effect.
+//! Order: begin (the key recorded in the run at this index) → intent (SET NX, fenced) →
+//! perform → mark the key done with the result → journal. Marking the key first means a
+//! crash before the journal write is healed by the next attempt, which finds the key done
+//! and journals the recorded result without repeating the effect.
+//!
+//! Every write around the call is idempotent for the same attempt (thread, index, fence), so
+//! a transient Redis error or a lost reply is retried in-process while the local lease
+//! deadline holds; only a real crash (or a deadline that passes) leaves an effect in doubt.
 
 use futures::future::BoxFuture;
+use futures::FutureExt;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
-use super::ctx::{decode_outcome, Ctx, SliceExit};
+use super::ctx::{decode_outcome, panic_message, Ctx, HeldIntent, SliceExit};
 use super::{RetryPolicy, StepError, WorkflowError};
 use crate::ids::{EffectKey, ThreadId};
 use crate::journal::{Entry, EntryKind, Outcome};
 use crate::metrics::{inc, metrics};
-use crate::store::redis::EffectDone;
-use crate::store::{EffectClaim, RunStatus};
+use crate::store::redis::{EffectDone, EffectRecord, EffectRelease, Suspend};
+use crate::store::{EffectClaim, Holder, RunStatus, StoreError};
 
 /// Asks the provider whether the effect with this key happened: `Some(result)` if it did,
 /// `None` if it did not.
 pub type ReconcileFn = Arc<dyn Fn(String) -> BoxFuture<'static, Result<Option<Value>, StepError>> + Send + Sync>;
+
+/// What an effect function is given: the idempotency key to pass to the provider, and the
+/// fencing token of the attempt, which only grows (every claim of the run raises it). A
+/// provider that remembers the highest token it has seen for a key and refuses lower ones
+/// stops a stale worker (one paused or cut off past its lease) that the lease alone cannot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectCtx {
+    /// The idempotency key (send it as `Idempotency-Key`, a unique column, …).
+    pub key: String,
+    /// The fencing token of this attempt (send it as `Fencing-Token`, a version column, …).
+    pub fence: u64,
+    /// The run.
+    pub thread: ThreadId,
+    /// The journal index of the call.
+    pub index: u32,
+    /// The attempt of the call under its retry policy (1-based).
+    pub attempt: u32,
+}
 
 /// What to do when an earlier attempt of this run recorded the intent and died, so the
 /// outcome is unknown.
@@ -84,16 +109,47 @@ impl EffectOptions {
     }
 }
 
-/// How long a run backs off when another run holds the same key's intent.
-const BUSY_BACKOFF: Duration = Duration::from_secs(1);
+/// First back-off of a run whose key another live run holds (doubles per try).
+const BUSY_BACKOFF: Duration = Duration::from_millis(250);
+/// Longest back-off on a held key.
+const BUSY_BACKOFF_CAP: Duration = Duration::from_secs(30);
+/// First pause between retries of an effect write after a transient error.
+const WRITE_RETRY: Duration = Duration::from_millis(20);
+
+/// The back-off after `n` earlier tries on a key held by another run.
+pub fn busy_backoff(n: u32) -> Duration {
+    BUSY_BACKOFF.saturating_mul(1u32 << n.min(16)).min(BUSY_BACKOFF_CAP)
+}
+
+/// Injected errors (failpoints standing for lost replies) retried before giving up.
+const MAX_INJECTED: u32 = 10;
+
+/// What the in-doubt policy decided.
+enum Doubt {
+    /// It was applied, with this result: journal it.
+    Applied(Value),
+    /// Perform it again (take the intent over).
+    Perform,
+    /// The record changed meanwhile: look at the key again.
+    Again,
+}
+
+/// How a stopped effect call ended.
+enum Called<T> {
+    Ok(T),
+    /// The function reported an error: the effect did not happen.
+    Failed(StepError, u32),
+    /// The function panicked: whether the effect happened is unknown.
+    Panicked(String),
+}
 
 impl Ctx {
-    /// `effect` with the default in-doubt policy (`block`). `f` receives the key so it can
-    /// pass it on to providers that honour one.
+    /// `effect` with the default in-doubt policy (`block`). `f` receives an [`EffectCtx`]
+    /// with the key and the fencing token so it can pass both to providers that honour them.
     pub async fn effect<T, F, Fut, E>(&mut self, name: &str, key: impl Into<String>, f: F) -> Result<T, WorkflowError>
     where
         T: Serialize + DeserializeOwned,
-        F: FnMut(String) -> Fut,
+        F: FnMut(EffectCtx) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Into<StepError>,
     {
@@ -106,11 +162,11 @@ impl Ctx {
         name: &str,
         key: impl Into<String>,
         opts: EffectOptions,
-        mut f: F,
+        f: F,
     ) -> Result<T, WorkflowError>
     where
         T: Serialize + DeserializeOwned,
-        F: FnMut(String) -> Fut,
+        F: FnMut(EffectCtx) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Into<StepError>,
     {
@@ -118,102 +174,126 @@ impl Ctx {
             return decode_outcome("effect", name, e.outcome);
         }
         self.before_live(name).await;
-        let key_s: String = key.into();
-        let key = match EffectKey::new(key_s.clone()) {
+        let key = match EffectKey::new(key.into()) {
             Ok(k) => k,
             Err(e) => return self.block(&format!("effect {name:?}: {e}"), None).await,
         };
         let idx = self.cursor;
         let intent_span =
             tracing::debug_span!("effect.intent", effect.name = name, effect.key = %key, step.index = idx);
+        self.begin(name, &key).instrument(intent_span.clone()).await;
         if let Some(recorded) = self.acquire(name, &key, &opts.policy).instrument(intent_span).await {
+            self.held = None;
             let entry = effect_entry(name, &key, Outcome::Ok(recorded.clone()), 0);
             self.commit(entry, "effect_skipped", None).await;
             return decode_outcome("effect", name, Outcome::Ok(recorded));
         }
-        self.failpoint("effect.after_intent").await;
         let policy = opts.retry.clone().unwrap_or_else(|| self.p.retry.clone());
         let call_span = tracing::debug_span!("effect.call", effect.name = name, effect.key = %key, step.index = idx);
-        let (r, attempts) = self
-            .attempt_loop(name, &policy, || f(key_s.clone()))
-            .instrument(call_span)
-            .await;
-        let value = match r {
-            Ok(v) => match serde_json::to_value(&v) {
+        let called = self.call(name, &key, &policy, f).instrument(call_span).await;
+        let value = match called {
+            Called::Ok(v) => match serde_json::to_value(&v) {
                 Ok(j) => j,
                 Err(e) => {
-                    return self
-                        .block(
-                            &format!("effect {name:?} result does not encode as JSON: {e}"),
-                            Some(key.as_str()),
-                        )
-                        .await
+                    let holder = self.holder(idx);
+                    let reason = format!("effect {name:?} result does not encode as JSON: {e}");
+                    return self.block(&reason, Some((key.as_str(), &holder))).await;
                 }
             },
-            Err(e) => {
-                // The function promised the effect did not happen: free the key, journal the failure.
-                let thread = self.thread_id().clone();
-                if let Err(err) = self
-                    .p
-                    .store
-                    .effect_release(&key, &thread, Some((idx, self.p.lease.fence)))
-                    .await
-                {
-                    return self.store_failed(err).await;
-                }
-                self.commit(
-                    effect_entry(name, &key, Outcome::Err(e.message.clone()), attempts),
-                    "effect_failed",
-                    None,
-                )
-                .await;
-                return decode_outcome("effect", name, Outcome::Err(e.message));
+            Called::Panicked(msg) => {
+                // It may have happened: in doubt, as after a crash, under the same policy.
+                let holder = self.holder(idx);
+                let reason = format!("effect {key} outcome unknown: the effect function panicked: {msg}");
+                return self.block(&reason, Some((key.as_str(), &holder))).await;
             }
+            Called::Failed(e, attempts) => return self.failed(name, &key, e, attempts).await,
         };
-        self.failpoint("effect.after_call").await;
-        let thread = self.thread_id().clone();
         let done_span = tracing::debug_span!("effect.done", effect.key = %key, step.index = idx);
-        let value = match self
-            .p
-            .store
-            .effect_done(&key, &thread, Some(idx), &value)
-            .instrument(done_span)
-            .await
-        {
-            Ok(EffectDone::Recorded) => {
-                inc(&metrics().effects, &[("outcome", "applied")]);
-                value
-            }
-            Ok(EffectDone::Already(first)) => first,
-            Ok(EffectDone::NotOwner(holder)) => {
-                return self
-                    .stop(SliceExit::LeaseLost(format!(
-                        "effect {key} intent now held by {holder}"
-                    )))
-                    .await
-            }
-            Err(e) => return self.store_failed(e).await,
-        };
-        self.failpoint("effect.after_done").await;
+        let value = self.mark_done(&key, value).instrument(done_span).await;
+        self.held = None;
         self.commit(
-            effect_entry(name, &key, Outcome::Ok(value.clone()), attempts),
+            effect_entry(name, &key, Outcome::Ok(value.0.clone()), value.1),
             "effect_done",
             None,
         )
         .await;
-        decode_outcome("effect", name, Outcome::Ok(value))
+        decode_outcome("effect", name, Outcome::Ok(value.0))
+    }
+
+    fn holder(&self, index: u32) -> Holder {
+        Holder {
+            thread: self.thread_id().to_string(),
+            index: i64::from(index),
+            fence: self.p.lease.fence,
+        }
+    }
+
+    /// Retries an idempotent effect write after transient errors while the local lease
+    /// deadline holds; any other error (or the deadline) stops the slice.
+    async fn durable<T, Fut>(&mut self, mut op: impl FnMut() -> Fut) -> T
+    where
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let mut pause = WRITE_RETRY;
+        loop {
+            match op().await {
+                Ok(v) => return v,
+                Err(e) if e.is_transient() && !self.p.clock.expired() => {
+                    tracing::debug!(thread.id = %self.p.lease.thread, error = %e, "effect write failed; retrying");
+                    let left = self.p.clock.remaining();
+                    tokio::time::sleep(pause.min(left)).await;
+                    pause = (pause * 2).min(Duration::from_millis(400));
+                }
+                Err(e) if e.is_transient() => {
+                    return self
+                        .stop(SliceExit::DeadlinePassed(format!("retrying an effect write: {e}")))
+                        .await
+                }
+                Err(e) => return self.store_failed(e).await,
+            }
+        }
+    }
+
+    /// Records the key at this index in the run (cancel settles it from there; a resumed run
+    /// that derives another key for the same call is non-determinism).
+    async fn begin(&mut self, name: &str, key: &EffectKey) {
+        let (store, lease, idx) = (self.p.store.clone(), self.p.lease.clone(), self.cursor);
+        // The first send is the conservative start of the extension (a retry was sent later).
+        let sent = std::time::Instant::now();
+        let changed = self.durable(|| store.effect_begin(&lease, idx, key)).await;
+        self.p.clock.confirmed(sent);
+        if let Some(old) = changed {
+            let reason = format!(
+                "non-determinism at entry {idx}: effect {name:?} now has the key {key:?} but this run recorded the \
+                 key {old:?} for it; effect keys must be derived from the input and recorded values, never from \
+                 the clock or randomness"
+            );
+            self.block::<()>(&reason, None).await;
+        }
     }
 
     /// Takes the key's intent. `Some(result)` when the effect is already applied (skip it).
     async fn acquire(&mut self, name: &str, key: &EffectKey, policy: &EffectPolicy) -> Option<Value> {
         let thread = self.thread_id().clone();
         let (idx, fence) = (self.cursor, self.p.lease.fence);
-        let mut takeover = false;
+        let store = self.p.store.clone();
+        let (mut takeover, mut injected) = (false, 0);
         loop {
-            let claim = match self.p.store.effect_intent(key, &thread, idx, fence, takeover).await {
-                Ok(c) => c,
-                Err(e) => return self.store_failed(e).await,
-            };
+            let claim = self
+                .durable(|| store.effect_intent(key, &thread, idx, fence, takeover))
+                .await;
+            if claim == EffectClaim::Won {
+                self.held = Some(HeldIntent {
+                    key: key.clone(),
+                    index: idx,
+                    called: false,
+                });
+                // An injected error here stands for a lost reply: the write is retried.
+                if self.failpoint_err("effect.after_intent").await {
+                    self.injected(&mut injected, "effect.after_intent").await;
+                    continue;
+                }
+            }
             match claim {
                 EffectClaim::Won => return None,
                 EffectClaim::Done(v) => {
@@ -222,29 +302,242 @@ impl Ctx {
                 }
                 EffectClaim::Busy(holder) => {
                     inc(&metrics().effects, &[("outcome", "busy")]);
-                    let detail = format!("{name}: key {key} held by run {holder}");
-                    let r = self
-                        .p
-                        .store
-                        .suspend(
-                            &mut self.p.lease,
-                            None,
-                            RunStatus::Sleeping,
-                            Some(BUSY_BACKOFF),
-                            None,
-                            ("effect_busy", &detail),
-                        )
-                        .await;
-                    return match r {
-                        Ok(_) => self.stop(SliceExit::Suspended { woke: false }).await,
-                        Err(e) => self.store_failed(e).await,
-                    };
+                    if orphan_if_owner_ended(&store, key, &holder).await.unwrap_or(false) {
+                        continue;
+                    }
+                    let tries = self.p.busy_tries;
+                    return self.back_off(name, key, &holder, tries).await;
                 }
-                EffectClaim::InDoubt => {
+                EffectClaim::Orphaned(holder, status) => {
                     inc(&metrics().effects, &[("outcome", "in_doubt")]);
-                    match self.in_doubt(key, &thread, policy).await {
-                        Some(recorded) => return Some(recorded),
-                        None => takeover = true,
+                    let reason = format!(
+                        "effect {key} outcome unknown: run {} held its intent at entry {} and was {status} before \
+                         settling it; settle it with `savepoint resolve {} {key} --applied true|false`",
+                        holder.thread, holder.index, thread
+                    );
+                    return self.block(&reason, Some((key.as_str(), &holder))).await;
+                }
+                EffectClaim::SelfHeld(other) => {
+                    let reason = format!(
+                        "effect key {key} is used at entries {other} and {idx} of this run at once; use one key per effect"
+                    );
+                    return self.block(&reason, None).await;
+                }
+                EffectClaim::Stale(newer) => {
+                    return self
+                        .stop(SliceExit::LeaseLost(format!(
+                            "effect {key}: a newer attempt (fence {newer}) holds the intent"
+                        )))
+                        .await
+                }
+                EffectClaim::InDoubt(holder) => {
+                    inc(&metrics().effects, &[("outcome", "in_doubt")]);
+                    match self.in_doubt(key, &thread, &holder, policy).await {
+                        Doubt::Applied(recorded) => return Some(recorded),
+                        Doubt::Perform => takeover = true,
+                        Doubt::Again => takeover = false,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Another run holds the key: sleep with a growing back-off. The worker that claims the
+    /// run again checks the key before replaying (see the runtime), so waiting costs one
+    /// claim and one read per try, not a replay.
+    pub(super) async fn back_off<T>(&mut self, name: &str, key: &EffectKey, holder: &Holder, n: u32) -> T {
+        let delay = busy_backoff(n);
+        let detail = format!("{name}: key {key} held by {holder}; next try in {delay:?}");
+        let how = Suspend {
+            backoff_on: Some((key.as_str(), n + 1)),
+            ..Suspend::until(RunStatus::Sleeping, delay)
+        };
+        let r = self
+            .p
+            .store
+            .suspend(&mut self.p.lease, None, how, ("effect_busy", &detail))
+            .await;
+        match r {
+            Ok(s) => self.stop(SliceExit::Suspended { woke: false, rv: s.rv }).await,
+            Err(e) => self.store_failed(e).await,
+        }
+    }
+
+    /// Calls the effect function under its retry policy, with the fencing token.
+    async fn call<T, F, Fut, E>(&mut self, name: &str, key: &EffectKey, policy: &RetryPolicy, mut f: F) -> Called<T>
+    where
+        F: FnMut(EffectCtx) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Into<StepError>,
+    {
+        if self.p.clock.expired() {
+            self.stop::<()>(SliceExit::DeadlinePassed(format!("before effect {name:?}")))
+                .await;
+        }
+        if let Some(h) = self.held.as_mut() {
+            h.called = true;
+        }
+        let mut fx = EffectCtx {
+            key: key.as_str().to_owned(),
+            fence: self.p.lease.fence,
+            thread: self.thread_id().clone(),
+            index: self.cursor,
+            attempt: 0,
+        };
+        let mut attempt = 1;
+        loop {
+            fx.attempt = attempt;
+            let r = self.guarded(AssertUnwindSafe(f(fx.clone())).catch_unwind()).await;
+            let r = match r {
+                Ok(r) => r.map_err(Into::into),
+                Err(panic) => return Called::Panicked(panic_message(&panic)),
+            };
+            match r {
+                Ok(v) => return Called::Ok(v),
+                Err(e) if policy.should_retry(attempt, &e) => {
+                    let delay = policy.backoff(attempt);
+                    tracing::warn!(thread.id = %self.p.lease.thread, step.name = name, task.attempt = attempt, error = %e, ?delay, "effect failed, retrying");
+                    let detail = format!("{name} attempt {attempt}: {e}");
+                    if let Err(err) = self.p.store.event(&self.p.lease, "retried", &detail).await {
+                        return self.store_failed(err).await;
+                    }
+                    self.guarded(tokio::time::sleep(delay)).await;
+                    attempt += 1;
+                }
+                Err(e) => return Called::Failed(e, attempt),
+            }
+        }
+    }
+
+    /// The function promised the effect did not happen: free the key and journal the
+    /// failure, or, if the key turns out done (another attempt or an operator applied it),
+    /// journal the recorded result.
+    async fn failed<T: DeserializeOwned>(
+        &mut self,
+        name: &str,
+        key: &EffectKey,
+        e: StepError,
+        attempts: u32,
+    ) -> Result<T, WorkflowError> {
+        let (store, thread, idx, fence) = (
+            self.p.store.clone(),
+            self.thread_id().clone(),
+            self.cursor,
+            self.p.lease.fence,
+        );
+        let released = self.durable(|| store.effect_release(key, &thread, idx, fence)).await;
+        self.held = None;
+        if let EffectRelease::Done(recorded) = released {
+            self.commit(
+                effect_entry(name, key, Outcome::Ok(recorded.clone()), attempts),
+                "effect_skipped",
+                None,
+            )
+            .await;
+            return decode_outcome("effect", name, Outcome::Ok(recorded));
+        }
+        if let EffectRelease::NotOwner(holder) = released {
+            return self
+                .stop(SliceExit::LeaseLost(format!(
+                    "effect {key} intent now held by {holder}"
+                )))
+                .await;
+        }
+        inc(&metrics().effects, &[("outcome", "failed")]);
+        self.commit(
+            effect_entry(name, key, Outcome::Err(e.message.clone()), attempts),
+            "effect_failed",
+            None,
+        )
+        .await;
+        decode_outcome("effect", name, Outcome::Err(e.message))
+    }
+
+    /// Marks the key done with the result (retrying lost replies); returns the result to
+    /// journal (the first recorded one if the key was done before) and the attempts.
+    async fn mark_done(&mut self, key: &EffectKey, value: Value) -> (Value, u32) {
+        let (store, thread, idx, fence) = (
+            self.p.store.clone(),
+            self.thread_id().clone(),
+            self.cursor,
+            self.p.lease.fence,
+        );
+        // An injected error before the write stands for a failed write, after it for a lost
+        // reply: both are retried.
+        let mut injected = 0;
+        while self.failpoint_err("effect.after_call").await {
+            self.injected(&mut injected, "effect.after_call").await;
+        }
+        loop {
+            let done = self
+                .durable(|| store.effect_done(key, &thread, idx, fence, &value))
+                .await;
+            if self.failpoint_err("effect.after_done").await {
+                self.injected(&mut injected, "effect.after_done").await;
+                continue;
+            }
+            return match done {
+                EffectDone::Recorded => {
+                    inc(&metrics().effects, &[("outcome", "applied")]);
+                    (value, 1)
+                }
+                EffectDone::Already(first) => (first, 1),
+                EffectDone::NotOwner(holder) => {
+                    self.stop(SliceExit::LeaseLost(format!(
+                        "effect {key} intent now held by {holder}"
+                    )))
+                    .await
+                }
+                EffectDone::Stale | EffectDone::Changed(_) => {
+                    self.stop(SliceExit::LeaseLost(format!(
+                        "effect {key}: a newer attempt holds the intent"
+                    )))
+                    .await
+                }
+            };
+        }
+    }
+
+    /// Counts an injected error; past [`MAX_INJECTED`] the slice stops as transient.
+    async fn injected(&mut self, count: &mut u32, point: &'static str) {
+        *count += 1;
+        if *count >= MAX_INJECTED {
+            let e = crate::failpoints::Injected(point);
+            self.stop::<()>(SliceExit::Transient(e.to_string())).await;
+        }
+    }
+
+    /// Applies the in-doubt policy; blocks the run when it says so.
+    async fn in_doubt(&mut self, key: &EffectKey, thread: &ThreadId, holder: &Holder, policy: &EffectPolicy) -> Doubt {
+        match policy {
+            EffectPolicy::Block => {
+                let reason = format!("effect {key} outcome unknown");
+                self.block(&reason, Some((key.as_str(), holder))).await
+            }
+            EffectPolicy::RetrySafe => {
+                tracing::warn!(thread.id = %thread, effect.key = %key, "in-doubt effect: retry_safe, calling again with the same key");
+                Doubt::Perform
+            }
+            EffectPolicy::Reconcile(check) => {
+                let check = check.clone();
+                match self.guarded(check(key.as_str().to_owned())).await {
+                    Ok(Some(v)) => {
+                        tracing::info!(thread.id = %thread, effect.key = %key, "in-doubt effect reconciled: it was applied");
+                        let store = self.p.store.clone();
+                        match self.durable(|| store.settle_done(key, thread, &v, Some(holder))).await {
+                            EffectDone::Already(first) => Doubt::Applied(first),
+                            EffectDone::Recorded => Doubt::Applied(v),
+                            // Someone else settled or took it meanwhile: look again.
+                            _ => Doubt::Again,
+                        }
+                    }
+                    Ok(None) => {
+                        tracing::info!(thread.id = %thread, effect.key = %key, "in-doubt effect reconciled: not applied, performing it");
+                        Doubt::Perform
+                    }
+                    Err(e) => {
+                        let reason = format!("effect {key} outcome unknown: reconcile failed: {e}");
+                        self.block(&reason, Some((key.as_str(), holder))).await
                     }
                 }
             }
@@ -252,41 +545,43 @@ impl Ctx {
     }
 }
 
-impl Ctx {
-    /// Applies the in-doubt policy: `Some(result)` when the effect turns out applied,
-    /// `None` to perform it again under the same key; blocks the run otherwise.
-    async fn in_doubt(&mut self, key: &EffectKey, thread: &ThreadId, policy: &EffectPolicy) -> Option<Value> {
-        match policy {
-            EffectPolicy::Block => {
-                let reason = format!("effect {key} outcome unknown");
-                self.block(&reason, Some(key.as_str())).await
+/// If the run holding a key's intent has ended (cancelled, expired, failed) without
+/// settling it, turns the intent into an explicit "in doubt, owner ended" record. True when
+/// it did (the caller looks at the key again).
+pub async fn orphan_if_owner_ended(
+    store: &crate::store::RedisStore,
+    key: &EffectKey,
+    holder: &Holder,
+) -> Result<bool, StoreError> {
+    let Ok(owner) = ThreadId::new(holder.thread.clone()) else {
+        return Ok(false);
+    };
+    let status = match store.header(&owner).await? {
+        None => "missing".to_owned(),
+        Some(h) if h.status.is_final() => h.status.as_str().to_owned(),
+        Some(_) => return Ok(false),
+    };
+    let Ok(index) = u32::try_from(holder.index) else {
+        return Ok(false);
+    };
+    store.effect_orphan(key, &owner, index, &status).await
+}
+
+/// Whether a run backing off on `key` should try again now: true unless another live run
+/// still holds the key's intent.
+pub async fn key_still_held(
+    store: &crate::store::RedisStore,
+    key: &EffectKey,
+    me: &ThreadId,
+) -> Result<Option<Holder>, StoreError> {
+    match store.effect_state(key).await? {
+        Some(EffectRecord::Intent(h)) if h.thread != me.as_str() => {
+            if orphan_if_owner_ended(store, key, &h).await? {
+                return Ok(None);
             }
-            EffectPolicy::RetrySafe => {
-                tracing::warn!(thread.id = %thread, effect.key = %key, "in-doubt effect: retry_safe, calling again with the same key");
-                None
-            }
-            EffectPolicy::Reconcile(check) => {
-                let check = check.clone();
-                match self.guarded(check(key.as_str().to_owned())).await {
-                    Ok(Some(v)) => {
-                        tracing::info!(thread.id = %thread, effect.key = %key, "in-doubt effect reconciled: it was applied");
-                        match self.p.store.effect_done(key, thread, None, &v).await {
-                            Ok(EffectDone::Already(first)) => Some(first),
-                            Ok(_) => Some(v),
-                            Err(e) => self.store_failed(e).await,
-                        }
-                    }
-                    Ok(None) => {
-                        tracing::info!(thread.id = %thread, effect.key = %key, "in-doubt effect reconciled: not applied, performing it");
-                        None
-                    }
-                    Err(e) => {
-                        let reason = format!("effect {key} outcome unknown: reconcile failed: {e}");
-                        self.block(&reason, Some(key.as_str())).await
-                    }
-                }
-            }
+            Ok(Some(h))
         }
+        _ => Ok(None),
     }
 }
 

@@ -9,8 +9,10 @@ mod registry;
 mod retry;
 mod wait;
 
-pub use ctx::{Ctx, CtxParts, SliceExit, SliceLimits};
-pub use effect::{EffectOptions, EffectPolicy, ReconcileFn};
+pub use ctx::{panic_message, Ctx, CtxParts, SliceExit, SliceLimits};
+pub use effect::{
+    busy_backoff, key_still_held, orphan_if_owner_ended, EffectCtx, EffectOptions, EffectPolicy, ReconcileFn,
+};
 pub use error::{StepError, WorkflowError};
 pub use registry::{DynWorkflow, Registry, RunError};
 pub use retry::RetryPolicy;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::ctx::{decode_outcome, Ctx, SliceExit};
 use super::WorkflowError;
 use crate::journal::{now_ms, Entry, EntryKind, Outcome};
+use crate::store::redis::Suspend;
 use crate::store::{RunStatus, Wait};
 
 impl Ctx {
@@ -30,14 +31,12 @@ impl Ctx {
             .suspend(
                 &mut self.p.lease,
                 Some((idx, &entry)),
-                RunStatus::Sleeping,
-                Some(d),
-                None,
+                Suspend::until(RunStatus::Sleeping, d),
                 ("slept", name),
             )
             .await;
         match r {
-            Ok(s) => self.stop(SliceExit::Suspended { woke: s.woke }).await,
+            Ok(s) => self.stop(SliceExit::Suspended { woke: s.woke, rv: s.rv }).await,
             Err(e) => self.store_failed(e).await,
         }
     }
@@ -103,17 +102,10 @@ impl Ctx {
         let r = self
             .p
             .store
-            .suspend(
-                &mut self.p.lease,
-                None,
-                RunStatus::Waiting,
-                None,
-                Some(&wait),
-                (event, name),
-            )
+            .suspend(&mut self.p.lease, None, Suspend::waiting(&wait), (event, name))
             .await;
         match r {
-            Ok(s) => self.stop(SliceExit::Suspended { woke: s.woke }).await,
+            Ok(s) => self.stop(SliceExit::Suspended { woke: s.woke, rv: s.rv }).await,
             Err(e) => self.store_failed(e).await,
         }
     }
@@ -156,13 +148,24 @@ impl Ctx {
 
     /// Code-version branching for in-flight runs: true for runs that reach this point under
     /// code that has the change, false for runs whose journal was written before it.
+    ///
+    /// The answer is sticky per run: the first `patched(id)` decides (a marker in the
+    /// journal, or its absence where the old code ran), and every later call with the same id
+    /// in the same run answers the same, so a run never takes the old path before a point and
+    /// the new one after it. Each slice replays from the top, so the decision is re-derived
+    /// from the journal every time.
     pub async fn patched(&mut self, change_id: &str) -> bool {
         match self.p.journal.get(self.cursor as usize) {
             Some(e) if e.kind == EntryKind::Patch && e.name == change_id => {
                 self.cursor += 1;
+                self.patches.insert(change_id.to_owned(), true);
                 true
             }
-            Some(_) => false,
+            _ if self.patches.contains_key(change_id) => self.patches[change_id],
+            Some(_) => {
+                self.patches.insert(change_id.to_owned(), false);
+                false
+            }
             None => {
                 self.before_live(change_id).await;
                 self.commit(
@@ -171,6 +174,7 @@ impl Ctx {
                     None,
                 )
                 .await;
+                self.patches.insert(change_id.to_owned(), true);
                 true
             }
         }

@@ -103,16 +103,16 @@ impl Workflow for Invoice {
                 "ledger.post",
                 format!("ledger:{}", input.invoice_id),
                 EffectOptions::policy(reconcile),
-                |key| async move {
-                    log.record(t, "ledger.post", &key).await?;
-                    Ok::<_, StepError>(serde_json::json!({"posted": key}))
+                |fx| async move {
+                    log.record(t, "ledger.post", &fx.key).await?;
+                    Ok::<_, StepError>(serde_json::json!({"posted": fx.key}))
                 },
             )
             .await?;
         let _sent: serde_json::Value = ctx
-            .effect("email.send", format!("email:{thread}"), |key| async move {
-                log.record(t, "email.send", &key).await?;
-                Ok::<_, StepError>(serde_json::json!({"sent": key}))
+            .effect("email.send", format!("email:{thread}"), |fx| async move {
+                log.record(t, "email.send", &fx.key).await?;
+                Ok::<_, StepError>(serde_json::json!({"sent": fx.key}))
             })
             .await?;
         Ok(totals)

@@ -1,7 +1,8 @@
 //! `webhook {"url","steps","effect_at","policy"?}`: `steps` trivial steps; at index
-//! `effect_at` an effect POSTs `{"thread_id","step"}` to `url` with header
-//! `Idempotency-Key: <key>` (policy `block` by default, or `retry_safe`); outputs
-//! `{"steps": n}`.
+//! `effect_at` an effect POSTs `{"thread_id","step"}` to `url` with the headers
+//! `Idempotency-Key: <key>` and `Fencing-Token: <fence>` (policy `block` by default, or
+//! `retry_safe`); outputs `{"steps": n}`. A receiver that remembers the highest token per
+//! key and refuses lower ones (409) stops a worker that lost its lease.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -62,18 +63,23 @@ impl Workflow for Webhook {
                         "webhook.post",
                         format!("webhook:{thread}:{i}"),
                         EffectOptions::policy(policy.clone()),
-                        |key| async move {
-                            log.record(t, "webhook.post", &key).await?;
+                        |fx| async move {
                             let resp = http
                                 .post(url)
-                                .header("Idempotency-Key", &key)
+                                .header("Idempotency-Key", &fx.key)
+                                .header("Fencing-Token", fx.fence.to_string())
                                 .json(&json!({"thread_id": t, "step": i}))
                                 .send()
                                 .await?;
                             let status = resp.status();
+                            if status == reqwest::StatusCode::CONFLICT {
+                                // The receiver saw a newer attempt: this one is stale.
+                                return Err(StepError::fatal("webhook refused a stale fencing token (409)"));
+                            }
                             if !status.is_success() {
                                 return Err(StepError::retryable(format!("webhook answered {status}")));
                             }
+                            log.record(t, "webhook.post", &fx.key).await?;
                             Ok(json!({"status": status.as_u16()}))
                         },
                     )

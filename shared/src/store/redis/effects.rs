@@ -1,10 +1,11 @@
-//! Effect dedup records (DESIGN §6): intent → done + recorded result.
+//! Effect dedup records (DESIGN §6): begin (the key recorded in the run) → intent → done +
+//! recorded result, each write fenced by the attempt that took the intent.
 
 use serde_json::Value;
 
 use super::{ms, RedisStore};
 use crate::ids::{EffectKey, ThreadId};
-use crate::store::{EffectClaim, StoreError};
+use crate::store::{EffectClaim, Holder, Lease, StoreError};
 
 /// Outcome of marking an effect done.
 #[derive(Debug, Clone, PartialEq)]
@@ -13,18 +14,76 @@ pub enum EffectDone {
     Recorded,
     /// It had been marked done before; the first result stands.
     Already(Value),
-    /// Another run holds the intent (only when a journal index was given).
+    /// Another run (or another index) holds the intent.
     NotOwner(String),
+    /// A newer attempt of this run holds the intent: this attempt is fenced out.
+    Stale,
+    /// (Operator) the record is no longer the one the caller named: nothing changed.
+    Changed(String),
+}
+
+/// Outcome of releasing an intent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EffectRelease {
+    /// Released: the effect may run again.
+    Released,
+    /// There was no record.
+    Absent,
+    /// It is done (applied): nothing released; the recorded result.
+    Done(Value),
+    /// Someone else holds it.
+    NotOwner(String),
+    /// (Operator) the record is no longer the one the caller named: nothing changed.
+    Changed(String),
+}
+
+/// What an effect key's record says (for the API, the doctor and back-off decisions).
+#[derive(Debug, Clone, PartialEq)]
+pub enum EffectRecord {
+    /// An attempt recorded the intent and has not settled it.
+    Intent(Holder),
+    /// Its owner ended without settling it: in doubt until an operator resolves it.
+    Orphaned(Holder, String),
+    /// Applied, with the recorded result.
+    Done(Holder, Value),
 }
 
 fn index_arg(index: Option<u32>) -> String {
     index.map(|i| i.to_string()).unwrap_or_default()
 }
 
+fn holder(r: &super::reply::Reply, at: usize) -> Holder {
+    Holder {
+        thread: r.text(at),
+        index: r.text(at + 1).parse().unwrap_or(-1),
+        fence: r.text(at + 2).parse().unwrap_or(0),
+    }
+}
+
 impl RedisStore {
+    /// Records in the run that journal `index` performs the effect `key` (before taking its
+    /// intent), extending the lease. `Ok(Some(old))` when the index already recorded another
+    /// key: the code now derives a different key for the same call (non-determinism).
+    pub async fn effect_begin(&self, lease: &Lease, index: u32, key: &EffectKey) -> Result<Option<String>, StoreError> {
+        let k = &lease.keys;
+        let mut inv = self.scripts.effect_begin.prepare_invoke();
+        inv.key(&k.run).key(&k.due);
+        inv.arg(lease.thread.as_str()).arg(&lease.owner).arg(lease.fence);
+        inv.arg(index).arg(key.as_str());
+        inv.arg(ms(self.cfg.lease)).arg(ms(self.cfg.grace));
+        let r = self.invoke(&inv).await?;
+        match r.tag().as_str() {
+            "ok" => Ok(None),
+            "key_changed" => Ok(Some(r.text(1))),
+            _ => Err(self.rejected(lease, &r)),
+        }
+    }
+
     /// Records the intent to perform the effect `key` at journal `index` of `thread` under
-    /// fence `fence` (SET NX). `takeover` re-arms an in-doubt intent of this run (policies
-    /// `retry_safe` and `reconcile`).
+    /// fence `fence` (SET NX; an intent never expires). `takeover` re-arms an in-doubt intent
+    /// of this run's earlier attempt (policies `retry_safe` and `reconcile`); it only succeeds
+    /// for a higher fence than the holder's. Idempotent: retrying after a lost reply answers
+    /// `Won` again.
     pub async fn effect_intent(
         &self,
         key: &EffectKey,
@@ -35,57 +94,131 @@ impl RedisStore {
     ) -> Result<EffectClaim, StoreError> {
         let mut inv = self.scripts.effect_intent.prepare_invoke();
         inv.key(self.keys.effect(key));
-        inv.arg(thread.as_str())
-            .arg(index)
-            .arg(fence)
-            .arg(ms(self.cfg.effect_ttl));
+        inv.arg(thread.as_str()).arg(index).arg(fence);
         inv.arg(if takeover { "takeover" } else { "claim" });
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
             "won" => EffectClaim::Won,
             "done" => EffectClaim::Done(parse_result(&r.text(1))),
-            "in_doubt" => EffectClaim::InDoubt,
-            "busy" => EffectClaim::Busy(r.text(1)),
+            "in_doubt" => EffectClaim::InDoubt(holder(&r, 1)),
+            "stale" => EffectClaim::Stale(r.num(1)),
+            "self" => EffectClaim::SelfHeld(r.num(1) as u32),
+            "orphaned" => EffectClaim::Orphaned(holder(&r, 1), r.text(4)),
+            "busy" => EffectClaim::Busy(holder(&r, 1)),
             other => return Err(StoreError::Reply(format!("effect_intent: {other}"))),
         })
     }
 
-    /// Marks the effect done with its result. `index = None` is an operator settling it.
+    /// Marks the effect done with its result, for the attempt (`index`, `fence`) that holds
+    /// the intent. Idempotent for that attempt (a retry after a lost reply answers
+    /// `Already` with its own result).
     pub async fn effect_done(
         &self,
         key: &EffectKey,
         thread: &ThreadId,
-        index: Option<u32>,
+        index: u32,
+        fence: u64,
         result: &Value,
+    ) -> Result<EffectDone, StoreError> {
+        self.effect_done_inner(key, thread, Some(index), fence, result, None)
+            .await
+    }
+
+    /// An operator (or a reconcile function) settles an in-doubt effect as applied with this
+    /// result. With `expect`, only if the record is still the one held by that holder.
+    pub async fn settle_done(
+        &self,
+        key: &EffectKey,
+        thread: &ThreadId,
+        result: &Value,
+        expect: Option<&Holder>,
+    ) -> Result<EffectDone, StoreError> {
+        self.effect_done_inner(key, thread, None, 0, result, expect).await
+    }
+
+    async fn effect_done_inner(
+        &self,
+        key: &EffectKey,
+        thread: &ThreadId,
+        index: Option<u32>,
+        fence: u64,
+        result: &Value,
+        expect: Option<&Holder>,
     ) -> Result<EffectDone, StoreError> {
         let mut inv = self.scripts.effect_done.prepare_invoke();
         inv.key(self.keys.effect(key));
-        inv.arg(thread.as_str()).arg(index_arg(index)).arg(result.to_string());
-        inv.arg(ms(self.cfg.effect_ttl));
+        inv.arg(thread.as_str()).arg(index_arg(index)).arg(fence);
+        inv.arg(result.to_string()).arg(ms(self.cfg.effect_ttl));
+        inv.arg(expect.map(Holder::token).unwrap_or_default());
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
             "ok" => EffectDone::Recorded,
             "already" => EffectDone::Already(parse_result(&r.text(1))),
             "not_owner" => EffectDone::NotOwner(r.text(1)),
+            "stale" => EffectDone::Stale,
+            "changed" => EffectDone::Changed(r.text(1)),
             other => return Err(StoreError::Reply(format!("effect_done: {other}"))),
         })
     }
 
-    /// Drops an intent known not to have been applied. `at = None` is an operator (any
-    /// holder); `Some((index, fence))` only frees the caller's own attempt. Returns the
-    /// script's tag (`ok`, `absent`, `done`, `not_owner`).
+    /// Drops the intent of the attempt (`index`, `fence`) of `thread`: its effect is known not
+    /// to have happened. Idempotent (`Absent` after a lost reply).
     pub async fn effect_release(
         &self,
         key: &EffectKey,
         thread: &ThreadId,
+        index: u32,
+        fence: u64,
+    ) -> Result<EffectRelease, StoreError> {
+        self.effect_release_inner(key, thread, Some((index, fence)), None).await
+    }
+
+    /// An operator settles an in-doubt effect as not applied. With `expect`, only if the
+    /// record is still the one held by that holder.
+    pub async fn settle_released(
+        &self,
+        key: &EffectKey,
+        thread: &ThreadId,
+        expect: Option<&Holder>,
+    ) -> Result<EffectRelease, StoreError> {
+        self.effect_release_inner(key, thread, None, expect).await
+    }
+
+    async fn effect_release_inner(
+        &self,
+        key: &EffectKey,
+        thread: &ThreadId,
         at: Option<(u32, u64)>,
-    ) -> Result<String, StoreError> {
+        expect: Option<&Holder>,
+    ) -> Result<EffectRelease, StoreError> {
         let mut inv = self.scripts.effect_release.prepare_invoke();
-        inv.key(self.keys.effect(key))
-            .arg(thread.as_str())
-            .arg(index_arg(at.map(|a| a.0)));
-        inv.arg(at.map(|a| a.1.to_string()).unwrap_or_default());
-        Ok(self.invoke(&inv).await?.tag())
+        inv.key(self.keys.effect(key)).arg(thread.as_str());
+        inv.arg(index_arg(at.map(|a| a.0))).arg(at.map(|a| a.1).unwrap_or(0));
+        inv.arg(expect.map(Holder::token).unwrap_or_default());
+        let r = self.invoke(&inv).await?;
+        Ok(match r.tag().as_str() {
+            "ok" => EffectRelease::Released,
+            "absent" => EffectRelease::Absent,
+            "done" => EffectRelease::Done(parse_result(&r.text(1))),
+            "not_owner" => EffectRelease::NotOwner(r.text(1)),
+            "changed" => EffectRelease::Changed(r.text(1)),
+            other => return Err(StoreError::Reply(format!("effect_release: {other}"))),
+        })
+    }
+
+    /// The run `owner` ended (cancelled, expired) while holding the intent at `index`: the
+    /// intent becomes an explicit in-doubt record naming it. True when it changed.
+    pub async fn effect_orphan(
+        &self,
+        key: &EffectKey,
+        owner: &ThreadId,
+        index: u32,
+        owner_status: &str,
+    ) -> Result<bool, StoreError> {
+        let mut inv = self.scripts.effect_orphan.prepare_invoke();
+        inv.key(self.keys.effect(key));
+        inv.arg(owner.as_str()).arg(index).arg(owner_status);
+        Ok(self.invoke(&inv).await?.tag() == "ok")
     }
 
     /// The raw dedup record of an effect key (JSON), for the API and tests.
@@ -96,6 +229,24 @@ impl RedisStore {
             .query_async(&mut conn)
             .await?;
         Ok(raw.map(|s| serde_json::from_str(&s).unwrap_or(Value::String(s))))
+    }
+
+    /// The dedup record of an effect key, parsed.
+    pub async fn effect_state(&self, key: &EffectKey) -> Result<Option<EffectRecord>, StoreError> {
+        let Some(v) = self.effect_record(key).await? else {
+            return Ok(None);
+        };
+        let h = Holder {
+            thread: v["thread"].as_str().unwrap_or_default().to_owned(),
+            index: v["index"].as_i64().unwrap_or(-1),
+            fence: v["fence"].as_u64().unwrap_or(0),
+        };
+        Ok(Some(match v["state"].as_str() {
+            Some("done") => EffectRecord::Done(h, parse_result(v["result"].as_str().unwrap_or("null"))),
+            Some("orphaned") => EffectRecord::Orphaned(h, v["owner_status"].as_str().unwrap_or_default().to_owned()),
+            Some("intent") => EffectRecord::Intent(h),
+            other => return Err(StoreError::Corrupt(format!("effect {key}: unknown state {other:?}"))),
+        }))
     }
 }
 

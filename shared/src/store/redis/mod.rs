@@ -1,15 +1,18 @@
 //! The Redis implementation of the checkpoint store.
 
+mod control;
 mod effects;
+mod fleet;
 mod query;
 pub(crate) mod reply;
+mod scan;
 mod scripts;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::model::{journal_from_fields, ClaimOutcome, Claimed, Lease, RunHeader, RunStatus, Wait};
+use super::model::{journal_from_fields, ClaimOutcome, Claimed, Finish, Lease, RunHeader, RunStatus, Wait};
 use super::StoreError;
 use crate::ids::ThreadId;
 use crate::journal::Entry;
@@ -17,11 +20,19 @@ use crate::keys::Keys;
 use reply::Reply;
 use scripts::Scripts;
 
-pub use effects::EffectDone;
-pub use query::{CatalogEntry, RunEvent};
+pub use control::{Cancelled, RetryOutcome, SignalOutcome};
+pub use effects::{EffectDone, EffectRecord, EffectRelease};
+pub use fleet::{CatalogEntry, ServedSpec, WorkerInfo};
+pub use query::RunEvent;
+pub use scan::Rung;
 
 /// Checkpoint schema version written by this build.
 pub const SCHEMA_VERSION: u32 = 1;
+
+/// First back-off of a run given back because the worker does not serve it (doubles).
+const UNSERVED_BACKOFF: Duration = Duration::from_millis(250);
+/// Longest back-off of a run no live worker serves.
+const UNSERVED_BACKOFF_CAP: Duration = Duration::from_secs(30);
 
 /// Timing and retention settings of the store.
 #[derive(Debug, Clone)]
@@ -30,6 +41,16 @@ pub struct StoreConfig {
     pub lease: Duration,
     /// Extra time after a lease expires before the scanner rings again.
     pub grace: Duration,
+    /// Safety margin of a worker's local lease deadline (see [`crate::lease`]).
+    pub lease_margin: Duration,
+    /// Redis command (response) timeout: a fraction of the lease.
+    pub command_timeout: Duration,
+    /// First re-ring delay for a run whose task the broker confirmed (doubles per ring).
+    pub queued_redeliver: Duration,
+    /// Lifetime of a worker's registration without a heartbeat.
+    pub worker_ttl: Duration,
+    /// Takeovers at one journal position before a run is blocked as a poison run.
+    pub max_crashes: u32,
     /// Safety-net delay: a run made runnable gets a due time this far out in case its task is lost.
     pub redeliver: Duration,
     /// How long finished runs are kept.
@@ -45,6 +66,11 @@ impl Default for StoreConfig {
         Self {
             lease: Duration::from_millis(3000),
             grace: Duration::from_millis(250),
+            lease_margin: Duration::from_millis(500),
+            command_timeout: Duration::from_millis(1000),
+            queued_redeliver: Duration::from_secs(300),
+            worker_ttl: Duration::from_secs(10),
+            max_crashes: 5,
             redeliver: Duration::from_secs(5),
             retention: Duration::from_secs(7 * 24 * 3600),
             effect_ttl: Duration::from_secs(30 * 24 * 3600),
@@ -71,21 +97,44 @@ pub struct Suspended {
     pub woke: bool,
     /// The run's new due time (server ms), if any.
     pub due: Option<u64>,
+    /// The run's ring version: present it to [`RedisStore::mark_queued`] after publishing
+    /// the run's next task.
+    pub rv: u64,
 }
 
-/// Outcome of delivering a signal or resume value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum SignalOutcome {
-    /// The run was waiting for it and is pending again: publish a task.
-    Woke,
-    /// Kept until the run asks for it.
-    Buffered,
-    /// No such run.
-    Missing,
-    /// The run has ended.
-    Terminal(RunStatus),
-    /// (Resume only) the run is not waiting for an interrupt: (status, wait kind, wait name).
-    NotWaiting(String, String, String),
+/// A suspension of the slice, for [`RedisStore::suspend`].
+#[derive(Debug, Clone, Copy)]
+pub struct Suspend<'a> {
+    /// `sleeping`, `waiting` or `pending`.
+    pub status: RunStatus,
+    /// Due time from server now (`None`: no due time, e.g. waiting for a signal).
+    pub due_in: Option<Duration>,
+    /// What a waiting run waits for.
+    pub wait: Option<&'a Wait>,
+    /// The effect key a run backs off on and the back-off count, for a busy effect.
+    pub backoff_on: Option<(&'a str, u32)>,
+}
+
+impl<'a> Suspend<'a> {
+    /// Pending (yield, retry later) or sleeping, due in `due_in`.
+    pub fn until(status: RunStatus, due_in: Duration) -> Self {
+        Self {
+            status,
+            due_in: Some(due_in),
+            wait: None,
+            backoff_on: None,
+        }
+    }
+
+    /// Waiting for an interrupt answer or a signal.
+    pub fn waiting(wait: &'a Wait) -> Self {
+        Self {
+            status: RunStatus::Waiting,
+            due_in: None,
+            wait: Some(wait),
+            backoff_on: None,
+        }
+    }
 }
 
 /// The Redis store. Cheap to clone; one multiplexed, auto-reconnecting connection.
@@ -109,8 +158,8 @@ impl RedisStore {
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_secs(2))
             .set_number_of_retries(6)
-            .set_connection_timeout(Some(Duration::from_secs(3)))
-            .set_response_timeout(Some(Duration::from_secs(5)));
+            .set_connection_timeout(Some(cfg.command_timeout.max(Duration::from_millis(500))))
+            .set_response_timeout(Some(cfg.command_timeout));
         let conn = ConnectionManager::new_with_config(client, mcfg).await?;
         Ok(Self {
             conn,
@@ -141,6 +190,7 @@ impl RedisStore {
         let k = &lease.keys;
         let mut inv = script.prepare_invoke();
         inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
+        inv.key(&k.blocked).key(&k.waiting);
         inv.arg(lease.thread.as_str())
             .arg(&lease.owner)
             .arg(lease.fence)
@@ -195,22 +245,32 @@ impl RedisStore {
         }
     }
 
-    /// Claims the run's lease for `owner` (DESIGN §5 step 2).
+    /// Claims the run's lease for `owner` (DESIGN §5 step 2). A worker passes what it
+    /// serves, so a run it cannot execute is given back untouched (`Unserved`) in the same
+    /// atomic step instead of being claimed and blocked.
     pub async fn claim(
         &self,
         thread: &ThreadId,
         owner: &str,
         task_step: Option<u32>,
+        served: &ServedSpec,
     ) -> Result<ClaimOutcome, StoreError> {
         let k = self.keys.run(thread);
         let mut inv = self.scripts.claim.prepare_invoke();
-        inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
+        inv.key(&k.run)
+            .key(&k.due)
+            .key(&k.events)
+            .key(&k.signals)
+            .key(&k.blocked);
         inv.arg(thread.as_str())
             .arg(owner)
             .arg(ms(self.cfg.lease))
             .arg(ms(self.cfg.grace));
         inv.arg(task_step.map(|s| s.to_string()).unwrap_or_default())
             .arg(self.cfg.event_cap);
+        inv.arg(served.as_arg()).arg(SCHEMA_VERSION).arg(self.cfg.max_crashes);
+        inv.arg(ms(UNSERVED_BACKOFF)).arg(ms(UNSERVED_BACKOFF_CAP));
+        let sent_at = std::time::Instant::now();
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
             "ok" => {
@@ -220,7 +280,7 @@ impl RedisStore {
                 let signals = r
                     .map(3)
                     .into_iter()
-                    .filter(|(f, _)| !f.starts_with('#'))
+                    .filter(|(f, _)| f.starts_with("i:") || f.starts_with("s:"))
                     .map(|(f, v)| (f, serde_json::from_slice(&v).unwrap_or(serde_json::Value::Null)))
                     .collect();
                 let takeover = r.num(4) == 1;
@@ -238,6 +298,7 @@ impl RedisStore {
                     signals,
                     server_now: r.num(1),
                     takeover,
+                    sent_at,
                 }))
             }
             "missing" => ClaimOutcome::Missing,
@@ -246,11 +307,16 @@ impl RedisStore {
             "not_due" => ClaimOutcome::NotDue(r.num(1)),
             "leased" => ClaimOutcome::Leased(r.text(1)),
             "stale" => ClaimOutcome::Stale(r.num(1) as u32),
+            "unserved" => ClaimOutcome::Unserved {
+                reason: r.text(1),
+                retry_in_ms: r.num(2),
+            },
+            "poison" => ClaimOutcome::Poison(r.text(1)),
             other => return Err(StoreError::Reply(format!("claim: {other}"))),
         })
     }
 
-    fn rejected(&self, lease: &Lease, r: &Reply) -> StoreError {
+    pub(crate) fn rejected(&self, lease: &Lease, r: &Reply) -> StoreError {
         let thread = lease.thread.to_string();
         match r.tag().as_str() {
             "missing" => StoreError::Missing(thread),
@@ -273,6 +339,7 @@ impl RedisStore {
     }
 
     /// Appends journal entry `index` and extends the lease (one round trip per live step).
+    /// An effect entry also clears the run's record of the key at that index.
     pub async fn commit(
         &self,
         lease: &mut Lease,
@@ -281,6 +348,11 @@ impl RedisStore {
         event: (&str, &str),
         consume_signal: Option<&str>,
     ) -> Result<(), StoreError> {
+        let settles = if entry.kind == crate::journal::EntryKind::Effect {
+            format!("x:{index}")
+        } else {
+            String::new()
+        };
         let mut inv = Self::fenced(&self.scripts.commit, lease);
         inv.arg(index)
             .arg(entry.encode())
@@ -289,7 +361,8 @@ impl RedisStore {
         inv.arg(self.cfg.event_cap)
             .arg(event.0)
             .arg(event.1)
-            .arg(consume_signal.unwrap_or(""));
+            .arg(consume_signal.unwrap_or(""))
+            .arg(settles);
         let r = self.invoke(&inv).await?;
         if r.tag() == "ok" {
             lease.version = r.num(1);
@@ -300,22 +373,19 @@ impl RedisStore {
     }
 
     /// Ends a slice without ending the run: sleeping, waiting or pending (yield / retry later).
-    #[allow(clippy::too_many_arguments)]
-    #[tracing::instrument(level = "debug", name = "suspend", skip_all, fields(thread.id = %lease.thread, run.status = status.as_str()))]
+    #[tracing::instrument(level = "debug", name = "suspend", skip_all, fields(thread.id = %lease.thread, run.status = how.status.as_str()))]
     pub async fn suspend(
         &self,
         lease: &mut Lease,
         entry: Option<(u32, &Entry)>,
-        status: RunStatus,
-        due_in: Option<Duration>,
-        wait: Option<&Wait>,
+        how: Suspend<'_>,
         event: (&str, &str),
     ) -> Result<Suspended, StoreError> {
         let mut inv = Self::fenced(&self.scripts.suspend, lease);
         Self::entry_args(&mut inv, entry);
-        inv.arg(status.as_str())
-            .arg(due_in.map(|d| ms(d).to_string()).unwrap_or_default());
-        match wait {
+        inv.arg(how.status.as_str())
+            .arg(how.due_in.map(|d| ms(d).to_string()).unwrap_or_default());
+        match how.wait {
             Some(w) => inv.arg(&w.kind).arg(&w.name).arg(w.payload.to_string()),
             None => inv.arg("").arg("").arg(""),
         };
@@ -323,6 +393,10 @@ impl RedisStore {
             .arg(event.0)
             .arg(event.1)
             .arg(ms(self.cfg.redeliver));
+        match how.backoff_on {
+            Some((key, n)) => inv.arg(key).arg(n),
+            None => inv.arg("").arg(""),
+        };
         let r = self.invoke(&inv).await?;
         match r.tag().as_str() {
             tag @ ("ok" | "woke") => {
@@ -331,6 +405,7 @@ impl RedisStore {
                 Ok(Suspended {
                     woke: tag == "woke",
                     due,
+                    rv: r.num(3),
                 })
             }
             _ => Err(self.rejected(lease, &r)),
@@ -338,30 +413,28 @@ impl RedisStore {
     }
 
     /// Ends the run (completed, failed) or stops it (blocked), optionally with a last entry.
-    #[allow(clippy::too_many_arguments)]
-    #[tracing::instrument(level = "debug", name = "finish", skip_all, fields(thread.id = %lease.thread, run.status = status.as_str()))]
+    #[tracing::instrument(level = "debug", name = "finish", skip_all, fields(thread.id = %lease.thread, run.status = how.status().as_str()))]
     pub async fn finish(
         &self,
         lease: &mut Lease,
         entry: Option<(u32, &Entry)>,
-        status: RunStatus,
-        output: Option<&serde_json::Value>,
-        error: Option<&str>,
-        reason: Option<&str>,
-        blocked_effect: Option<&str>,
+        how: Finish<'_>,
         event: (&str, &str),
     ) -> Result<(), StoreError> {
         let mut inv = Self::fenced(&self.scripts.finish, lease);
         Self::entry_args(&mut inv, entry);
-        inv.arg(status.as_str())
-            .arg(output.map(|o| o.to_string()).unwrap_or_default());
-        inv.arg(error.unwrap_or(""))
-            .arg(reason.unwrap_or(""))
-            .arg(blocked_effect.unwrap_or(""));
+        let (output, error, reason, effect) = match how {
+            Finish::Completed(o) => (o.to_string(), "", "", None),
+            Finish::Failed(e) => (String::new(), e, "", None),
+            Finish::Blocked { reason, effect } => (String::new(), "", reason, effect),
+        };
+        inv.arg(how.status().as_str()).arg(output);
+        inv.arg(error).arg(reason).arg(effect.map(|e| e.0).unwrap_or(""));
         inv.arg(ms(self.cfg.retention))
             .arg(self.cfg.event_cap)
             .arg(event.0)
             .arg(event.1);
+        inv.arg(effect.map(|e| e.1.token()).unwrap_or_default());
         let r = self.invoke(&inv).await?;
         if r.tag() == "ok" {
             lease.version = r.num(1);
@@ -404,79 +477,17 @@ impl RedisStore {
         }
     }
 
-    /// Delivers a resume value (`kind = "interrupt"`) or a signal (`kind = "signal"`).
-    #[tracing::instrument(level = "debug", name = "signal", skip_all, fields(thread.id = %thread, signal.kind = kind))]
-    pub async fn signal(
-        &self,
-        thread: &ThreadId,
-        kind: &str,
-        name: &str,
-        value: &serde_json::Value,
-    ) -> Result<SignalOutcome, StoreError> {
-        let k = self.keys.run(thread);
-        let mut inv = self.scripts.signal.prepare_invoke();
-        inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
-        inv.arg(thread.as_str()).arg(kind).arg(name).arg(value.to_string());
-        inv.arg(ms(self.cfg.redeliver)).arg(self.cfg.event_cap);
+    /// Sets a bookkeeping field of a run the caller holds (e.g. `cur`, the live call after a
+    /// crash, so a poison run's reason can name it).
+    pub async fn note(&self, lease: &Lease, field: &str, value: &str) -> Result<(), StoreError> {
+        let mut inv = self.scripts.note.prepare_invoke();
+        inv.key(&lease.keys.run);
+        inv.arg(&lease.owner).arg(lease.fence).arg(field).arg(value);
         let r = self.invoke(&inv).await?;
-        Ok(match r.tag().as_str() {
-            "woke" => SignalOutcome::Woke,
-            "buffered" => SignalOutcome::Buffered,
-            "missing" => SignalOutcome::Missing,
-            "terminal" => SignalOutcome::Terminal(RunStatus::parse(&r.text(1)).unwrap_or(RunStatus::Completed)),
-            "not_waiting" => SignalOutcome::NotWaiting(r.text(1), r.text(2), r.text(3)),
-            other => return Err(StoreError::Reply(format!("signal: {other}"))),
-        })
-    }
-
-    /// Cancels a run that has not ended. `Ok(None)` when cancelled, `Ok(Some(status))` when it
-    /// had already ended.
-    pub async fn cancel(&self, thread: &ThreadId, reason: &str) -> Result<Option<RunStatus>, StoreError> {
-        let k = self.keys.run(thread);
-        let mut inv = self.scripts.cancel.prepare_invoke();
-        inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
-        inv.arg(thread.as_str())
-            .arg(ms(self.cfg.retention))
-            .arg(self.cfg.event_cap)
-            .arg(reason);
-        let r = self.invoke(&inv).await?;
-        match r.tag().as_str() {
-            "ok" => Ok(None),
-            "terminal" => Ok(Some(RunStatus::parse(&r.text(1)).unwrap_or(RunStatus::Completed))),
-            "missing" => Err(StoreError::Missing(thread.to_string())),
-            other => Err(StoreError::Reply(format!("cancel: {other}"))),
+        if r.tag() == "ok" {
+            Ok(())
+        } else {
+            Err(self.rejected(lease, &r))
         }
-    }
-
-    /// Makes a run blocked on `effect_key` runnable again. `Err(status, key)` when it is not.
-    pub async fn unblock(
-        &self,
-        thread: &ThreadId,
-        effect_key: &str,
-        detail: &str,
-    ) -> Result<Result<(), (String, String)>, StoreError> {
-        let k = self.keys.run(thread);
-        let mut inv = self.scripts.unblock.prepare_invoke();
-        inv.key(&k.run).key(&k.due).key(&k.events);
-        inv.arg(thread.as_str()).arg(effect_key).arg(ms(self.cfg.redeliver));
-        inv.arg(self.cfg.event_cap).arg(detail);
-        let r = self.invoke(&inv).await?;
-        match r.tag().as_str() {
-            "ok" => Ok(Ok(())),
-            "not_blocked" => Ok(Err((r.text(1), r.text(2)))),
-            "missing" => Err(StoreError::Missing(thread.to_string())),
-            other => Err(StoreError::Reply(format!("unblock: {other}"))),
-        }
-    }
-
-    /// Hands out up to `limit` overdue runs of partition `p`; each is not handed out again for
-    /// `period`. Returns (server time, threads).
-    pub async fn scan_due(&self, p: u16, limit: u32, period: Duration) -> Result<(u64, Vec<ThreadId>), StoreError> {
-        let mut inv = self.scripts.scan_due.prepare_invoke();
-        inv.key(self.keys.due(p)).arg(limit).arg(ms(period));
-        let r = self.invoke(&inv).await?;
-        let now = r.num(0);
-        let threads = (1..r.0.len()).filter_map(|i| ThreadId::new(r.text(i)).ok()).collect();
-        Ok((now, threads))
     }
 }

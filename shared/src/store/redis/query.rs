@@ -1,4 +1,4 @@
-//! Read-only queries: one run, its events, listing, the workflow catalog.
+//! Read-only queries: one run, its events, listing.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -24,19 +24,8 @@ pub struct RunEvent {
     pub at: u64,
 }
 
-/// A workflow the fleet serves, as registered by workers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CatalogEntry {
-    /// Workflow name.
-    pub name: String,
-    /// Newest version served (new runs start at it).
-    pub version: u32,
-    /// Oldest version still served.
-    pub min_version: u32,
-}
-
 /// Every field of the run hash except the journal (`j:<i>`).
-const HEADER_FIELDS: [&str; 23] = [
+const HEADER_FIELDS: [&str; 29] = [
     "wf",
     "wfv",
     "schema",
@@ -56,6 +45,12 @@ const HEADER_FIELDS: [&str; 23] = [
     "error",
     "reason",
     "blocked_fx",
+    "blocked_fx_owner",
+    "waiting_for",
+    "wait_fx",
+    "wait_fx_n",
+    "crashes",
+    "crashed_by",
     "wait_kind",
     "wait_name",
     "wait_payload",
@@ -132,19 +127,26 @@ impl RedisStore {
         Ok(out)
     }
 
-    /// Recent runs, newest first, optionally of one status. Scans every partition's index and
-    /// drops index entries whose run has expired.
+    /// Recent runs, newest first, optionally of one status. Blocked and waiting runs come from
+    /// their own indexes, so every one of them is listed however old it is; other statuses are
+    /// filtered from the creation-time index (trimmed after the retention). Index entries whose
+    /// run has expired are dropped.
     pub async fn list(&self, status: Option<RunStatus>, limit: usize) -> Result<Vec<RunHeader>, StoreError> {
         let mut conn = self.connection();
         let mut candidates: Vec<(u64, u16, String)> = Vec::new();
-        let per = if status.is_some() {
+        let own_index = matches!(status, Some(RunStatus::Blocked | RunStatus::Waiting));
+        let index = |p: u16| match status {
+            Some(s @ (RunStatus::Blocked | RunStatus::Waiting)) => self.keys.status_index(p, s.as_str()),
+            _ => self.keys.index(p),
+        };
+        let per = if status.is_some() && !own_index {
             limit.saturating_mul(4).max(100)
         } else {
             limit
         };
         for p in 0..self.keys.partitions() {
             let ids: Vec<(String, u64)> = redis::cmd("ZREVRANGE")
-                .arg(self.keys.index(p))
+                .arg(index(p))
                 .arg(0)
                 .arg(per.saturating_sub(1))
                 .arg("WITHSCORES")
@@ -167,11 +169,7 @@ impl RedisStore {
                 .await?;
             let fields: BTreeMap<String, Vec<u8>> = flat_map(&v);
             if fields.is_empty() {
-                let _: i64 = redis::cmd("ZREM")
-                    .arg(self.keys.index(p))
-                    .arg(&id)
-                    .query_async(&mut conn)
-                    .await?;
+                let _: i64 = redis::cmd("ZREM").arg(index(p)).arg(&id).query_async(&mut conn).await?;
                 continue;
             }
             let h = RunHeader::from_fields(&thread, &fields)?;
@@ -180,41 +178,6 @@ impl RedisStore {
             }
         }
         Ok(out)
-    }
-
-    /// Registers workflows served by a worker (newest version wins, oldest min wins).
-    pub async fn register_workflows(&self, entries: &[CatalogEntry]) -> Result<(), StoreError> {
-        let mut conn = self.connection();
-        for e in entries {
-            let cur = self.catalog_entry(&e.name).await?;
-            let merged = match cur {
-                Some(c) => CatalogEntry {
-                    name: e.name.clone(),
-                    version: c.version.max(e.version),
-                    min_version: c.min_version.min(e.min_version),
-                },
-                None => e.clone(),
-            };
-            let json = serde_json::to_string(&merged).map_err(|x| StoreError::Corrupt(x.to_string()))?;
-            let _: i64 = redis::cmd("HSET")
-                .arg(self.keys.catalog())
-                .arg(&e.name)
-                .arg(json)
-                .query_async(&mut conn)
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// The catalog entry of a workflow, if any worker registered it.
-    pub async fn catalog_entry(&self, name: &str) -> Result<Option<CatalogEntry>, StoreError> {
-        let mut conn = self.connection();
-        let raw: Option<String> = redis::cmd("HGET")
-            .arg(self.keys.catalog())
-            .arg(name)
-            .query_async(&mut conn)
-            .await?;
-        Ok(raw.and_then(|s| serde_json::from_str(&s).ok()))
     }
 
     /// Bytes Redis holds for one run: `MEMORY USAGE … SAMPLES 0` of its hash, event log and

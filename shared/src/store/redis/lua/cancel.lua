@@ -1,8 +1,11 @@
 -- cancel: stop a run that has not ended. The fence moves on, so a worker still executing it
 -- is refused at its next write and stops.
--- KEYS: 1 run hash, 2 partition due zset, 3 run event stream, 4 run signals hash
+-- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 run signals hash,
+--       5 partition blocked index, 6 partition waiting index
 -- ARGV: 1 thread id, 2 retention_ms, 3 event cap, 4 reason
--- Returns: {'ok'} | {'missing'} | {'terminal', status}
+-- Returns: {'ok', index, key, index, key, …} (the effect intents the run held, by journal
+--          index: the caller settles each as "in doubt, owner cancelled")
+--        | {'missing'} | {'terminal', status}
 local h = redis.call('HMGET', KEYS[1], 'status', 'fence', 'ver')
 if not h[1] then return { 'missing' } end
 if terminal[h[1]] and h[1] ~= 'blocked' then return { 'terminal', h[1] } end
@@ -11,10 +14,19 @@ redis.call('HSET', KEYS[1], 'status', 'cancelled', 'fence', tonumber(h[2]) + 1, 
   'lease', 0, 'ver', tonumber(h[3]) + 1, 'updated', t, 'finished', t, 'reason', ARGV[4])
 redis.call('HDEL', KEYS[1], 'due')
 redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[5], ARGV[1])
+redis.call('ZREM', KEYS[6], ARGV[1])
 event(KEYS[3], ARGV[3], 'cancelled', ARGV[4], t)
+local held = { 'ok' }
+for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if string.sub(f, 1, 2) == 'x:' then
+    table.insert(held, string.sub(f, 3))
+    table.insert(held, redis.call('HGET', KEYS[1], f))
+  end
+end
 if tonumber(ARGV[2]) > 0 then
   for i = 1, 4 do
     if i ~= 2 then redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
   end
 end
-return { 'ok' }
+return held

@@ -1,12 +1,21 @@
 -- claim: take the run's lease for one slice of work.
--- KEYS: 1 run hash, 2 partition due zset, 3 run event stream, 4 run signals hash
+-- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 run signals hash,
+--       5 partition blocked index
 -- ARGV: 1 thread id, 2 owner (worker incarnation), 3 lease_ms, 4 grace_ms,
---       5 task step ('' = unknown), 6 event cap
--- Returns: {'ok', server_now_ms, {run hash fields...}, {signal fields...}, takeover 0|1}
+--       5 task step ('' = unknown), 6 event cap,
+--       7 served spec: '\31name\30min\30max\31…' ('' = serve anything), 8 checkpoint schema,
+--       9 max crashes, 10 unserved back-off base ms, 11 unserved back-off cap ms
+-- Returns: {'ok', server_now_ms, {run hash fields...}, {signal fields...}, takeover 0|1, crashes}
 --        | {'missing'} | {'terminal', status} | {'waiting'} | {'not_due', due_ms}
 --        | {'leased', owner} | {'stale', steps}
--- Effects: status running, owner, fence+1, lease expiry, due = expiry + grace, version+1.
-local h = redis.call('HMGET', KEYS[1], 'status', 'steps', 'owner', 'lease', 'fence', 'due', 'ver', 'attempt')
+--        | {'unserved', reason, retry_in_ms} (this worker cannot run it: given back untouched,
+--          due again after a growing back-off, the reason shown on the run)
+--        | {'poison', reason} (taken over max-crashes times at one journal position: blocked)
+-- Effects: status running, owner, fence+1, lease expiry, due = expiry + grace, version+1,
+-- attempt+1, rv+1 (ring version: a confirmed task outstanding before this claim is spent),
+-- rings 0, crash accounting.
+local h = redis.call('HMGET', KEYS[1], 'status', 'steps', 'owner', 'lease', 'fence', 'due', 'ver',
+  'attempt', 'wf', 'wfv', 'schema', 'rv', 'cstep', 'crashes', 'crashed_by', 'cur', 'unserved_n')
 local status = h[1]
 if not status then return { 'missing' } end
 if terminal[status] then return { 'terminal', status } end
@@ -14,17 +23,77 @@ if status == 'waiting' then return { 'waiting' } end
 local t = now_ms()
 if status == 'sleeping' and tonumber(h[6] or '0') > t then return { 'not_due', h[6] } end
 if status == 'running' and tonumber(h[4]) > t then return { 'leased', h[3] } end
-if ARGV[5] ~= '' and tonumber(ARGV[5]) < tonumber(h[2]) then return { 'stale', h[2] } end
+local steps = tonumber(h[2])
+if ARGV[5] ~= '' and tonumber(ARGV[5]) < steps then return { 'stale', h[2] } end
+local rv = tonumber(h[12] or '0') + 1
+
+-- Can this worker serve the run at all? If not, give it back without spending a fence.
+if ARGV[7] ~= '' then
+  local wf, wfv = h[9] or '', tonumber(h[10] or '0')
+  local served = false
+  local at = string.find(ARGV[7], '\31' .. wf .. '\30', 1, true)
+  if at then
+    local lo, hi = string.match(ARGV[7], '^(%d+)\30(%d+)\31', at + #wf + 2)
+    served = lo ~= nil and wfv >= tonumber(lo) and wfv <= tonumber(hi)
+  end
+  local reason = nil
+  if not served then
+    reason = 'waiting for a worker that serves ' .. wf .. ' v' .. tostring(wfv)
+  elseif (h[11] or '') ~= ARGV[8] then
+    reason = 'waiting for a worker that reads checkpoint schema v' .. (h[11] or '?')
+  end
+  if reason then
+    local n = tonumber(h[17] or '0')
+    local delay = math.min(tonumber(ARGV[10]) * (2 ^ math.min(n, 20)), tonumber(ARGV[11]))
+    local due = t + delay
+    redis.call('HSET', KEYS[1], 'due', due, 'waiting_for', reason, 'unserved_n', n + 1, 'rv', rv)
+    redis.call('ZADD', KEYS[2], due, ARGV[1])
+    if n == 0 then event(KEYS[3], ARGV[6], 'unserved', reason, t) end
+    return { 'unserved', reason, tostring(delay) }
+  end
+end
+
+-- Crash accounting: a takeover means the previous slice did not end cleanly.
 local takeover = status == 'running'
+local cstep = tonumber(h[13] or '-1')
+local crashes = tonumber(h[14] or '0')
+local crashed_by = h[15] or ''
+if takeover then
+  if steps == cstep then crashes = crashes + 1 else crashes, crashed_by = 1, '' end
+  crashed_by = crashed_by == '' and (h[3] or '') or (crashed_by .. ', ' .. (h[3] or ''))
+elseif steps ~= cstep then
+  crashes, crashed_by = 0, ''
+end
+if crashes >= tonumber(ARGV[9]) then
+  local at = 'entry ' .. tostring(steps)
+  local cur = h[16] or ''
+  local prefix = tostring(steps) .. ' '
+  if string.sub(cur, 1, #prefix) == prefix then at = at .. ' (' .. string.sub(cur, #prefix + 1) .. ')' end
+  local reason = 'crashed ' .. tostring(crashes) .. ' times at ' .. at ..
+    ' without progress; workers: ' .. crashed_by
+  redis.call('HSET', KEYS[1], 'status', 'blocked', 'owner', '', 'lease', 0, 'ver', tonumber(h[7]) + 1,
+    'updated', t, 'finished', t, 'reason', reason, 'crashes', crashes, 'crashed_by', crashed_by,
+    'rv', rv)
+  redis.call('HDEL', KEYS[1], 'due')
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('ZADD', KEYS[5], t, ARGV[1])
+  event(KEYS[3], ARGV[6], 'blocked', reason, t)
+  return { 'poison', reason }
+end
+
 local fence = tonumber(h[5]) + 1
 local lease = t + tonumber(ARGV[3])
 local due = lease + tonumber(ARGV[4])
 redis.call('HSET', KEYS[1], 'status', 'running', 'owner', ARGV[2], 'fence', fence, 'lease', lease,
-  'ver', tonumber(h[7]) + 1, 'attempt', tonumber(h[8]) + 1, 'updated', t, 'due', due)
+  'ver', tonumber(h[7]) + 1, 'attempt', tonumber(h[8]) + 1, 'updated', t, 'due', due, 'rv', rv,
+  'rings', 0, 'cstep', steps, 'crashes', crashes, 'crashed_by', crashed_by)
 redis.call('ZADD', KEYS[2], due, ARGV[1])
 if takeover then
   event(KEYS[3], ARGV[6], 'takeover', ARGV[2] .. ' took the expired lease of ' .. h[3], t)
 else
   event(KEYS[3], ARGV[6], 'claimed', ARGV[2], t)
 end
-return { 'ok', t, redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[4]), takeover and 1 or 0 }
+local fields = redis.call('HGETALL', KEYS[1])
+-- The back-off bookkeeping of the previous slice is handed to this one, then cleared.
+redis.call('HDEL', KEYS[1], 'wait_fx', 'wait_fx_n', 'waiting_for', 'unserved_n')
+return { 'ok', t, fields, redis.call('HGETALL', KEYS[4]), takeover and 1 or 0, crashes }

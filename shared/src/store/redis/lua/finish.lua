@@ -1,9 +1,11 @@
 -- finish: end the run as completed, failed or blocked (or end a slice as blocked).
--- KEYS: 1 run hash, 2 partition due zset, 3 run event stream, 4 run signals hash
+-- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 run signals hash,
+--       5 partition blocked index, 6 partition waiting index (unused)
 -- ARGV: 1 thread id, 2 owner, 3 fence, 4 version read, 5 entry index ('' = no entry),
 --       6 entry (MessagePack), 7 status (completed | failed | blocked), 8 output (JSON or ''),
 --       9 error ('' = none), 10 blocked reason, 11 blocked effect key, 12 retention_ms,
---       13 event cap, 14 event type, 15 event detail
+--       13 event cap, 14 event type, 15 event detail,
+--       16 the in-doubt record the block waits on, 'thread\31index\31fence' ('' = none)
 -- Returns: {'ok', new_version} | {'missing'} | {'fenced', ...} | {'conflict', v} | {'index', steps}
 -- Completed and failed runs expire after the retention; blocked runs wait for an operator.
 local bad = check_lease(KEYS[1], ARGV[2], ARGV[3], ARGV[4])
@@ -22,6 +24,8 @@ if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'output', ARGV[8]) end
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[9]) end
 if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'reason', ARGV[10]) end
 if ARGV[11] ~= '' then redis.call('HSET', KEYS[1], 'blocked_fx', ARGV[11]) end
+if ARGV[16] ~= '' then redis.call('HSET', KEYS[1], 'blocked_fx_owner', ARGV[16]) end
+if ARGV[7] == 'blocked' then redis.call('ZADD', KEYS[5], t, ARGV[1]) end
 redis.call('ZREM', KEYS[2], ARGV[1])
 event(KEYS[3], ARGV[13], ARGV[14], ARGV[15], t)
 if ARGV[7] ~= 'blocked' and tonumber(ARGV[12]) > 0 then

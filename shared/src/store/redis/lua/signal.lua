@@ -1,13 +1,19 @@
 -- signal: deliver a resume value (answer to the pending interrupt) or a named signal.
--- KEYS: 1 run hash, 2 partition due zset, 3 run event stream, 4 run signals hash
+-- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 run signals hash,
+--       5 partition waiting index
 -- ARGV: 1 thread id, 2 kind (interrupt | signal), 3 name ('' = the pending interrupt),
---       4 value (JSON), 5 redeliver_ms, 6 event cap
--- Returns: {'woke', name} (run is pending again: publish a task) | {'buffered', name}
+--       4 value (JSON), 5 redeliver_ms, 6 event cap, 7 client id ('' = none: not deduplicated)
+-- Returns: {'woke', name, rv} (run is pending again: publish a task) | {'buffered', name}
+--        | {'duplicate', name} (this client id was delivered before: nothing changed)
 --        | {'missing'} | {'terminal', status} | {'not_waiting', status, wait kind, wait name}
+-- Client ids are kept in the signals hash as d:<id> for the run's life.
 local h = redis.call('HMGET', KEYS[1], 'status', 'wait_kind', 'wait_name', 'ver')
 if not h[1] then return { 'missing' } end
 if terminal[h[1]] then return { 'terminal', h[1] } end
 local kind, name = ARGV[2], ARGV[3]
+if ARGV[7] ~= '' and redis.call('HEXISTS', KEYS[4], 'd:' .. ARGV[7]) == 1 then
+  return { 'duplicate', redis.call('HGET', KEYS[4], 'd:' .. ARGV[7]) }
+end
 local waiting = h[1] == 'waiting' and h[2] == kind
 if kind == 'interrupt' then
   if not waiting or (name ~= '' and name ~= h[3]) then
@@ -20,12 +26,14 @@ else
   redis.call('HSET', KEYS[4], string.format('s:%s:%010d', name, seq), ARGV[4])
 end
 local t = now_ms()
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[4], 'd:' .. ARGV[7], name) end
 if waiting and h[3] == name then
   local due = t + tonumber(ARGV[5])
   redis.call('HSET', KEYS[1], 'status', 'pending', 'ver', tonumber(h[4]) + 1, 'updated', t, 'due', due)
   redis.call('ZADD', KEYS[2], due, ARGV[1])
+  redis.call('ZREM', KEYS[5], ARGV[1])
   event(KEYS[3], ARGV[6], kind == 'interrupt' and 'resumed' or 'signalled', name, t)
-  return { 'woke', name }
+  return { 'woke', name, redis.call('HGET', KEYS[1], 'rv') or '0' }
 end
 event(KEYS[3], ARGV[6], 'signal_buffered', name, t)
 return { 'buffered', name }

@@ -1,13 +1,16 @@
 -- suspend: end a slice without finishing the run: sleep on a durable timer, wait for a
 -- signal or interrupt, yield to a continuation task, or retry later. Releases the lease.
--- KEYS: 1 run hash, 2 partition due zset, 3 run event stream, 4 run signals hash
+-- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 run signals hash,
+--       5 partition blocked index (unused), 6 partition waiting index
 -- ARGV: 1 thread id, 2 owner, 3 fence, 4 version read, 5 entry index ('' = no entry),
 --       6 entry (MessagePack), 7 new status (sleeping | waiting | pending),
 --       8 due delay ms from server now ('' = no due time), 9 wait kind ('' | interrupt | signal),
 --       10 wait name, 11 wait payload (JSON), 12 event cap, 13 event type, 14 event detail,
---       15 redeliver_ms (used when a waited-for value is already buffered)
--- Returns: {'ok', new_version, due_ms or ''} | {'woke', new_version, due_ms} (the awaited
---          value was already buffered: the run is pending again and needs a task)
+--       15 redeliver_ms (used when a waited-for value is already buffered),
+--       16 effect key the run backs off on ('' = none), 17 back-off count for it
+-- Returns: {'ok', new_version, due_ms or '', rv} | {'woke', new_version, due_ms, rv} (the
+--          awaited value was already buffered: the run is pending again and needs a task);
+--          rv is the ring version a publisher of the next task presents to mark_queued
 --        | {'missing'} | {'fenced', ...} | {'conflict', version} | {'index', steps}
 local bad = check_lease(KEYS[1], ARGV[2], ARGV[3], ARGV[4])
 if bad then return bad end
@@ -44,5 +47,9 @@ else
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('HDEL', KEYS[1], 'due')
 end
+if ARGV[16] ~= '' then
+  redis.call('HSET', KEYS[1], 'wait_fx', ARGV[16], 'wait_fx_n', ARGV[17])
+end
+if status == 'waiting' then redis.call('ZADD', KEYS[6], t, ARGV[1]) end
 event(KEYS[3], ARGV[12], ARGV[13], ARGV[14], t)
-return { reply, ver, due }
+return { reply, ver, due, redis.call('HGET', KEYS[1], 'rv') or '0' }

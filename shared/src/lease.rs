@@ -1,0 +1,124 @@
+//! The worker's own view of its lease: a local deadline on the monotonic clock.
+//!
+//! Redis decides who holds a run (the fence), but a worker cannot ask Redis before every
+//! instruction. It keeps a local deadline instead: when Redis confirms a request that
+//! extends the lease (claim, commit, heartbeat, effect begin), the lease is valid until at
+//! least `sent + lease` on the server, because the server stamped it after the request was
+//! sent. The worker acts only until `sent + lease - margin`, measured on its own monotonic
+//! clock, so it stops before any other worker can take the run over (takeover needs the
+//! server's clock past the lease, plus the grace). The margin absorbs clock-rate
+//! differences; a server clock that jumps forward is not covered (see the README, "Leases and
+//! time").
+//!
+//! Past the deadline a worker starts no live call and drops the call in flight. What the
+//! deadline cannot cover is a process that stalls *between* its check and the bytes leaving
+//! the socket; that is what the fencing token handed to effects is for.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+#[derive(Debug)]
+struct State {
+    deadline: Instant,
+    stalled_until: Option<Instant>,
+}
+
+/// A lease's local deadline, shared by a slice and its heartbeat. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct LeaseClock {
+    validity: Duration,
+    state: Arc<Mutex<State>>,
+}
+
+impl LeaseClock {
+    /// A clock for a lease of `lease` that Redis confirmed for a request sent at `sent`;
+    /// the worker acts until `sent + lease - margin`.
+    pub fn new(sent: Instant, lease: Duration, margin: Duration) -> Self {
+        let validity = lease.saturating_sub(margin);
+        Self {
+            validity,
+            state: Arc::new(Mutex::new(State {
+                deadline: sent + validity,
+                stalled_until: None,
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A poisoned lock only means a panic elsewhere while holding it; the data is two
+        // instants and stays valid.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Redis confirmed a lease-extending request sent at `sent`: the deadline moves to
+    /// `sent + lease - margin` (never backwards).
+    pub fn confirmed(&self, sent: Instant) {
+        let mut s = self.lock();
+        let d = sent + self.validity;
+        if d > s.deadline {
+            s.deadline = d;
+        }
+    }
+
+    /// The instant after which this worker must not act under the lease.
+    pub fn deadline(&self) -> Instant {
+        self.lock().deadline
+    }
+
+    /// True once the deadline has passed.
+    pub fn expired(&self) -> bool {
+        Instant::now() >= self.deadline()
+    }
+
+    /// Time left before the deadline (zero once it passed).
+    pub fn remaining(&self) -> Duration {
+        self.deadline().saturating_duration_since(Instant::now())
+    }
+
+    /// Simulates a stalled process for `d` (failpoint `pause`): heartbeats are not sent
+    /// while stalled, so the lease can run out under the paused slice as it would under a
+    /// GC pause or a frozen VM.
+    pub fn stall(&self, d: Duration) {
+        self.lock().stalled_until = Some(Instant::now() + d);
+    }
+
+    /// True while a simulated stall lasts.
+    pub fn stalled(&self) -> bool {
+        self.lock().stalled_until.is_some_and(|t| Instant::now() < t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadline_is_sent_plus_lease_minus_margin_and_never_moves_back() {
+        let t0 = Instant::now();
+        let c = LeaseClock::new(t0, Duration::from_millis(3000), Duration::from_millis(500));
+        assert_eq!(c.deadline(), t0 + Duration::from_millis(2500));
+        c.confirmed(t0 + Duration::from_millis(1000));
+        assert_eq!(c.deadline(), t0 + Duration::from_millis(3500));
+        // A late reply to an older request does not shorten it.
+        c.confirmed(t0 + Duration::from_millis(200));
+        assert_eq!(c.deadline(), t0 + Duration::from_millis(3500));
+        assert!(!c.expired());
+        let gone = LeaseClock::new(
+            Instant::now() - Duration::from_secs(10),
+            Duration::from_secs(3),
+            Duration::ZERO,
+        );
+        assert!(gone.expired());
+        assert_eq!(gone.remaining(), Duration::ZERO);
+    }
+
+    #[test]
+    fn stall_is_temporary() {
+        let c = LeaseClock::new(Instant::now(), Duration::from_secs(3), Duration::ZERO);
+        assert!(!c.stalled());
+        c.stall(Duration::from_secs(60));
+        assert!(c.stalled());
+        c.stall(Duration::ZERO);
+        assert!(!c.stalled());
+    }
+}

@@ -1,0 +1,153 @@
+//! Operator and client actions on a run: signals and resume values, cancel, unblock, retry.
+
+use serde_json::Value;
+
+use super::{ms, RedisStore};
+use crate::ids::{EffectKey, ThreadId};
+use crate::store::{RunStatus, StoreError};
+
+/// Outcome of delivering a signal or resume value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SignalOutcome {
+    /// The run was waiting for it and is pending again: publish a task, then mark it queued
+    /// with this ring version.
+    Woke(u64),
+    /// Kept until the run asks for it.
+    Buffered,
+    /// A delivery with this client id was accepted before: nothing changed.
+    Duplicate,
+    /// No such run.
+    Missing,
+    /// The run has ended.
+    Terminal(RunStatus),
+    /// (Resume only) the run is not waiting for an interrupt: (status, wait kind, wait name).
+    NotWaiting(String, String, String),
+}
+
+/// A cancelled run and what became of the effect intents it held.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cancelled {
+    /// (journal index, key) of every intent the run held; each is now an explicit
+    /// "in doubt, owner cancelled" record that an operator settles from any run that needs it.
+    pub settled: Vec<(u32, String)>,
+}
+
+impl RedisStore {
+    /// Delivers a resume value (`kind = "interrupt"`) or a signal (`kind = "signal"`). With a
+    /// client `id`, a retried delivery is accepted once.
+    #[tracing::instrument(level = "debug", name = "signal", skip_all, fields(thread.id = %thread, signal.kind = kind))]
+    pub async fn signal(
+        &self,
+        thread: &ThreadId,
+        kind: &str,
+        name: &str,
+        value: &Value,
+        id: Option<&str>,
+    ) -> Result<SignalOutcome, StoreError> {
+        let k = self.keys.run(thread);
+        let mut inv = self.scripts.signal.prepare_invoke();
+        inv.key(&k.run)
+            .key(&k.due)
+            .key(&k.events)
+            .key(&k.signals)
+            .key(&k.waiting);
+        inv.arg(thread.as_str()).arg(kind).arg(name).arg(value.to_string());
+        inv.arg(ms(self.cfg.redeliver))
+            .arg(self.cfg.event_cap)
+            .arg(id.unwrap_or(""));
+        let r = self.invoke(&inv).await?;
+        Ok(match r.tag().as_str() {
+            "woke" => SignalOutcome::Woke(r.num(2)),
+            "buffered" => SignalOutcome::Buffered,
+            "duplicate" => SignalOutcome::Duplicate,
+            "missing" => SignalOutcome::Missing,
+            "terminal" => SignalOutcome::Terminal(RunStatus::parse(&r.text(1)).unwrap_or(RunStatus::Completed)),
+            "not_waiting" => SignalOutcome::NotWaiting(r.text(1), r.text(2), r.text(3)),
+            other => return Err(StoreError::Reply(format!("signal: {other}"))),
+        })
+    }
+
+    /// Cancels a run that has not ended and settles the effect intents it held as "in
+    /// doubt, owner cancelled". `Ok(Err(status))` when it had already ended.
+    pub async fn cancel(&self, thread: &ThreadId, reason: &str) -> Result<Result<Cancelled, RunStatus>, StoreError> {
+        let k = self.keys.run(thread);
+        let mut inv = self.scripts.cancel.prepare_invoke();
+        inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
+        inv.key(&k.blocked).key(&k.waiting);
+        inv.arg(thread.as_str())
+            .arg(ms(self.cfg.retention))
+            .arg(self.cfg.event_cap)
+            .arg(reason);
+        let r = self.invoke(&inv).await?;
+        match r.tag().as_str() {
+            "ok" => {}
+            "terminal" => return Ok(Err(RunStatus::parse(&r.text(1)).unwrap_or(RunStatus::Completed))),
+            "missing" => return Err(StoreError::Missing(thread.to_string())),
+            other => return Err(StoreError::Reply(format!("cancel: {other}"))),
+        }
+        let mut settled = Vec::new();
+        for i in (1..r.0.len()).step_by(2) {
+            let (Ok(index), Ok(key)) = (r.text(i).parse::<u32>(), EffectKey::new(r.text(i + 1))) else {
+                continue;
+            };
+            // If this fails the intent stays an intent of a cancelled run: the next run that
+            // meets it finds its owner ended and settles it the same way.
+            self.effect_orphan(&key, thread, index, "cancelled").await?;
+            settled.push((index, key.as_str().to_owned()));
+        }
+        Ok(Ok(Cancelled { settled }))
+    }
+
+    /// Makes a run blocked on `effect_key` runnable again. `Ok(Ok(rv))` with the ring version
+    /// for the task; `Ok(Err((status, key)))` when it is not blocked on that key.
+    pub async fn unblock(
+        &self,
+        thread: &ThreadId,
+        effect_key: &str,
+        detail: &str,
+    ) -> Result<Result<u64, (String, String)>, StoreError> {
+        let k = self.keys.run(thread);
+        let mut inv = self.scripts.unblock.prepare_invoke();
+        inv.key(&k.run).key(&k.due).key(&k.events).key(&k.blocked);
+        inv.arg(thread.as_str()).arg(effect_key).arg(ms(self.cfg.redeliver));
+        inv.arg(self.cfg.event_cap).arg(detail);
+        let r = self.invoke(&inv).await?;
+        match r.tag().as_str() {
+            "ok" => Ok(Ok(r.num(1))),
+            "not_blocked" => Ok(Err((r.text(1), r.text(2)))),
+            "missing" => Err(StoreError::Missing(thread.to_string())),
+            other => Err(StoreError::Reply(format!("unblock: {other}"))),
+        }
+    }
+
+    /// Re-queues a blocked run after a fix (non-determinism fixed in code, a version served
+    /// again, a poison step fixed). Returns the ring version for the task.
+    pub async fn retry(&self, thread: &ThreadId, detail: &str) -> Result<RetryOutcome, StoreError> {
+        let k = self.keys.run(thread);
+        let mut inv = self.scripts.retry.prepare_invoke();
+        inv.key(&k.run).key(&k.due).key(&k.events).key(&k.blocked);
+        inv.arg(thread.as_str())
+            .arg(ms(self.cfg.redeliver))
+            .arg(self.cfg.event_cap)
+            .arg(detail);
+        let r = self.invoke(&inv).await?;
+        Ok(match r.tag().as_str() {
+            "ok" => RetryOutcome::Queued(r.num(1)),
+            "not_blocked" => RetryOutcome::NotBlocked(RunStatus::parse(&r.text(1)).unwrap_or(RunStatus::Pending)),
+            "effect" => RetryOutcome::OnEffect(r.text(1)),
+            "missing" => return Err(StoreError::Missing(thread.to_string())),
+            other => return Err(StoreError::Reply(format!("retry: {other}"))),
+        })
+    }
+}
+
+/// Outcome of [`RedisStore::retry`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum RetryOutcome {
+    /// Pending again; publish a task and mark it with this ring version.
+    Queued(u64),
+    /// Only blocked runs are retried.
+    NotBlocked(RunStatus),
+    /// Blocked on an in-doubt effect: resolve it instead.
+    OnEffect(String),
+}

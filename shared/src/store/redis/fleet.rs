@@ -1,0 +1,160 @@
+//! The live fleet: which worker serves which workflows and versions (registrations that
+//! expire without a heartbeat), the catalog computed from them, and the namespace layout.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::{ms, RedisStore};
+use crate::store::StoreError;
+
+/// A workflow as served: its name and version range.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatalogEntry {
+    /// Workflow name.
+    pub name: String,
+    /// Newest version served (new runs start at it).
+    pub version: u32,
+    /// Oldest version still served.
+    pub min_version: u32,
+}
+
+/// One live worker's registration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    /// The worker incarnation.
+    #[serde(default)]
+    pub id: String,
+    /// What it serves.
+    pub workflows: Vec<CatalogEntry>,
+    /// The task queue it consumes.
+    #[serde(default)]
+    pub queue: String,
+    /// Registration expiry (server ms), unless refreshed.
+    #[serde(default)]
+    pub until: u64,
+}
+
+/// What a worker serves, in the form the claim script matches against a run
+/// (`\x1fname\x1emin\x1emax\x1f…`); empty serves anything (tools that replay any run).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServedSpec(String);
+
+impl ServedSpec {
+    /// The spec of these catalog entries.
+    pub fn new(entries: &[CatalogEntry]) -> Self {
+        let mut s = String::from("\u{1f}");
+        for e in entries {
+            s.push_str(&format!("{}\u{1e}{}\u{1e}{}\u{1f}", e.name, e.min_version, e.version));
+        }
+        Self(s)
+    }
+
+    /// Serves any workflow at any version (no check in the claim).
+    pub fn any() -> Self {
+        Self(String::new())
+    }
+
+    pub(crate) fn as_arg(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Namespace layout written at first use.
+const META_PARTITIONS: &str = "partitions";
+
+impl RedisStore {
+    /// Registers (or refreshes) a live worker for `ttl`; returns the number of live workers.
+    pub async fn register_worker(&self, worker: &WorkerInfo, ttl: Duration) -> Result<u64, StoreError> {
+        let json = serde_json::to_string(worker).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let mut inv = self.scripts.register_worker.prepare_invoke();
+        inv.key(self.keys.workers())
+            .arg(&worker.id)
+            .arg(json)
+            .arg(ms(ttl).max(1));
+        let mut conn = self.connection();
+        Ok(inv.invoke_async(&mut conn).await?)
+    }
+
+    /// Removes a worker's registration (clean shutdown).
+    pub async fn deregister_worker(&self, id: &str) -> Result<(), StoreError> {
+        let mut inv = self.scripts.register_worker.prepare_invoke();
+        inv.key(self.keys.workers()).arg(id).arg("").arg(0);
+        let mut conn = self.connection();
+        let _: u64 = inv.invoke_async(&mut conn).await?;
+        Ok(())
+    }
+
+    /// The workers whose registration has not expired.
+    pub async fn live_workers(&self) -> Result<Vec<WorkerInfo>, StoreError> {
+        let inv = {
+            let mut inv = self.scripts.live_workers.prepare_invoke();
+            inv.key(self.keys.workers());
+            inv
+        };
+        let r = self.invoke(&inv).await?;
+        let mut out = Vec::new();
+        for i in (1..r.0.len()).step_by(3) {
+            let Ok(mut w) = serde_json::from_str::<WorkerInfo>(&r.text(i + 2)) else {
+                continue;
+            };
+            w.id = r.text(i);
+            w.until = r.num(i + 1);
+            out.push(w);
+        }
+        Ok(out)
+    }
+
+    /// The fleet's catalog: for each workflow some live worker serves, the newest version
+    /// served (where new runs start) and the oldest.
+    pub async fn catalog(&self) -> Result<BTreeMap<String, CatalogEntry>, StoreError> {
+        let mut out: BTreeMap<String, CatalogEntry> = BTreeMap::new();
+        for w in self.live_workers().await? {
+            for e in w.workflows {
+                out.entry(e.name.clone())
+                    .and_modify(|c| {
+                        c.version = c.version.max(e.version);
+                        c.min_version = c.min_version.min(e.min_version);
+                    })
+                    .or_insert(e);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The catalog entry of a workflow, if a live worker serves it.
+    pub async fn catalog_entry(&self, name: &str) -> Result<Option<CatalogEntry>, StoreError> {
+        Ok(self.catalog().await?.remove(name))
+    }
+
+    /// Fixes the namespace's partition count at first use and refuses a process configured
+    /// with another one: runs would be looked up in the wrong partition.
+    pub async fn check_layout(&self) -> Result<(), StoreError> {
+        let mut conn = self.connection();
+        let want = self.keys.partitions();
+        let _: i64 = redis::cmd("HSETNX")
+            .arg(self.keys.meta())
+            .arg(META_PARTITIONS)
+            .arg(want)
+            .query_async(&mut conn)
+            .await?;
+        let stored: Option<String> = redis::cmd("HGET")
+            .arg(self.keys.meta())
+            .arg(META_PARTITIONS)
+            .query_async(&mut conn)
+            .await?;
+        match stored.as_deref().and_then(|s| s.parse::<u16>().ok()) {
+            Some(p) if p == want => Ok(()),
+            Some(p) => Err(StoreError::Layout(format!(
+                "namespace {} was created with {p} partitions but this process is configured with {want} \
+                 (SAVEPOINT_PARTITIONS / partitions): the partition count is fixed per namespace; \
+                 set it to {p}, or use a new namespace",
+                self.keys.namespace()
+            ))),
+            None => Err(StoreError::Corrupt(format!(
+                "{} field {META_PARTITIONS} is not a number: {stored:?}",
+                self.keys.meta()
+            ))),
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! The due scanner's side of the store: handing out overdue runs exactly once per period,
+//! and marking runs whose task the broker confirmed so the scanner leaves them to the queue.
+
+use std::time::Duration;
+
+use super::{ms, RedisStore};
+use crate::ids::ThreadId;
+use crate::store::StoreError;
+
+/// The longest a run with a confirmed task waits before it is rung again.
+const QUEUED_REDELIVER_CAP: Duration = Duration::from_secs(3600);
+
+/// A run handed out by [`RedisStore::scan_due`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rung {
+    /// The run.
+    pub thread: ThreadId,
+    /// Its trace context (W3C traceparent), if any.
+    pub trace: Option<String>,
+    /// The due time recorded in its hash (ms), for lateness metrics.
+    pub due: Option<u64>,
+    /// Its ring version, for [`RedisStore::mark_queued`] once the task is confirmed.
+    pub rv: u64,
+}
+
+impl RedisStore {
+    /// Hands out up to `limit` overdue runs of partition `p`; each is not handed out again for
+    /// `period` (so concurrent scanners never publish one run twice). Returns (server time,
+    /// runs). Two round trips: the candidates, then one script that re-checks and moves them.
+    pub async fn scan_due(&self, p: u16, limit: u32, period: Duration) -> Result<(u64, Vec<Rung>), StoreError> {
+        let due_key = self.keys.due(p);
+        let mut inv = self.scripts.due_candidates.prepare_invoke();
+        inv.key(&due_key).arg(limit);
+        let r = self.invoke(&inv).await?;
+        let candidates: Vec<ThreadId> = (1..r.0.len()).filter_map(|i| ThreadId::new(r.text(i)).ok()).collect();
+        if candidates.is_empty() {
+            return Ok((r.num(0), Vec::new()));
+        }
+        let mut inv = self.scripts.ring.prepare_invoke();
+        inv.key(&due_key);
+        for t in &candidates {
+            inv.key(self.keys.run(t).run);
+        }
+        inv.arg(ms(period));
+        for t in &candidates {
+            inv.arg(t.as_str());
+        }
+        let r = self.invoke(&inv).await?;
+        let now = r.num(0);
+        let rung = (1..r.0.len())
+            .step_by(4)
+            .filter_map(|i| {
+                Some(Rung {
+                    thread: ThreadId::new(r.text(i)).ok()?,
+                    trace: Some(r.text(i + 1)).filter(|t| !t.is_empty()),
+                    due: r.text(i + 2).parse().ok(),
+                    rv: r.num(i + 3),
+                })
+            })
+            .collect();
+        Ok((now, rung))
+    }
+
+    /// The broker confirmed a task for each of these runs (thread, ring version seen when the
+    /// task was published): push their safety-net due times out (`queued_redeliver`,
+    /// doubling per unanswered ring, up to an hour), so a backed-up queue or an idle fleet does
+    /// not make the scanner publish a second message for the same work. Runs claimed or given
+    /// back since are left alone. Returns how many were marked.
+    pub async fn mark_queued(&self, runs: &[(ThreadId, u64)]) -> Result<u64, StoreError> {
+        let mut by_partition: std::collections::BTreeMap<u16, Vec<&(ThreadId, u64)>> = Default::default();
+        for r in runs {
+            by_partition.entry(self.keys.partition(&r.0)).or_default().push(r);
+        }
+        let mut marked = 0;
+        for (p, group) in by_partition {
+            let mut inv = self.scripts.mark_queued.prepare_invoke();
+            inv.key(self.keys.due(p));
+            for (t, _) in &group {
+                inv.key(self.keys.run(t).run);
+            }
+            inv.arg(ms(self.cfg.queued_redeliver)).arg(ms(QUEUED_REDELIVER_CAP));
+            for (t, rv) in &group {
+                inv.arg(t.as_str()).arg(*rv);
+            }
+            let mut conn = self.connection();
+            let n: u64 = inv.invoke_async(&mut conn).await?;
+            marked += n;
+        }
+        Ok(marked)
+    }
+}
