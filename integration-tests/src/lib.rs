@@ -14,6 +14,7 @@
 
 pub mod http;
 pub mod procs;
+pub mod proxy;
 pub mod scenario;
 pub mod tasks;
 

@@ -25,6 +25,11 @@ fn env_of(cfg: &Config) -> Vec<(&'static str, String)> {
         ("SAVEPOINT_LEASE_MS", cfg.lease_ms.to_string()),
         ("SAVEPOINT_GRACE_MS", cfg.grace_ms.to_string()),
         ("SAVEPOINT_REDELIVER_MS", cfg.redeliver_ms.to_string()),
+        ("SAVEPOINT_LEASE_MARGIN_MS", cfg.lease_margin_ms.to_string()),
+        ("SAVEPOINT_REDIS_TIMEOUT_MS", cfg.redis_timeout_ms.to_string()),
+        ("SAVEPOINT_QUEUED_REDELIVER_MS", cfg.queued_redeliver_ms.to_string()),
+        ("SAVEPOINT_WORKER_TTL_MS", cfg.worker_ttl_ms.to_string()),
+        ("SAVEPOINT_MAX_CRASHES", cfg.max_crashes.to_string()),
         ("SAVEPOINT_SLICE_MAX_STEPS", cfg.worker.slice_max_steps.to_string()),
         ("SAVEPOINT_WORKER_CONCURRENCY", cfg.worker.concurrency.to_string()),
         ("SAVEPOINT_WORKER_PREFETCH", cfg.worker.prefetch.to_string()),
@@ -99,4 +104,28 @@ impl Proc {
 pub fn killed_by_signal(s: &ExitStatus) -> bool {
     use std::os::unix::process::ExitStatusExt;
     s.signal().is_some()
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released: racy in theory, fine for tests).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The value of one Prometheus series (`name{labels}` exactly as exposed) at `http://addr/metrics`;
+/// 0 when the series is absent, `None` when the endpoint does not answer.
+pub async fn scrape(addr: &str, series: &str) -> Option<f64> {
+    let text = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    Some(
+        text.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
+            .unwrap_or(0.0),
+    )
 }

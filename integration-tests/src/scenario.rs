@@ -48,6 +48,16 @@ impl World {
         Proc::spawn(bin, name, &cfg, &[("SAVEPOINT_WORKER_NAME", name)])
     }
 
+    /// Spawns a worker process with these failpoints and extra environment (e.g. another
+    /// `SAVEPOINT_REDIS_URL`, `SAVEPOINT_WORKER_HTTP_ADDR`, `IT_WORKFLOWS`).
+    pub fn worker_env(&self, bin: &str, name: &str, failpoints: &str, extra: &[(&str, &str)]) -> Proc {
+        let mut cfg = self.cfg.clone();
+        cfg.failpoints = failpoints.to_owned();
+        let mut env = vec![("SAVEPOINT_WORKER_NAME", name)];
+        env.extend_from_slice(extra);
+        Proc::spawn(bin, name, &cfg, &env)
+    }
+
     /// Waits until some worker registered `workflow` in the catalog.
     pub async fn wait_registered(&self, workflow: &str) {
         let deadline = Instant::now() + Duration::from_secs(30);

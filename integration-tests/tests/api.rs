@@ -415,15 +415,44 @@ async fn result_long_poll_waits_until_the_run_ends() {
     let (code, body) = api.get("/v1/runs/lp-1/result?timeout=0.3").await;
     assert_eq!((code, body["status"].as_str()), (202, Some("pending")), "{body}");
     assert!(t0.elapsed() >= Duration::from_millis(300));
-    // Ends while a poll waits: the poll answers 200 soon after.
+    // Ends while a poll waits: the poll answers 200 soon after. Watch Redis (MONITOR) for
+    // the handler's header reads of this run, so the test knows the poll is in its waiting
+    // loop (it read the pending run several times without answering) before cancelling.
+    let thread = savepoint::ids::ThreadId::new("lp-1").unwrap();
+    let needle = format!("\"HMGET\" \"{}\"", api.cfg.keys().run(&thread).run);
+    let client = redis::Client::open(api.cfg.redis_url.as_str()).unwrap();
+    let mut reads = client.get_async_monitor().await.unwrap().into_on_message::<String>();
     let waiter = {
         let url = api.url("/v1/runs/lp-1/result?timeout=10");
         tokio::spawn(async move { reqwest::get(url).await.unwrap() })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    const POLLS: usize = 3;
+    let seen = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut seen = 0;
+        while let Some(line) = futures::StreamExt::next(&mut reads).await {
+            if line.contains(&needle) {
+                seen += 1;
+                if seen == POLLS {
+                    break;
+                }
+            }
+        }
+        seen
+    })
+    .await
+    .expect("the long poll read the run's header 3 times within 5 s");
+    drop(reads);
+    assert_eq!(seen, POLLS, "MONITOR stream ended early");
+    assert!(
+        !waiter.is_finished(),
+        "the long poll answered while the run was still pending"
+    );
     let t1 = Instant::now();
     assert_eq!(api.post("/v1/runs/lp-1/cancel", json!({})).await.0, 200);
-    let r = waiter.await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiting poll answered within 2 s of the cancel")
+        .unwrap();
     assert_eq!(r.status().as_u16(), 200);
     assert!(t1.elapsed() < Duration::from_secs(2), "answered promptly");
     let body: Value = r.json().await.unwrap();

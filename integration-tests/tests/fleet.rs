@@ -5,6 +5,7 @@
 
 use rand::Rng;
 use serde_json::json;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use savepoint_integration_tests::procs::Proc;
@@ -15,22 +16,137 @@ const WORKER: &str = env!("CARGO_BIN_EXE_it-worker");
 const SCHEDULER: &str = env!("CARGO_BIN_EXE_it-scheduler");
 const RUNS: usize = 300;
 
-async fn rabbitmqctl(arg: &str) {
+/// Runs `rabbitmqctl <args>`; returns its stdout, panics (with its stderr) if it fails.
+async fn rabbitmqctl(args: &[&str]) -> String {
     let out = tokio::process::Command::new("rabbitmqctl")
-        .arg(arg)
+        .args(args)
         .output()
         .await
         .expect("rabbitmqctl runs");
     assert!(
         out.status.success(),
-        "rabbitmqctl {arg}: {}",
+        "rabbitmqctl {}: {}",
+        args.join(" "),
         String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The broker under test, proven to be the one the local `rabbitmqctl` controls: a
+/// connection to the test's AMQP URL holding an exclusive, uniquely named probe queue that
+/// `rabbitmqctl list_queues` must list.
+struct BrokerUnderTest {
+    conn: lapin::Connection,
+    _channel: lapin::Channel,
+    amqp_url: String,
+    node: String,
+}
+
+/// Connects to `cfg.amqp_url`, declares a probe queue there and checks that `rabbitmqctl`
+/// sees it; panics if it does not (rabbitmqctl would restart some other broker).
+async fn broker_under_test(cfg: &savepoint::config::Config) -> BrokerUnderTest {
+    let uri: lapin::uri::AMQPUri = cfg.amqp_url.parse().expect("the test's AMQP URL parses");
+    let conn = lapin::Connection::connect(&cfg.amqp_url, lapin::ConnectionProperties::default())
+        .await
+        .expect("connect to the broker under test");
+    let channel = conn.create_channel().await.expect("channel");
+    let probe = format!(
+        "{}.restart-probe-{}",
+        cfg.namespace,
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let opts = lapin::options::QueueDeclareOptions {
+        exclusive: true,
+        auto_delete: true,
+        ..Default::default()
+    };
+    channel
+        .queue_declare(probe.as_str().into(), opts, lapin::types::FieldTable::default())
+        .await
+        .expect("declare the probe queue on the broker under test");
+    let node = rabbitmqctl(&["-q", "eval", "rabbit_nodes:cluster_name()."])
+        .await
+        .trim()
+        .to_owned();
+    let listed = rabbitmqctl(&["-q", "list_queues", "-p", &uri.vhost, "name", "--no-table-headers"]).await;
+    assert!(
+        listed.lines().any(|l| l.trim() == probe),
+        "refusing to restart RabbitMQ: the local rabbitmqctl controls cluster {node}, which does not have the \
+         queue {probe:?} just declared on vhost {:?} through the test's AMQP URL {}; it is not the broker under \
+         test. Point the test at the broker rabbitmqctl controls (e.g. SAVEPOINT_TEST_FORCE_LOCAL=1 with a local \
+         RabbitMQ) or set RABBITMQ_NODENAME / rabbitmqctl -n to the broker under test",
+        uri.vhost,
+        cfg.amqp_url
+    );
+    BrokerUnderTest {
+        conn,
+        _channel: channel,
+        amqp_url: cfg.amqp_url.clone(),
+        node,
+    }
+}
+
+/// Restarts the broker under test (`rabbitmqctl stop_app`, `start_app`) and proves it
+/// happened: the node reports the app stopped, the broker dropped the probe connection, then
+/// the app runs again and the test's AMQP URL accepts connections.
+async fn restart_broker(b: BrokerUnderTest) {
+    let running = || async {
+        rabbitmqctl(&["-q", "eval", "rabbit:is_running()."])
+            .await
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(
+        running().await,
+        "true",
+        "{}: the broker app runs before the restart",
+        b.node
+    );
+    assert!(
+        b.conn.status().connected(),
+        "the probe connection is up before the restart"
+    );
+    rabbitmqctl(&["stop_app"]).await;
+    assert_eq!(running().await, "false", "{}: stop_app stopped the broker app", b.node);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while b.conn.status().connected() {
+        assert!(
+            Instant::now() < deadline,
+            "the broker under test ({}) still holds the probe connection 10 s after stop_app: rabbitmqctl stopped \
+             another broker",
+            b.amqp_url
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    rabbitmqctl(&["start_app"]).await;
+    assert_eq!(running().await, "true", "{}: start_app started the broker app", b.node);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match lapin::Connection::connect(&b.amqp_url, lapin::ConnectionProperties::default()).await {
+            Ok(c) => {
+                let _ = c.close(200, "ok".into()).await;
+                break;
+            }
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "the broker under test does not accept connections 30 s after start_app: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "fleet: broker {} restarted (app stopped, probe connection dropped, app running again)",
+        b.node
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_survives_sigkills_and_a_broker_restart() {
     let w = World::new("fl", |c| c.worker.slice_max_steps = 2).await;
+    // Fail before any load if rabbitmqctl does not control the broker under test.
+    let mut broker = Some(broker_under_test(&w.cfg).await);
     let stop = tokio_util::sync::CancellationToken::new();
     let (hook, deliveries) = receiver::start(stop.clone()).await.unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -97,9 +213,7 @@ async fn fleet_survives_sigkills_and_a_broker_restart() {
             next_kill = Instant::now() + Duration::from_secs(1);
         }
         if !restarted && started.elapsed() > Duration::from_secs(3) {
-            rabbitmqctl("stop_app").await;
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            rabbitmqctl("start_app").await;
+            restart_broker(broker.take().expect("restarted once")).await;
             restarted = true;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -139,7 +253,6 @@ async fn fleet_survives_sigkills_and_a_broker_restart() {
         counts.len()
     );
     // Written past the test harness's capture so CI logs show the figures.
-    use std::io::Write;
     let _ = writeln!(std::io::stderr(), "{figures}");
     stop.cancel();
 }

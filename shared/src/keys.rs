@@ -31,6 +31,8 @@ pub struct RunKeys {
     pub blocked: String,
     /// The partition's index of runs waiting for an interrupt or signal.
     pub waiting: String,
+    /// The partition's index of runs given back because no worker that had them served them.
+    pub unserved: String,
 }
 
 impl Keys {
@@ -72,6 +74,7 @@ impl Keys {
             index: format!("{tag}:runs"),
             blocked: format!("{tag}:blocked"),
             waiting: format!("{tag}:waiting"),
+            unserved: format!("{tag}:unserved"),
         }
     }
 

@@ -27,6 +27,15 @@ struct Args {
 /// Parses arguments, loads the config, starts logging and runs the demo worker until
 /// SIGTERM/SIGINT. Exit code 0 on a clean stop, 2 on bad config, 1 on failure.
 pub async fn main() -> std::process::ExitCode {
+    main_with(|store| Ok(crate::demo::registry(store))).await
+}
+
+/// [`main`] with the workflows `make` registers (given the connected store, e.g. for an
+/// effect log): a worker binary of your own is this one call.
+pub async fn main_with<F>(make: F) -> std::process::ExitCode
+where
+    F: FnOnce(&RedisStore) -> Result<savepoint::workflow::Registry, String>,
+{
     let args = Args::parse();
     let mut cfg = match Config::load(args.config.as_deref(), &ProcessEnv) {
         Ok(c) => c,
@@ -51,18 +60,29 @@ pub async fn main() -> std::process::ExitCode {
     let _telemetry = savepoint::telemetry::init(&cfg.log_format, "savepoint-worker");
     let shutdown = CancellationToken::new();
     tokio::spawn(crate::signals::on_terminate(shutdown.clone()));
-    match run(cfg, shutdown).await {
+    let store = match RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store()).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("savepoint-worker: redis: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let registry = match make(&store) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("savepoint-worker: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match crate::run(cfg, registry, shutdown).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("savepoint-worker: {e}");
-            std::process::ExitCode::FAILURE
+            if e.is_config() {
+                std::process::ExitCode::from(2)
+            } else {
+                std::process::ExitCode::FAILURE
+            }
         }
     }
-}
-
-async fn run(cfg: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let store = RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store()).await?;
-    let registry = crate::demo::registry(&store);
-    crate::run(cfg, registry, shutdown).await?;
-    Ok(())
 }

@@ -7,13 +7,17 @@ use savepoint::failpoints::Failpoints;
 use savepoint::ids::Incarnation;
 use savepoint::metrics::{inc, metrics};
 use savepoint::protocol::Task;
-use savepoint::store::redis::ServedSpec;
+use savepoint::protocol::TaskReason;
+use savepoint::store::redis::{ServedSpec, WorkerInfo};
 use savepoint::store::{ClaimOutcome, RedisStore};
 use savepoint::workflow::{Registry, SliceLimits};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::slice::execute;
+
+/// Immediate re-publishes of a run this worker cannot serve, in a row, before the back-off.
+const MAX_HOPS: u32 = 4;
 
 /// What every delivery handler shares.
 pub(crate) struct Shared {
@@ -26,6 +30,63 @@ pub(crate) struct Shared {
     pub slices_stop: CancellationToken,
     /// What this worker serves, checked by the claim itself.
     pub served: ServedSpec,
+    /// The live fleet as last read (refreshed with this worker's registration, and on demand).
+    pub fleet: std::sync::RwLock<Vec<WorkerInfo>>,
+    /// When `fleet` was last read on demand.
+    pub fleet_read: std::sync::Mutex<std::time::Instant>,
+}
+
+/// Shortest time between two on-demand reads of the fleet.
+const FLEET_REREAD: Duration = Duration::from_millis(250);
+
+impl Shared {
+    fn known_elsewhere(&self, workflow: &str, version: u32) -> bool {
+        let fleet = self.fleet.read().unwrap_or_else(|p| p.into_inner());
+        fleet
+            .iter()
+            .any(|w| w.id != self.incarnation.as_str() && w.serves(workflow, version))
+    }
+
+    /// True when another live worker serves `workflow` at `version`. A worker that joined
+    /// since the last read is found by reading the fleet again (at most every 250 ms).
+    async fn served_elsewhere(&self, workflow: &str, version: u32) -> bool {
+        if self.known_elsewhere(workflow, version) {
+            return true;
+        }
+        {
+            let mut at = self.fleet_read.lock().unwrap_or_else(|p| p.into_inner());
+            if at.elapsed() < FLEET_REREAD {
+                return false;
+            }
+            *at = std::time::Instant::now();
+        }
+        if let Ok(live) = self.store.live_workers().await {
+            *self.fleet.write().unwrap_or_else(|p| p.into_inner()) = live;
+        }
+        self.known_elsewhere(workflow, version)
+    }
+}
+
+/// A run this worker gave back, that another live worker serves: publish its task again at
+/// once (each hop lands on another consumer with fair odds), instead of waiting for the
+/// back-off. With no such worker alive, the back-off (and the wake-up when one registers)
+/// applies.
+async fn hand_on(shared: &Shared, d: &Delivery, task: &Task, rv: u64) {
+    let next = Task::new(task.thread.clone(), task.partition, None, TaskReason::Due);
+    let headers: Vec<(String, String)> = d
+        .headers
+        .get("traceparent")
+        .map(|t| vec![("traceparent".to_owned(), t.clone())])
+        .unwrap_or_default();
+    match shared.broker.publish(&next.encode(), &headers).await {
+        Ok(()) => {
+            inc(&metrics().published, &[("reason", "hand_on")]);
+            if let Err(e) = shared.store.mark_queued(&[(task.thread.clone(), rv)]).await {
+                tracing::debug!(error = %e, "marking the handed-on task failed");
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "handing the run on failed; its back-off applies"),
+    }
 }
 
 async fn dead_letter(shared: &Shared, d: &Delivery, reason: &str, class: &str) {
@@ -98,9 +159,22 @@ async fn handle(shared: &Shared, d: Delivery) {
         ClaimOutcome::Poison(_) => "poison",
     };
     match &claimed {
-        ClaimOutcome::Unserved { reason, retry_in_ms } => {
+        ClaimOutcome::Unserved {
+            reason,
+            retry_in_ms,
+            workflow,
+            version,
+            rv,
+            tries,
+        } => {
             tracing::info!(thread.id = %task.thread, %reason, retry_in_ms, "not served here: given back untouched");
             inc(&metrics().unserved, &[]);
+            // A few immediate hops find a serving consumer fast; past that (e.g. the serving
+            // worker just died and its registration has not expired) the back-off applies,
+            // so two workers never ping-pong a run through the queue.
+            if *tries <= MAX_HOPS && shared.served_elsewhere(workflow, *version).await {
+                hand_on(shared, &d, &task, *rv).await;
+            }
         }
         ClaimOutcome::Poison(reason) => {
             tracing::warn!(thread.id = %task.thread, %reason, "poison run blocked");

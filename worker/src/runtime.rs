@@ -42,6 +42,17 @@ pub enum WorkerError {
     },
 }
 
+impl WorkerError {
+    /// True for errors of configuration (bad settings, a namespace created with another
+    /// layout): the process exits with code 2.
+    pub fn is_config(&self) -> bool {
+        matches!(
+            self,
+            WorkerError::Config(_) | WorkerError::Failpoints(_) | WorkerError::Store(StoreError::Layout(_))
+        )
+    }
+}
+
 /// Everything a worker needs besides its config.
 #[derive(Clone)]
 pub struct WorkerOptions {
@@ -90,8 +101,9 @@ async fn connect_store(cfg: &Config, shutdown: &CancellationToken) -> Result<Red
 }
 
 /// Refreshes the worker's registration every third of its TTL until aborted (or crashed),
-/// so the catalog lists only live workers.
-async fn keep_registered(store: RedisStore, info: WorkerInfo, ttl: Duration, crash: CancellationToken) {
+/// so the catalog lists only live workers, and this worker's view of the fleet with it.
+async fn keep_registered(shared: Arc<Shared>, info: WorkerInfo, ttl: Duration, crash: CancellationToken) {
+    let store = &shared.store;
     let mut tick = tokio::time::interval(ttl / 3);
     tick.tick().await;
     loop {
@@ -101,6 +113,9 @@ async fn keep_registered(store: RedisStore, info: WorkerInfo, ttl: Duration, cra
         }
         if let Err(e) = store.register_worker(&info, ttl).await {
             tracing::warn!(error = %e, "refreshing the worker registration failed; retrying");
+        }
+        if let Ok(live) = store.live_workers().await {
+            *shared.fleet.write().unwrap_or_else(|p| p.into_inner()) = live;
         }
     }
 }
@@ -153,12 +168,7 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
         until: 0,
     };
     store.register_worker(&info, cfg.store().worker_ttl).await?;
-    let registration = tokio::spawn(keep_registered(
-        store.clone(),
-        info.clone(),
-        cfg.store().worker_ttl,
-        crash.clone(),
-    ));
+    let fleet = store.live_workers().await.unwrap_or_default();
     tracing::info!(worker.id = %incarnation, workflows = ?opts.registry.names(), concurrency = cfg.worker.concurrency, "worker started");
     let consume_stop = CancellationToken::new();
     let slices_stop = CancellationToken::new();
@@ -171,8 +181,24 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
         limits: cfg.limits(),
         slices_stop: slices_stop.clone(),
         served: ServedSpec::new(&catalog),
+        fleet: std::sync::RwLock::new(fleet),
+        fleet_read: std::sync::Mutex::new(std::time::Instant::now()),
     });
+    let registration = tokio::spawn(keep_registered(
+        shared.clone(),
+        info.clone(),
+        cfg.store().worker_ttl,
+        crash.clone(),
+    ));
     let mut consumer = broker.consumer(shared.incarnation.as_str(), consume_stop.clone());
+    consumer.ready().await;
+    // Runs given back while no worker served them are due now: this one, consuming from now
+    // on, may serve them.
+    match shared.store.wake_unserved().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(runs = n, "woke runs that were waiting for a worker"),
+        Err(e) => tracing::warn!(error = %e, "waking runs that wait for a worker failed; their back-off applies"),
+    }
     let sem = Arc::new(Semaphore::new(cfg.worker.concurrency));
     let mut tasks = JoinSet::new();
     ready.set(true);

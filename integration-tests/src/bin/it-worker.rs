@@ -1,7 +1,15 @@
 //! The demo worker, built inside this package so tests can spawn it as a real process
-//! (`CARGO_BIN_EXE_it-worker`). Same code path as `savepoint-worker`.
+//! (`CARGO_BIN_EXE_it-worker`). Same code path as `savepoint-worker`. `IT_WORKFLOWS`
+//! (`name[@version[:min]],…`, see `demo::registry_from_spec`) makes it serve only those
+//! workflows at those versions, standing in for another build in a mixed fleet.
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    savepoint_worker::cli::main().await
+    match std::env::var("IT_WORKFLOWS").ok().filter(|s| !s.trim().is_empty()) {
+        Some(spec) => {
+            savepoint_worker::cli::main_with(move |store| savepoint_worker::demo::registry_from_spec(store, &spec))
+                .await
+        }
+        None => savepoint_worker::cli::main().await,
+    }
 }

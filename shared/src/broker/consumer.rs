@@ -101,6 +101,14 @@ impl Consumer {
         }
     }
 
+    /// Returns once the consumer is attached to the queue (connecting with backoff if it is
+    /// not), or shutdown was requested.
+    pub async fn ready(&mut self) {
+        while self.active.is_none() && !self.stopped && !self.shutdown.is_cancelled() {
+            self.establish().await;
+        }
+    }
+
     /// Opens a session, or sleeps a backoff delay after a failed attempt.
     async fn establish(&mut self) {
         let shutdown = self.shutdown.clone();

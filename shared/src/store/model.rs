@@ -282,6 +282,14 @@ pub enum ClaimOutcome {
         reason: String,
         /// Back-off until the next try (ms).
         retry_in_ms: u64,
+        /// The run's workflow.
+        workflow: String,
+        /// The run's recorded workflow version.
+        version: u32,
+        /// The run's ring version (to mark a task published for it).
+        rv: u64,
+        /// Times in a row the run was given back so far, this one included.
+        tries: u32,
     },
     /// Taken over too often at one journal position: blocked as a poison run, with the reason.
     Poison(String),

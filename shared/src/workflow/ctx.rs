@@ -453,7 +453,7 @@ impl Ctx {
             // A panic in the call is a failure of this attempt, retried by the policy.
             let r = match self.guarded(AssertUnwindSafe(f()).catch_unwind()).await {
                 Ok(r) => r.map_err(Into::into),
-                Err(panic) => Err(StepError::retryable(format!("panicked: {}", panic_message(&panic)))),
+                Err(panic) => Err(StepError::retryable(format!("panicked: {}", panic_message(&*panic)))),
             };
             match r {
                 Err(e) if policy.should_retry(attempt, &e) => {
@@ -522,12 +522,15 @@ impl Ctx {
     }
 }
 
-/// The message of a caught panic.
+/// The message of a caught panic. Also accepts the caught `Box` itself (`&panic` of a
+/// `Box<dyn Any + Send>` coerces to a `&dyn Any` whose value is the box, not the payload).
 pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = panic.downcast_ref::<String>() {
         s.clone()
+    } else if let Some(inner) = panic.downcast_ref::<Box<dyn std::any::Any + Send>>() {
+        panic_message(&**inner)
     } else {
         "(no message)".to_owned()
     }

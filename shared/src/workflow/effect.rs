@@ -390,7 +390,7 @@ impl Ctx {
             let r = self.guarded(AssertUnwindSafe(f(fx.clone())).catch_unwind()).await;
             let r = match r {
                 Ok(r) => r.map_err(Into::into),
-                Err(panic) => return Called::Panicked(panic_message(&panic)),
+                Err(panic) => return Called::Panicked(panic_message(&*panic)),
             };
             match r {
                 Ok(v) => return Called::Ok(v),

@@ -36,25 +36,29 @@ pub trait DynWorkflow: Send + Sync {
     fn run<'a>(&'a self, ctx: &'a mut Ctx, input: Value) -> BoxFuture<'a, Result<Value, RunError>>;
 }
 
-struct Erased<W>(W);
+struct Erased<W> {
+    w: W,
+    version: u32,
+    min_version: u32,
+}
 
 impl<W: Workflow> DynWorkflow for Erased<W> {
     fn name(&self) -> &'static str {
         W::NAME
     }
     fn version(&self) -> u32 {
-        W::VERSION
+        self.version
     }
     fn min_version(&self) -> u32 {
-        W::MIN_VERSION
+        self.min_version
     }
     fn retry_policy(&self) -> RetryPolicy {
-        self.0.retry_policy()
+        self.w.retry_policy()
     }
     fn run<'a>(&'a self, ctx: &'a mut Ctx, input: Value) -> BoxFuture<'a, Result<Value, RunError>> {
         Box::pin(async move {
             let input: W::Input = serde_json::from_value(input).map_err(|e| RunError::Input(e.to_string()))?;
-            let out = self.0.run(ctx, input).await?;
+            let out = self.w.run(ctx, input).await?;
             serde_json::to_value(out).map_err(|e| RunError::Output(e.to_string()))
         })
     }
@@ -74,7 +78,25 @@ impl Registry {
 
     /// Registers a workflow under its name (replacing one of the same name).
     pub fn register<W: Workflow>(&mut self, w: W) -> &mut Self {
-        self.map.insert(W::NAME.to_owned(), Arc::new(Erased(w)));
+        self.register_versions(w, W::VERSION, W::MIN_VERSION)
+    }
+
+    /// Registers a workflow serving the recorded versions `min_version..=version` instead of
+    /// its constants (a worker build that pins what it serves, or a test standing in for two
+    /// builds of one workflow).
+    pub fn register_versions<W: Workflow>(&mut self, w: W, version: u32, min_version: u32) -> &mut Self {
+        let e = Erased {
+            w,
+            version,
+            min_version: min_version.min(version),
+        };
+        self.map.insert(W::NAME.to_owned(), Arc::new(e));
+        self
+    }
+
+    /// Keeps only the workflows whose names are listed.
+    pub fn retain(&mut self, names: &[&str]) -> &mut Self {
+        self.map.retain(|k, _| names.contains(&k.as_str()));
         self
     }
 

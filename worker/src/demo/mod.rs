@@ -69,6 +69,38 @@ impl EffectLog {
     }
 }
 
+/// A registry of the demo workflows named in `spec`: comma-separated `name[@version[:min]]`
+/// (e.g. `invoice,chain@2:1`), each serving the recorded versions `min..=version` (default:
+/// its own constants). Used to stand up workers of different builds side by side.
+pub fn registry_from_spec(store: &RedisStore, spec: &str) -> Result<Registry, String> {
+    let log = EffectLog::new(store);
+    let mut r = Registry::new();
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, versions) = item.split_once('@').unwrap_or((item, ""));
+        let (v, min) = match versions.split_once(':') {
+            Some((v, m)) => (v.parse().ok(), m.parse().ok()),
+            None => (versions.parse().ok(), None),
+        };
+        if !versions.is_empty() && v.is_none() {
+            return Err(format!("bad version in {item:?}: use name[@version[:min]]"));
+        }
+        let v = v.unwrap_or(1);
+        let min = min.unwrap_or(1);
+        match name {
+            "invoice" => r.register_versions(Invoice::new(log.clone()), v, min),
+            "approval" => r.register_versions(Approval, v, min),
+            "webhook" => r.register_versions(Webhook::new(log.clone()), v, min),
+            "chain" => r.register_versions(Chain, v, min),
+            other => {
+                return Err(format!(
+                    "unknown demo workflow {other:?}: invoice, approval, webhook, chain"
+                ))
+            }
+        };
+    }
+    Ok(r)
+}
+
 /// A registry with every demo workflow.
 pub fn registry(store: &RedisStore) -> Registry {
     let log = EffectLog::new(store);

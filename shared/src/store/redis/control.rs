@@ -73,7 +73,7 @@ impl RedisStore {
         let k = self.keys.run(thread);
         let mut inv = self.scripts.cancel.prepare_invoke();
         inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
-        inv.key(&k.blocked).key(&k.waiting);
+        inv.key(&k.blocked).key(&k.waiting).key(&k.unserved);
         inv.arg(thread.as_str())
             .arg(ms(self.cfg.retention))
             .arg(self.cfg.event_cap)
@@ -92,8 +92,10 @@ impl RedisStore {
             };
             // If this fails the intent stays an intent of a cancelled run: the next run that
             // meets it finds its owner ended and settles it the same way.
-            self.effect_orphan(&key, thread, index, "cancelled").await?;
-            settled.push((index, key.as_str().to_owned()));
+            // Only intents still held are in doubt (a key marked done before the crash is not).
+            if self.effect_orphan(&key, thread, index, "cancelled").await? {
+                settled.push((index, key.as_str().to_owned()));
+            }
         }
         Ok(Ok(Cancelled { settled }))
     }

@@ -60,6 +60,15 @@ impl ServedSpec {
     }
 }
 
+impl WorkerInfo {
+    /// True when this worker serves `workflow` at recorded version `version`.
+    pub fn serves(&self, workflow: &str, version: u32) -> bool {
+        self.workflows
+            .iter()
+            .any(|e| e.name == workflow && (e.min_version..=e.version).contains(&version))
+    }
+}
+
 /// Namespace layout written at first use.
 const META_PARTITIONS: &str = "partitions";
 
@@ -83,6 +92,20 @@ impl RedisStore {
         let mut conn = self.connection();
         let _: u64 = inv.invoke_async(&mut conn).await?;
         Ok(())
+    }
+
+    /// Makes every run that a worker gave back as unserved due now (a worker that may serve
+    /// them joined). Returns how many.
+    pub async fn wake_unserved(&self) -> Result<u64, StoreError> {
+        let mut n = 0;
+        for p in 0..self.keys.partitions() {
+            let mut inv = self.scripts.wake_unserved.prepare_invoke();
+            inv.key(self.keys.due(p)).key(self.keys.status_index(p, "unserved"));
+            let mut conn = self.connection();
+            let woke: u64 = inv.invoke_async(&mut conn).await?;
+            n += woke;
+        }
+        Ok(n)
     }
 
     /// The workers whose registration has not expired.

@@ -32,7 +32,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// First back-off of a run given back because the worker does not serve it (doubles).
 const UNSERVED_BACKOFF: Duration = Duration::from_millis(250);
 /// Longest back-off of a run no live worker serves.
-const UNSERVED_BACKOFF_CAP: Duration = Duration::from_secs(30);
+const UNSERVED_BACKOFF_CAP: Duration = Duration::from_secs(10);
 
 /// Timing and retention settings of the store.
 #[derive(Debug, Clone)]
@@ -261,7 +261,8 @@ impl RedisStore {
             .key(&k.due)
             .key(&k.events)
             .key(&k.signals)
-            .key(&k.blocked);
+            .key(&k.blocked)
+            .key(&k.unserved);
         inv.arg(thread.as_str())
             .arg(owner)
             .arg(ms(self.cfg.lease))
@@ -310,6 +311,10 @@ impl RedisStore {
             "unserved" => ClaimOutcome::Unserved {
                 reason: r.text(1),
                 retry_in_ms: r.num(2),
+                workflow: r.text(3),
+                version: r.num(4) as u32,
+                rv: r.num(5),
+                tries: r.num(6) as u32,
             },
             "poison" => ClaimOutcome::Poison(r.text(1)),
             other => return Err(StoreError::Reply(format!("claim: {other}"))),

@@ -49,4 +49,5 @@ scripts!(
     effect_orphan,
     register_worker,
     live_workers,
+    wake_unserved,
 );

@@ -1,6 +1,6 @@
 -- claim: take the run's lease for one slice of work.
 -- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 run signals hash,
---       5 partition blocked index
+--       5 partition blocked index, 6 partition index of runs given back as unserved
 -- ARGV: 1 thread id, 2 owner (worker incarnation), 3 lease_ms, 4 grace_ms,
 --       5 task step ('' = unknown), 6 event cap,
 --       7 served spec: '\31name\30min\30max\31…' ('' = serve anything), 8 checkpoint schema,
@@ -8,14 +8,15 @@
 -- Returns: {'ok', server_now_ms, {run hash fields...}, {signal fields...}, takeover 0|1, crashes}
 --        | {'missing'} | {'terminal', status} | {'waiting'} | {'not_due', due_ms}
 --        | {'leased', owner} | {'stale', steps}
---        | {'unserved', reason, retry_in_ms} (this worker cannot run it: given back untouched,
---          due again after a growing back-off, the reason shown on the run)
+--        | {'unserved', reason, retry_in_ms, workflow, version, rv, tries} (this worker cannot run it:
+--          given back untouched, due again after a growing back-off, the reason shown on the run)
 --        | {'poison', reason} (taken over max-crashes times at one journal position: blocked)
 -- Effects: status running, owner, fence+1, lease expiry, due = expiry + grace, version+1,
 -- attempt+1, rv+1 (ring version: a confirmed task outstanding before this claim is spent),
 -- rings 0, crash accounting.
 local h = redis.call('HMGET', KEYS[1], 'status', 'steps', 'owner', 'lease', 'fence', 'due', 'ver',
-  'attempt', 'wf', 'wfv', 'schema', 'rv', 'cstep', 'crashes', 'crashed_by', 'cur', 'unserved_n')
+  'attempt', 'wf', 'wfv', 'schema', 'rv', 'cstep', 'crashes', 'crashed_by', 'cur', 'unserved_n',
+  'unserved_at')
 local status = h[1]
 if not status then return { 'missing' } end
 if terminal[status] then return { 'terminal', status } end
@@ -44,12 +45,17 @@ if ARGV[7] ~= '' then
   end
   if reason then
     local n = tonumber(h[17] or '0')
+    -- A worker joined since the last give-back (wake_unserved): start the back-off over.
+    local woke = tonumber(redis.call('ZSCORE', KEYS[6], '#woke') or '0')
+    if woke > tonumber(h[18] or '0') then n = 0 end
     local delay = math.min(tonumber(ARGV[10]) * (2 ^ math.min(n, 20)), tonumber(ARGV[11]))
     local due = t + delay
-    redis.call('HSET', KEYS[1], 'due', due, 'waiting_for', reason, 'unserved_n', n + 1, 'rv', rv)
+    redis.call('HSET', KEYS[1], 'due', due, 'waiting_for', reason, 'unserved_n', n + 1, 'rv', rv,
+      'unserved_at', t)
     redis.call('ZADD', KEYS[2], due, ARGV[1])
+    redis.call('ZADD', KEYS[6], t, ARGV[1])
     if n == 0 then event(KEYS[3], ARGV[6], 'unserved', reason, t) end
-    return { 'unserved', reason, tostring(delay) }
+    return { 'unserved', reason, tostring(delay), wf, tostring(wfv), tostring(rv), tostring(n + 1) }
   end
 end
 
@@ -88,6 +94,7 @@ redis.call('HSET', KEYS[1], 'status', 'running', 'owner', ARGV[2], 'fence', fenc
   'ver', tonumber(h[7]) + 1, 'attempt', tonumber(h[8]) + 1, 'updated', t, 'due', due, 'rv', rv,
   'rings', 0, 'cstep', steps, 'crashes', crashes, 'crashed_by', crashed_by)
 redis.call('ZADD', KEYS[2], due, ARGV[1])
+if h[17] then redis.call('ZREM', KEYS[6], ARGV[1]) end
 if takeover then
   event(KEYS[3], ARGV[6], 'takeover', ARGV[2] .. ' took the expired lease of ' .. h[3], t)
 else
@@ -95,5 +102,5 @@ else
 end
 local fields = redis.call('HGETALL', KEYS[1])
 -- The back-off bookkeeping of the previous slice is handed to this one, then cleared.
-redis.call('HDEL', KEYS[1], 'wait_fx', 'wait_fx_n', 'waiting_for', 'unserved_n')
+redis.call('HDEL', KEYS[1], 'wait_fx', 'wait_fx_n', 'waiting_for', 'unserved_n', 'unserved_at')
 return { 'ok', t, fields, redis.call('HGETALL', KEYS[4]), takeover and 1 or 0, crashes }

@@ -49,6 +49,9 @@ else
 end
 if ARGV[16] ~= '' then
   redis.call('HSET', KEYS[1], 'wait_fx', ARGV[16], 'wait_fx_n', ARGV[17])
+  -- Backing off, the run never took the key's intent: its begin record (x:<index>) does not
+  -- mean it holds one, so cancel must not settle (or list) another run's intent as its own.
+  redis.call('HDEL', KEYS[1], 'x:' .. redis.call('HGET', KEYS[1], 'steps'))
 end
 if status == 'waiting' then redis.call('ZADD', KEYS[6], t, ARGV[1]) end
 event(KEYS[3], ARGV[12], ARGV[13], ARGV[14], t)
