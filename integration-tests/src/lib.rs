@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod http;
+pub mod inproc;
 pub mod procs;
 pub mod proxy;
 pub mod scenario;

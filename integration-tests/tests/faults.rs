@@ -308,3 +308,32 @@ async fn poison_run_is_blocked_then_retried_after_a_fix() {
     let run = w.wait_status(&t, &["completed"], LONG).await;
     assert_eq!(run["output"]["total_cents"], 125_000);
 }
+
+/// The partition count is fixed when a namespace is first used: a process configured with
+/// another one refuses to start with a clear error and the bad-config exit code.
+#[tokio::test]
+async fn a_process_with_another_partition_count_refuses_to_start() {
+    let w = World::new("fl", |_| {}).await;
+    let out = tokio::process::Command::new(WORKER)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("SAVEPOINT_AMQP_URL", &w.cfg.amqp_url)
+        .env("SAVEPOINT_REDIS_URL", &w.cfg.redis_url)
+        .env("SAVEPOINT_NAMESPACE", &w.cfg.namespace)
+        .env("SAVEPOINT_PARTITIONS", (w.cfg.partitions * 2).to_string())
+        .env("SAVEPOINT_WORKER_HTTP_ADDR", "")
+        .output();
+    let out = tokio::time::timeout(LONG, out).await.expect("exits").expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "exit code of a bad config: {stderr}");
+    let want = format!(
+        "namespace {} was created with {} partitions but this process is configured with {}",
+        w.cfg.namespace,
+        w.cfg.partitions,
+        w.cfg.partitions * 2
+    );
+    assert!(stderr.contains(&want), "{stderr}");
+    // The right count still starts.
+    let _ok = w.worker(WORKER, "ok", "");
+    w.wait_registered("invoice").await;
+}

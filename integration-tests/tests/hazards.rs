@@ -9,56 +9,19 @@ use serde_json::{json, Value};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
-use savepoint::config::Config;
-use savepoint::failpoints::Failpoints;
 use savepoint::ids::{EffectKey, ThreadId};
 use savepoint::store::{EffectClaim, RedisStore};
 use savepoint::workflow::{Ctx, EffectCtx, EffectOptions, Registry, RetryPolicy, StepError, Workflow, WorkflowError};
+use savepoint_integration_tests::inproc::InProc;
 use savepoint_integration_tests::scenario::World;
 use savepoint_integration_tests::{cleanup, wait_until};
-use savepoint_worker::WorkerOptions;
 
 const LONG: Duration = Duration::from_secs(20);
 
 // ---------------------------------------------------------------------------------------
 // Harness helpers (local to this file).
 // ---------------------------------------------------------------------------------------
-
-/// An in-process worker, optionally with failpoints.
-struct InProc {
-    stop: CancellationToken,
-    join: JoinHandle<()>,
-}
-
-impl InProc {
-    fn start(cfg: &Config, registry: Registry) -> Self {
-        Self::with_failpoints(cfg, registry, "")
-    }
-
-    fn with_failpoints(cfg: &Config, registry: Registry, spec: &str) -> Self {
-        let stop = CancellationToken::new();
-        let failpoints = (!spec.is_empty()).then(|| Failpoints::parse(spec).expect("failpoint spec"));
-        let opts = WorkerOptions {
-            registry,
-            failpoints,
-            crash: CancellationToken::new(),
-            serve_http: false,
-        };
-        let (cfg, s) = (cfg.clone(), stop.clone());
-        let join = tokio::spawn(async move {
-            savepoint_worker::run_with(cfg, opts, s).await.expect("worker");
-        });
-        Self { stop, join }
-    }
-
-    async fn stop(self) {
-        self.stop.cancel();
-        let _ = tokio::time::timeout(LONG, self.join).await;
-    }
-}
 
 /// Counters by name (effect key, thread id, …), shared between a test and its workflows.
 #[derive(Clone, Default)]

@@ -6,44 +6,14 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
-use savepoint::config::Config;
 use savepoint::ids::ThreadId;
 use savepoint::workflow::{Ctx, Registry, RetryPolicy, StepError, Workflow, WorkflowError};
+use savepoint_integration_tests::inproc::InProc;
 use savepoint_integration_tests::scenario::World;
 use savepoint_worker::replay::{replay, ReplayReport};
-use savepoint_worker::WorkerOptions;
 
 const LONG: Duration = Duration::from_secs(30);
-
-struct InProc {
-    stop: CancellationToken,
-    join: JoinHandle<()>,
-}
-
-impl InProc {
-    fn start(cfg: &Config, registry: Registry) -> Self {
-        let stop = CancellationToken::new();
-        let opts = WorkerOptions {
-            registry,
-            failpoints: None,
-            crash: CancellationToken::new(),
-            serve_http: false,
-        };
-        let (cfg, s) = (cfg.clone(), stop.clone());
-        let join = tokio::spawn(async move {
-            savepoint_worker::run_with(cfg, opts, s).await.expect("worker");
-        });
-        Self { stop, join }
-    }
-
-    async fn stop(self) {
-        self.stop.cancel();
-        let _ = tokio::time::timeout(LONG, self.join).await;
-    }
-}
 
 /// step → durable sleep → recorded now and uuid.
 struct Timer;
