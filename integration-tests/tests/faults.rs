@@ -246,6 +246,8 @@ async fn mixed_fleet_and_rolling_deploy_block_nothing() {
     })
     .await;
     let _ = rolled;
+    // The API trusts its copy of the catalog for up to a second.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let v1 = w.start("chain", json!({"steps": 3})).await;
     assert_eq!(w.run(&v1).await["workflow_version"], 1);
     w.wait_status(&v1, &["completed"], LONG).await;

@@ -13,6 +13,7 @@ mod api;
 pub mod cli;
 pub mod dev;
 pub mod loadgen;
+mod marker;
 pub mod process;
 mod publish;
 mod scanner;

@@ -66,6 +66,8 @@ pub async fn serve(cfg: Config, listener: TcpListener, shutdown: CancellationTok
     let _ = slot.set(Services {
         store: store.clone(),
         publisher: publisher.clone(),
+        marker: crate::marker::Marker::spawn(store.clone(), stop.clone()),
+        catalog: Default::default(),
     });
     readiness.set(true);
     info!(namespace = %cfg.namespace, partitions = cfg.partitions, "scheduler ready");

@@ -96,11 +96,7 @@ pub(crate) async fn ring(
         }
     };
     match svc.publisher.publish(thread, step, reason, trace).await {
-        Ok(()) => {
-            if let Err(e) = svc.store.mark_queued(&[(thread.clone(), rv)]).await {
-                warn!(thread.id = %thread, error = %e, "marking the task queued failed; the scanner may ring once more");
-            }
-        }
+        Ok(()) => svc.marker.mark(thread.clone(), rv),
         Err(e) => warn!(thread.id = %thread, error = %e, "publishing a task failed; the due scanner will retry"),
     }
 }

@@ -31,6 +31,10 @@ pub(crate) struct Services {
     pub store: RedisStore,
     /// Task publishing.
     pub publisher: Publisher,
+    /// Marks confirmed tasks queued, in batches, off the request path.
+    pub marker: crate::marker::Marker,
+    /// The fleet's catalog, read at most once a second.
+    pub catalog: runs::CatalogCache,
 }
 
 /// Shared state of the API handlers.

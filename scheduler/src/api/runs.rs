@@ -45,6 +45,36 @@ async fn catalog_names(store: &RedisStore) -> Result<Vec<String>, StoreError> {
     Ok(store.catalog().await?.into_keys().collect())
 }
 
+/// The fleet's catalog as the API last read it: a start reads Redis at most once a second,
+/// and at once when the workflow is not in it (a worker that just started).
+#[derive(Default)]
+pub(crate) struct CatalogCache(std::sync::Mutex<Option<(std::time::Instant, CatalogMap)>>);
+
+type CatalogMap = std::collections::BTreeMap<String, savepoint::store::redis::CatalogEntry>;
+
+/// How long the API trusts its copy of the catalog.
+const CATALOG_FRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl CatalogCache {
+    async fn entry(
+        &self,
+        store: &RedisStore,
+        workflow: &str,
+    ) -> Result<Option<savepoint::store::redis::CatalogEntry>, StoreError> {
+        if let Some((at, map)) = self.0.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            if at.elapsed() < CATALOG_FRESH {
+                if let Some(e) = map.get(workflow) {
+                    return Ok(Some(e.clone()));
+                }
+            }
+        }
+        let map = store.catalog().await?;
+        let found = map.get(workflow).cloned();
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((std::time::Instant::now(), map));
+        Ok(found)
+    }
+}
+
 /// `POST /v1/runs`: starts a run (idempotent on thread id + workflow + input).
 pub(crate) async fn start(State(st): State<ApiState>, ApiJson(req): ApiJson<StartRequest>) -> Reply {
     let svc = st.services()?;
@@ -52,7 +82,7 @@ pub(crate) async fn start(State(st): State<ApiState>, ApiJson(req): ApiJson<Star
         Some(raw) => thread_id(raw)?,
         None => ThreadId::generate(&req.workflow),
     };
-    let Some(entry) = svc.store.catalog_entry(&req.workflow).await? else {
+    let Some(entry) = svc.catalog.entry(&svc.store, &req.workflow).await? else {
         inc(&metrics().runs_started, &[("outcome", "unknown_workflow")]);
         let names = catalog_names(&svc.store).await?;
         let known = if names.is_empty() {

@@ -419,15 +419,17 @@ impl Ctx {
                 }
                 fut.as_mut().poll(cx)
             });
+            // The gate refuses to poll the call past the deadline, so it may come first: a call
+            // that is ready at once never arms the timer.
             tokio::select! {
                 biased;
                 _ = lost.cancelled() => break Err(SliceExit::LeaseLost("lease lost during a call".into())),
+                v = gate => break Ok(v),
                 _ = tokio::time::sleep_until(deadline.into()) => {
                     if clock.expired() {
                         break Err(SliceExit::DeadlinePassed("the local lease deadline passed during a call".into()));
                     }
                 }
-                v = gate => break Ok(v),
             }
         };
         match outcome {

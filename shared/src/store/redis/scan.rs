@@ -71,8 +71,9 @@ impl RedisStore {
         for r in runs {
             by_partition.entry(self.keys.partition(&r.0)).or_default().push(r);
         }
-        let mut marked = 0;
-        for (p, group) in by_partition {
+        // One script per partition (each touches one slot), all in flight at once: the
+        // multiplexed connection pipelines them.
+        let calls = by_partition.into_iter().map(|(p, group)| async move {
             let mut inv = self.scripts.mark_queued.prepare_invoke();
             inv.key(self.keys.due(p));
             for (t, _) in &group {
@@ -83,8 +84,11 @@ impl RedisStore {
                 inv.arg(t.as_str()).arg(*rv);
             }
             let mut conn = self.connection();
-            let n: u64 = inv.invoke_async(&mut conn).await?;
-            marked += n;
+            inv.invoke_async::<u64>(&mut conn).await
+        });
+        let mut marked = 0;
+        for r in futures::future::join_all(calls).await {
+            marked += r?;
         }
         Ok(marked)
     }

@@ -16,7 +16,7 @@
 -- rings 0, crash accounting.
 local h = redis.call('HMGET', KEYS[1], 'status', 'steps', 'owner', 'lease', 'fence', 'due', 'ver',
   'attempt', 'wf', 'wfv', 'schema', 'rv', 'cstep', 'crashes', 'crashed_by', 'cur', 'unserved_n',
-  'unserved_at')
+  'unserved_at', 'rings', 'wait_fx', 'waiting_for')
 local status = h[1]
 if not status then return { 'missing' } end
 if terminal[status] then return { 'terminal', status } end
@@ -92,7 +92,14 @@ local lease = t + tonumber(ARGV[3])
 local due = lease + tonumber(ARGV[4])
 redis.call('HSET', KEYS[1], 'status', 'running', 'owner', ARGV[2], 'fence', fence, 'lease', lease,
   'ver', tonumber(h[7]) + 1, 'attempt', tonumber(h[8]) + 1, 'updated', t, 'due', due, 'rv', rv,
-  'rings', 0, 'cstep', steps, 'crashes', crashes, 'crashed_by', crashed_by)
+  'cstep', steps)
+-- Bookkeeping fields exist only while they say something (a run's hash stays small).
+if crashes > 0 then
+  redis.call('HSET', KEYS[1], 'crashes', crashes, 'crashed_by', crashed_by)
+elseif h[14] then
+  redis.call('HDEL', KEYS[1], 'crashes', 'crashed_by')
+end
+if h[19] then redis.call('HDEL', KEYS[1], 'rings') end
 redis.call('ZADD', KEYS[2], due, ARGV[1])
 if h[17] then redis.call('ZREM', KEYS[6], ARGV[1]) end
 if takeover then
@@ -102,5 +109,7 @@ else
 end
 local fields = redis.call('HGETALL', KEYS[1])
 -- The back-off bookkeeping of the previous slice is handed to this one, then cleared.
-redis.call('HDEL', KEYS[1], 'wait_fx', 'wait_fx_n', 'waiting_for', 'unserved_n', 'unserved_at')
+if h[20] or h[21] or h[17] then
+  redis.call('HDEL', KEYS[1], 'wait_fx', 'wait_fx_n', 'waiting_for', 'unserved_n', 'unserved_at')
+end
 return { 'ok', t, fields, redis.call('HGETALL', KEYS[4]), takeover and 1 or 0, crashes }

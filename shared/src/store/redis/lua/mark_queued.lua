@@ -1,6 +1,6 @@
 -- mark_queued: the broker confirmed a task for these runs, so the queue now carries their
 -- work; push each run's safety-net due time out to when the message could really have been
--- lost (queued_redeliver, doubling with every unanswered ring, capped). Skipped for a run
+-- lost (queued_redeliver, doubling with every ring since the last claim, capped). Skipped for a run
 -- that a worker has claimed or given back since (its ring version moved on) or that no
 -- longer has a due time (waiting, ended), so a consumed task never delays recovery.
 -- KEYS: 1 partition due zset, 2.. the runs' hashes (same slot)
@@ -14,11 +14,12 @@ for i = 2, #KEYS do
   local h = redis.call('HMGET', KEYS[i], 'status', 'rv', 'rings', 'due')
   local runnable = h[1] == 'pending' or h[1] == 'sleeping' or h[1] == 'running'
   if runnable and h[4] and (h[2] or '0') == rv then
+    -- `rings` counts the scanner's rings since the last claim (ring.lua): each one that went
+    -- unanswered doubles the wait.
     local n = tonumber(h[3] or '0')
     local due = t + math.min(base * (2 ^ math.min(n, 20)), cap)
     -- Only the scanner's score moves: the hash keeps the run's own due time (a sleeper's
     -- wake time, which claim checks).
-    redis.call('HSET', KEYS[i], 'rings', n + 1)
     redis.call('ZADD', KEYS[1], due, id)
     marked = marked + 1
   end
