@@ -83,9 +83,8 @@ async fn fleet_survives_workers_paused_past_their_lease() {
     }
     submitter.await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
-    let (mut completed, mut blocked) = (0, 0);
-    loop {
-        (completed, blocked) = (0, 0);
+    let (completed, blocked) = loop {
+        let (mut completed, mut blocked) = (0, 0);
         let mut open = Vec::new();
         for t in &threads {
             let h = w.store.header(t).await.unwrap().expect("run exists");
@@ -100,7 +99,7 @@ async fn fleet_survives_workers_paused_past_their_lease() {
             }
         }
         if open.is_empty() {
-            break;
+            break (completed, blocked);
         }
         assert!(
             Instant::now() < deadline,
@@ -109,7 +108,7 @@ async fn fleet_survives_workers_paused_past_their_lease() {
             w.run(&open[0]).await
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    };
     // Wait for the provider to finish anything still in flight, then count at the provider.
     let quiet = Instant::now() + Duration::from_secs(10);
     while provider.in_flight() > 0 && Instant::now() < quiet {

@@ -33,6 +33,8 @@ pub struct RunKeys {
     pub waiting: String,
     /// The partition's index of runs given back because no worker that had them served them.
     pub unserved: String,
+    /// The partition's index of runs whose start task the broker has not confirmed yet.
+    pub unconfirmed: String,
 }
 
 impl Keys {
@@ -75,6 +77,7 @@ impl Keys {
             blocked: format!("{tag}:blocked"),
             waiting: format!("{tag}:waiting"),
             unserved: format!("{tag}:unserved"),
+            unconfirmed: format!("{tag}:unconfirmed"),
         }
     }
 

@@ -96,6 +96,7 @@ pub(crate) async fn ring(
         }
     };
     match svc.publisher.publish(thread, step, reason, trace).await {
+        Ok(()) if reason == TaskReason::Start => svc.marker.started(thread.clone()),
         Ok(()) => svc.marker.mark(thread.clone(), rv),
         Err(e) => warn!(thread.id = %thread, error = %e, "publishing a task failed; the due scanner will retry"),
     }

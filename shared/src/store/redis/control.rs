@@ -73,7 +73,7 @@ impl RedisStore {
         let k = self.keys.run(thread);
         let mut inv = self.scripts.cancel.prepare_invoke();
         inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
-        inv.key(&k.blocked).key(&k.waiting).key(&k.unserved);
+        inv.key(&k.blocked).key(&k.waiting).key(&k.unserved).key(&k.unconfirmed);
         inv.arg(thread.as_str())
             .arg(ms(self.cfg.retention))
             .arg(self.cfg.event_cap)

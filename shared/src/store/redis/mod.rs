@@ -224,7 +224,11 @@ impl RedisStore {
     ) -> Result<CreateOutcome, StoreError> {
         let k = self.keys.run(thread);
         let mut inv = self.scripts.create.prepare_invoke();
-        inv.key(&k.run).key(&k.due).key(&k.events).key(&k.index);
+        inv.key(&k.run)
+            .key(&k.due)
+            .key(&k.events)
+            .key(&k.index)
+            .key(&k.unconfirmed);
         inv.arg(thread.as_str())
             .arg(workflow)
             .arg(workflow_version)
@@ -233,7 +237,8 @@ impl RedisStore {
             .arg(ms(self.cfg.redeliver))
             .arg(self.cfg.event_cap)
             .arg(trace)
-            .arg(ms(self.cfg.retention));
+            .arg(ms(self.cfg.retention))
+            .arg(ms(self.cfg.queued_redeliver));
         let r = self.invoke(&inv).await?;
         match r.tag().as_str() {
             "created" => Ok(CreateOutcome::Created),
@@ -262,7 +267,8 @@ impl RedisStore {
             .key(&k.events)
             .key(&k.signals)
             .key(&k.blocked)
-            .key(&k.unserved);
+            .key(&k.unserved)
+            .key(&k.unconfirmed);
         inv.arg(thread.as_str())
             .arg(owner)
             .arg(ms(self.cfg.lease))

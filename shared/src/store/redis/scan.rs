@@ -29,15 +29,16 @@ impl RedisStore {
     /// runs). Two round trips: the candidates, then one script that re-checks and moves them.
     pub async fn scan_due(&self, p: u16, limit: u32, period: Duration) -> Result<(u64, Vec<Rung>), StoreError> {
         let due_key = self.keys.due(p);
+        let unconfirmed = self.keys.status_index(p, "unconfirmed");
         let mut inv = self.scripts.due_candidates.prepare_invoke();
-        inv.key(&due_key).arg(limit);
+        inv.key(&due_key).key(&unconfirmed).arg(limit);
         let r = self.invoke(&inv).await?;
         let candidates: Vec<ThreadId> = (1..r.0.len()).filter_map(|i| ThreadId::new(r.text(i)).ok()).collect();
         if candidates.is_empty() {
             return Ok((r.num(0), Vec::new()));
         }
         let mut inv = self.scripts.ring.prepare_invoke();
-        inv.key(&due_key);
+        inv.key(&due_key).key(&unconfirmed);
         for t in &candidates {
             inv.key(self.keys.run(t).run);
         }
@@ -59,6 +60,22 @@ impl RedisStore {
             })
             .collect();
         Ok((now, rung))
+    }
+
+    /// The broker confirmed the start task of each of these runs (just created): drop their
+    /// unconfirmed-start entries, one pipelined ZREM each. (`create` already gave them the
+    /// queued safety net.)
+    pub async fn confirm_started(&self, threads: &[ThreadId]) -> Result<(), StoreError> {
+        let mut pipe = redis::pipe();
+        for t in threads {
+            pipe.cmd("ZREM")
+                .arg(self.keys.run(t).unconfirmed)
+                .arg(t.as_str())
+                .ignore();
+        }
+        let mut conn = self.connection();
+        pipe.query_async::<()>(&mut conn).await?;
+        Ok(())
     }
 
     /// The broker confirmed a task for each of these runs (thread, ring version seen when the

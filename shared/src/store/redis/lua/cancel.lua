@@ -1,7 +1,8 @@
 -- cancel: stop a run that has not ended. The fence moves on, so a worker still executing it
 -- is refused at its next write and stops.
 -- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 run signals hash,
---       5 partition blocked index, 6 partition waiting index, 7 partition unserved index
+--       5 partition blocked index, 6 partition waiting index, 7 partition unserved index,
+--       8 partition unconfirmed-start index
 -- ARGV: 1 thread id, 2 retention_ms, 3 event cap, 4 reason
 -- Returns: {'ok', index, key, index, key, …} (the effect intents the run held, by journal
 --          index: the caller settles each as "in doubt, owner cancelled")
@@ -17,6 +18,7 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('ZREM', KEYS[6], ARGV[1])
 redis.call('ZREM', KEYS[7], ARGV[1])
+redis.call('ZREM', KEYS[8], ARGV[1])
 event(KEYS[3], ARGV[3], 'cancelled', ARGV[4], t)
 local held = { 'ok' }
 for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do

@@ -1,6 +1,7 @@
 -- claim: take the run's lease for one slice of work.
 -- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 run signals hash,
---       5 partition blocked index, 6 partition index of runs given back as unserved
+--       5 partition blocked index, 6 partition index of runs given back as unserved,
+--       7 partition unconfirmed-start index
 -- ARGV: 1 thread id, 2 owner (worker incarnation), 3 lease_ms, 4 grace_ms,
 --       5 task step ('' = unknown), 6 event cap,
 --       7 served spec: '\31name\30min\30max\31…' ('' = serve anything), 8 checkpoint schema,
@@ -102,6 +103,8 @@ end
 if h[19] then redis.call('HDEL', KEYS[1], 'rings') end
 redis.call('ZADD', KEYS[2], due, ARGV[1])
 if h[17] then redis.call('ZREM', KEYS[6], ARGV[1]) end
+-- The start task reached a worker: its confirm may still be on its way; no net needed.
+if h[8] == '0' then redis.call('ZREM', KEYS[7], ARGV[1]) end
 if takeover then
   event(KEYS[3], ARGV[6], 'takeover', ARGV[2] .. ' took the expired lease of ' .. h[3], t)
 else

@@ -1,8 +1,14 @@
 -- create: start a run, or find the one that already has this thread id.
--- KEYS: 1 run hash, 2 partition due zset, 3 run event stream, 4 partition run index
+-- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 partition run index,
+--       5 partition index of runs whose start task is not confirmed yet
 -- ARGV: 1 thread id, 2 workflow name, 3 workflow version, 4 checkpoint schema version,
 --       5 input (JSON), 6 redeliver_ms (safety-net due delay), 7 event cap, 8 trace context,
---       9 retention_ms (index entries older than this are trimmed)
+--       9 retention_ms (index entries older than this are trimmed),
+--       10 queued_redeliver_ms (the safety net once the start task is confirmed)
+-- The caller publishes the start task next. Its due score is already the one for a queued
+-- task (a confirm then costs one ZREM of the `unconfirmed` entry, not a script); until the
+-- confirm, the `unconfirmed` entry (due after redeliver_ms) is the net for a publisher that
+-- dies first.
 -- Returns: {'created', 'pending'} | {'exists', status} (same workflow and input)
 --        | {'conflict', workflow} (same thread id, different workflow or input)
 local h = redis.call('HMGET', KEYS[1], 'wf', 'input', 'status')
@@ -14,7 +20,8 @@ local t = now_ms()
 redis.call('HSET', KEYS[1], 'wf', ARGV[2], 'wfv', ARGV[3], 'schema', ARGV[4], 'status', 'pending',
   'steps', 0, 'ver', 1, 'fence', 0, 'attempt', 0, 'owner', '', 'lease', 0,
   'created', t, 'updated', t, 'input', ARGV[5], 'trace', ARGV[8], 'due', t + tonumber(ARGV[6]))
-redis.call('ZADD', KEYS[2], t + tonumber(ARGV[6]), ARGV[1])
+redis.call('ZADD', KEYS[2], t + tonumber(ARGV[10]), ARGV[1])
+redis.call('ZADD', KEYS[5], t + tonumber(ARGV[6]), ARGV[1])
 redis.call('ZADD', KEYS[4], t, ARGV[1])
 -- Amortised clean-up of the listing index: runs older than the retention have expired.
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. (t - tonumber(ARGV[9])))

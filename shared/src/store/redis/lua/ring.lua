@@ -1,22 +1,25 @@
 -- ring: hand out overdue runs of one partition to exactly one scanner per period. The
--- caller read the candidates with ZRANGEBYSCORE; this re-checks each atomically, so two
+-- caller read the candidates with due_candidates; this re-checks each atomically, so two
 -- scheduler replicas racing on a partition never both publish the same run.
--- KEYS: 1 partition due zset, 2.. the candidates' run hashes (same slot)
+-- KEYS: 1 partition due zset, 2 partition unconfirmed-start zset, 3.. the candidates' run
+--       hashes (same slot; KEYS[i + 1] is the hash of ARGV[i])
 -- ARGV: 1 period_ms (how long before the same run may be handed out again), 2.. thread ids
 -- Returns: {server_now_ms, thread, trace, recorded due, rv, thread, …} for the runs handed out
--- Effects: every handed-out run's due score moves to now + period (the hash keeps its due);
--- its `rings` count grows by one.
+-- Effects: every handed-out run's due score moves to now + period (the hash keeps its due),
+-- its unconfirmed-start entry is dropped, and its `rings` count grows by one.
 local t = now_ms()
 local next_due = t + tonumber(ARGV[1])
 local out = { t }
 for i = 2, #ARGV do
   local id = ARGV[i]
   local score = redis.call('ZSCORE', KEYS[1], id)
-  if score and tonumber(score) <= t then
-    redis.call('ZADD', KEYS[1], next_due, id)
-    local h = redis.call('HMGET', KEYS[i], 'trace', 'due', 'rv', 'status')
+  local unconfirmed = redis.call('ZSCORE', KEYS[2], id)
+  if (score and tonumber(score) <= t) or (unconfirmed and tonumber(unconfirmed) <= t) then
+    local h = redis.call('HMGET', KEYS[i + 1], 'trace', 'due', 'rv', 'status')
+    redis.call('ZREM', KEYS[2], id)
+    if score then redis.call('ZADD', KEYS[1], next_due, id) end
     -- One more ring since the last claim (mark_queued doubles its wait per ring).
-    if h[4] then redis.call('HINCRBY', KEYS[i], 'rings', 1) end
+    if h[4] then redis.call('HINCRBY', KEYS[i + 1], 'rings', 1) end
     table.insert(out, id)
     table.insert(out, h[1] or '')
     table.insert(out, h[2] or '')
