@@ -240,12 +240,11 @@ async fn mixed_fleet_and_rolling_deploy_block_nothing() {
     }
     phase("runs of the dead build wait visibly");
     // Rollback: once the dead build's registration expires, new runs start at v1.
-    let rolled = wait_until(LONG, "the catalog to forget the dead build", || async {
+    wait_until(LONG, "the catalog to forget the dead build", || async {
         let c = w.store.catalog().await.unwrap();
         (c.get("chain").map(|e| e.version) == Some(1)).then_some(())
     })
     .await;
-    let _ = rolled;
     // The API trusts its copy of the catalog for up to a second.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let v1 = w.start("chain", json!({"steps": 3})).await;

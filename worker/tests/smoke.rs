@@ -1,5 +1,6 @@
 //! In-process smoke test of the worker runtime against the real RabbitMQ and Redis:
 //! start runs of every demo workflow and watch them complete.
+#![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
 

@@ -17,7 +17,7 @@ pub(crate) struct ApiError {
 
 impl ApiError {
     /// An error with any status.
-    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
         Self {
             status,
             message: message.into(),
@@ -25,17 +25,17 @@ impl ApiError {
     }
 
     /// 400.
-    pub fn bad_request(message: impl std::fmt::Display) -> Self {
+    pub(crate) fn bad_request(message: impl std::fmt::Display) -> Self {
         Self::new(StatusCode::BAD_REQUEST, message.to_string())
     }
 
     /// 404 for a run.
-    pub fn run_not_found(thread: impl std::fmt::Display) -> Self {
+    pub(crate) fn run_not_found(thread: impl std::fmt::Display) -> Self {
         Self::new(StatusCode::NOT_FOUND, format!("run {thread} not found"))
     }
 
     /// 409.
-    pub fn conflict(message: impl Into<String>) -> Self {
+    pub(crate) fn conflict(message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, message)
     }
 }

@@ -47,12 +47,12 @@ pub(crate) struct ApiState {
 
 impl ApiState {
     /// State whose services are filled in once connected.
-    pub fn new(services: Arc<OnceLock<Services>>, max_body: usize) -> Self {
+    pub(crate) fn new(services: Arc<OnceLock<Services>>, max_body: usize) -> Self {
         Self { services, max_body }
     }
 
     /// The connected services, or 503 while the scheduler is still connecting.
-    pub fn services(&self) -> Result<&Services, ApiError> {
+    pub(crate) fn services(&self) -> Result<&Services, ApiError> {
         self.services.get().ok_or_else(|| {
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
