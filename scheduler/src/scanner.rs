@@ -39,6 +39,7 @@ pub(crate) async fn run(store: RedisStore, publisher: Publisher, s: ScanSettings
     let mut failing = false;
     loop {
         tokio::select! {
+            biased;
             _ = shutdown.cancelled() => break,
             _ = tick.tick() => {}
         }

@@ -48,6 +48,7 @@ pub async fn serve(cfg: Config, listener: TcpListener, shutdown: CancellationTok
     info!(%addr, namespace = %cfg.namespace, "scheduler listening");
 
     let connected = tokio::select! {
+        biased;
         r = connect(&cfg) => r,
         _ = shutdown.cancelled() => {
             let _ = server.await;

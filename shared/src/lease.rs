@@ -15,7 +15,9 @@
 //! the socket; that is what the fencing token handed to effects is for.
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// The runtime's clock: real time in production, virtual time under a paused test runtime.
+use tokio::time::Instant;
 
 #[derive(Debug)]
 struct State {

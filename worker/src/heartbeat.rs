@@ -1,8 +1,9 @@
 //! Lease heartbeat for long steps: every confirmed heartbeat moves the local lease deadline;
 //! losing the lease cancels the step in flight.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use savepoint::lease::LeaseClock;

@@ -147,7 +147,7 @@ async fn replay_as(
         failpoints: Failpoints::none(),
         lease_lost: CancellationToken::new(),
         clock: savepoint::lease::LeaseClock::new(
-            std::time::Instant::now(),
+            tokio::time::Instant::now(),
             std::time::Duration::from_secs(365 * 24 * 3600),
             std::time::Duration::ZERO,
         ),

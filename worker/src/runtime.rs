@@ -108,6 +108,7 @@ async fn keep_registered(shared: Arc<Shared>, info: WorkerInfo, ttl: Duration, c
     tick.tick().await;
     loop {
         tokio::select! {
+            biased;
             _ = crash.cancelled() => return,
             _ = tick.tick() => {}
         }
@@ -205,11 +206,13 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
     loop {
         while tasks.try_join_next().is_some() {}
         let permit = tokio::select! {
+            biased;
             _ = shutdown.cancelled() => break,
             _ = crash.cancelled() => break,
             p = sem.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
         };
         let delivery = tokio::select! {
+            biased;
             _ = shutdown.cancelled() => break,
             _ = crash.cancelled() => break,
             d = consumer.next() => match d { Some(d) => d, None => break },

@@ -11,6 +11,7 @@ pub async fn on_terminate(token: CancellationToken) {
             return;
         };
         tokio::select! {
+            biased;
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
         }

@@ -197,6 +197,7 @@ impl Consumer {
 
     async fn pause(&self, delay: Duration) {
         tokio::select! {
+            biased;
             _ = self.shutdown.cancelled() => {}
             _ = tokio::time::sleep(delay) => {}
         }

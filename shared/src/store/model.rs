@@ -255,7 +255,7 @@ pub struct Claimed {
     /// True when this claim took over another worker's expired lease.
     pub takeover: bool,
     /// When the claim request was sent (monotonic): the start of the local lease deadline.
-    pub sent_at: std::time::Instant,
+    pub sent_at: tokio::time::Instant,
 }
 
 /// What a claim found.

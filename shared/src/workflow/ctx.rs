@@ -9,8 +9,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -425,7 +426,7 @@ impl Ctx {
                 biased;
                 _ = lost.cancelled() => break Err(SliceExit::LeaseLost("lease lost during a call".into())),
                 v = gate => break Ok(v),
-                _ = tokio::time::sleep_until(deadline.into()) => {
+                _ = tokio::time::sleep_until(deadline) => {
                     if clock.expired() {
                         break Err(SliceExit::DeadlinePassed("the local lease deadline passed during a call".into()));
                     }

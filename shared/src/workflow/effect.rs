@@ -259,7 +259,7 @@ impl Ctx {
     async fn begin(&mut self, name: &str, key: &EffectKey) {
         let (store, lease, idx) = (self.p.store.clone(), self.p.lease.clone(), self.cursor);
         // The first send is the conservative start of the extension (a retry was sent later).
-        let sent = std::time::Instant::now();
+        let sent = tokio::time::Instant::now();
         let changed = self.durable(|| store.effect_begin(&lease, idx, key)).await;
         self.p.clock.confirmed(sent);
         if let Some(old) = changed {

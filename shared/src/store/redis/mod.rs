@@ -277,7 +277,7 @@ impl RedisStore {
             .arg(self.cfg.event_cap);
         inv.arg(served.as_arg()).arg(SCHEMA_VERSION).arg(self.cfg.max_crashes);
         inv.arg(ms(UNSERVED_BACKOFF)).arg(ms(UNSERVED_BACKOFF_CAP));
-        let sent_at = std::time::Instant::now();
+        let sent_at = tokio::time::Instant::now();
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
             "ok" => {
