@@ -167,7 +167,15 @@ async fn scheduler_abort_before_publish() {
     let mut s = Proc::spawn(SCHEDULER, "sched-a", &cfg, &[("SAVEPOINT_HTTP_ADDR", &addr)]);
     let base = format!("http://{addr}");
     let deadline = std::time::Instant::now() + LONG;
-    while w.http.get(format!("{base}/healthz")).send().await.is_err() {
+    // Ready, not just alive: before it is connected the API answers 503 and the run would
+    // never be created (nor the failpoint reached).
+    while !w
+        .http
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+    {
         assert!(
             std::time::Instant::now() < deadline,
             "scheduler process did not come up"

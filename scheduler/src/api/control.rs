@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use savepoint::ids::{EffectKey, ThreadId};
 use savepoint::protocol::TaskReason;
-use savepoint::store::redis::{EffectDone, EffectRelease, RetryOutcome, SignalOutcome};
+use savepoint::store::redis::{EffectDone, EffectRelease, Rerun, RetryOutcome, SignalOutcome};
 use savepoint::store::{Holder, RunStatus, StoreError};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -70,9 +70,9 @@ pub(crate) fn valid_signal_name(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
 }
 
-/// Rings a worker after a state change made the run runnable, then tells the store the
-/// broker carries the task (ring version `rv`). A failed publish is only logged: the change
-/// gave the run a due time, so the scanner rings it later.
+/// Rings a worker after a state change made the run runnable, then has the marker tell the
+/// store that the broker carries the task (ring version `rv`). A failed publish is only
+/// logged: the change gave the run a due time, so the scanner rings it later.
 pub(crate) async fn ring(
     svc: &Services,
     thread: &ThreadId,
@@ -81,25 +81,16 @@ pub(crate) async fn ring(
     trace: Option<&str>,
     rv: u64,
 ) {
-    let fetched;
-    let trace = match trace {
-        Some(t) => Some(t),
-        None => {
-            let mut conn = svc.store.connection();
-            fetched = redis::cmd("HGET")
-                .arg(svc.store.keys().run(thread).run)
-                .arg("trace")
-                .query_async::<Option<String>>(&mut conn)
-                .await
-                .unwrap_or(None);
-            fetched.as_deref()
-        }
-    };
     match svc.publisher.publish(thread, step, reason, trace).await {
         Ok(()) if reason == TaskReason::Start => svc.marker.started(thread.clone()),
         Ok(()) => svc.marker.mark(thread.clone(), rv),
         Err(e) => warn!(thread.id = %thread, error = %e, "publishing a task failed; the due scanner will retry"),
     }
+}
+
+/// [`ring`] for a run an action made runnable again.
+async fn rerun(svc: &Services, thread: &ThreadId, reason: TaskReason, r: &Rerun) {
+    ring(svc, thread, None, reason, r.trace.as_deref(), r.rv).await
 }
 
 fn duplicate(thread: &ThreadId) -> (StatusCode, Json<Value>) {
@@ -127,9 +118,9 @@ pub(crate) async fn resume(
     let id = body.client_id()?;
     let svc = st.services()?;
     match svc.store.signal(&thread, "interrupt", "", &body.value, id).await? {
-        SignalOutcome::Woke(rv) => {
+        SignalOutcome::Woke(r) => {
             info!(thread.id = %thread, "run resumed");
-            ring(svc, &thread, None, TaskReason::Signal, None, rv).await;
+            rerun(svc, &thread, TaskReason::Signal, &r).await;
             Ok((StatusCode::ACCEPTED, pending(&thread)))
         }
         SignalOutcome::Duplicate => Ok(duplicate(&thread)),
@@ -167,9 +158,9 @@ pub(crate) async fn signal(
     let id = body.client_id()?;
     let svc = st.services()?;
     match svc.store.signal(&thread, "signal", &name, &body.value, id).await? {
-        SignalOutcome::Woke(rv) => {
+        SignalOutcome::Woke(r) => {
             info!(thread.id = %thread, signal = %name, "run woken by signal");
-            ring(svc, &thread, None, TaskReason::Signal, None, rv).await;
+            rerun(svc, &thread, TaskReason::Signal, &r).await;
             Ok((StatusCode::ACCEPTED, pending(&thread)))
         }
         SignalOutcome::Duplicate => Ok(duplicate(&thread)),
@@ -224,9 +215,9 @@ pub(crate) async fn retry(State(st): State<ApiState>, ApiPath(raw): ApiPath<Stri
     let thread = thread_id(raw)?;
     let svc = st.services()?;
     match svc.store.retry(&thread, "operator retry via API").await {
-        Ok(RetryOutcome::Queued(rv)) => {
+        Ok(RetryOutcome::Queued(r)) => {
             info!(thread.id = %thread, "blocked run re-queued");
-            ring(svc, &thread, None, TaskReason::Operator, None, rv).await;
+            rerun(svc, &thread, TaskReason::Operator, &r).await;
             Ok((StatusCode::ACCEPTED, pending(&thread)))
         }
         Ok(RetryOutcome::NotBlocked(status)) => Err(ApiError::conflict(format!(
@@ -295,9 +286,9 @@ pub(crate) async fn resolve(
     let who = holder.map(|h| h.to_string()).unwrap_or_else(|| "its holder".into());
     let detail = format!("{key}: operator resolved applied={} (intent of {who})", body.applied);
     match svc.store.unblock(&thread, key.as_str(), &detail).await? {
-        Ok(rv) => {
+        Ok(r) => {
             info!(thread.id = %thread, effect.key = %key, applied = body.applied, "in-doubt effect resolved");
-            ring(svc, &thread, None, TaskReason::Operator, None, rv).await;
+            rerun(svc, &thread, TaskReason::Operator, &r).await;
             Ok((
                 StatusCode::ACCEPTED,
                 Json(json!({ "thread_id": thread.as_str(), "status": "pending", "effect": effect })),

@@ -6,12 +6,30 @@ use super::{ms, RedisStore};
 use crate::ids::{EffectKey, ThreadId};
 use crate::store::{RunStatus, StoreError};
 
+/// A run made runnable again by an operator or client action: what the caller needs to
+/// publish its task (the run's trace) and then mark it queued (its ring version).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rerun {
+    /// The run's ring version.
+    pub rv: u64,
+    /// The run's W3C trace context, if any.
+    pub trace: Option<String>,
+}
+
+impl Rerun {
+    fn from_reply(r: &super::reply::Reply, at: usize) -> Self {
+        Self {
+            rv: r.num(at),
+            trace: Some(r.text(at + 1)).filter(|t| !t.is_empty()),
+        }
+    }
+}
+
 /// Outcome of delivering a signal or resume value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SignalOutcome {
-    /// The run was waiting for it and is pending again: publish a task, then mark it queued
-    /// with this ring version.
-    Woke(u64),
+    /// The run was waiting for it and is pending again: publish a task, then mark it queued.
+    Woke(Rerun),
     /// Kept until the run asks for it.
     Buffered,
     /// A delivery with this client id was accepted before: nothing changed.
@@ -57,7 +75,7 @@ impl RedisStore {
             .arg(id.unwrap_or(""));
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
-            "woke" => SignalOutcome::Woke(r.num(2)),
+            "woke" => SignalOutcome::Woke(Rerun::from_reply(&r, 2)),
             "buffered" => SignalOutcome::Buffered,
             "duplicate" => SignalOutcome::Duplicate,
             "missing" => SignalOutcome::Missing,
@@ -100,14 +118,14 @@ impl RedisStore {
         Ok(Ok(Cancelled { settled }))
     }
 
-    /// Makes a run blocked on `effect_key` runnable again. `Ok(Ok(rv))` with the ring version
-    /// for the task; `Ok(Err((status, key)))` when it is not blocked on that key.
+    /// Makes a run blocked on `effect_key` runnable again. `Ok(Ok(rerun))` with what its task
+    /// needs; `Ok(Err((status, key)))` when it is not blocked on that key.
     pub async fn unblock(
         &self,
         thread: &ThreadId,
         effect_key: &str,
         detail: &str,
-    ) -> Result<Result<u64, (String, String)>, StoreError> {
+    ) -> Result<Result<Rerun, (String, String)>, StoreError> {
         let k = self.keys.run(thread);
         let mut inv = self.scripts.unblock.prepare_invoke();
         inv.key(&k.run).key(&k.due).key(&k.events).key(&k.blocked);
@@ -115,7 +133,7 @@ impl RedisStore {
         inv.arg(self.cfg.event_cap).arg(detail);
         let r = self.invoke(&inv).await?;
         match r.tag().as_str() {
-            "ok" => Ok(Ok(r.num(1))),
+            "ok" => Ok(Ok(Rerun::from_reply(&r, 1))),
             "not_blocked" => Ok(Err((r.text(1), r.text(2)))),
             "missing" => Err(StoreError::Missing(thread.to_string())),
             other => Err(StoreError::Reply(format!("unblock: {other}"))),
@@ -134,7 +152,7 @@ impl RedisStore {
             .arg(detail);
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
-            "ok" => RetryOutcome::Queued(r.num(1)),
+            "ok" => RetryOutcome::Queued(Rerun::from_reply(&r, 1)),
             "not_blocked" => RetryOutcome::NotBlocked(RunStatus::parse(&r.text(1)).unwrap_or(RunStatus::Pending)),
             "effect" => RetryOutcome::OnEffect(r.text(1)),
             "missing" => return Err(StoreError::Missing(thread.to_string())),
@@ -146,8 +164,8 @@ impl RedisStore {
 /// Outcome of [`RedisStore::retry`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum RetryOutcome {
-    /// Pending again; publish a task and mark it with this ring version.
-    Queued(u64),
+    /// Pending again; publish a task and mark it queued.
+    Queued(Rerun),
     /// Only blocked runs are retried.
     NotBlocked(RunStatus),
     /// Blocked on an in-doubt effect: resolve it instead.

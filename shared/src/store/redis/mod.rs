@@ -20,7 +20,7 @@ use crate::keys::Keys;
 use reply::Reply;
 use scripts::Scripts;
 
-pub use control::{Cancelled, RetryOutcome, SignalOutcome};
+pub use control::{Cancelled, Rerun, RetryOutcome, SignalOutcome};
 pub use effects::{EffectDone, EffectRecord, EffectRelease};
 pub use fleet::{CatalogEntry, ServedSpec, WorkerInfo};
 pub use query::RunEvent;

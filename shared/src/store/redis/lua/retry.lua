@@ -3,7 +3,7 @@
 -- effect is settled with resolve instead (retrying it would only block it again).
 -- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 partition blocked index
 -- ARGV: 1 thread id, 2 redeliver_ms, 3 event cap, 4 event detail
--- Returns: {'ok', rv} | {'missing'} | {'not_blocked', status} | {'effect', key}
+-- Returns: {'ok', rv, trace} | {'missing'} | {'not_blocked', status} | {'effect', key}
 local h = redis.call('HMGET', KEYS[1], 'status', 'blocked_fx', 'ver')
 if not h[1] then return { 'missing' } end
 if h[1] ~= 'blocked' then return { 'not_blocked', h[1] } end
@@ -16,4 +16,5 @@ redis.call('HDEL', KEYS[1], 'reason', 'finished', 'crashed_by', 'cstep', 'cur')
 redis.call('ZADD', KEYS[2], due, ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 event(KEYS[3], ARGV[3], 'retried_by_operator', ARGV[4], t)
-return { 'ok', redis.call('HGET', KEYS[1], 'rv') or '0' }
+local w = redis.call('HMGET', KEYS[1], 'rv', 'trace')
+return { 'ok', w[1] or '0', w[2] or '' }

@@ -3,7 +3,7 @@
 --       5 partition waiting index
 -- ARGV: 1 thread id, 2 kind (interrupt | signal), 3 name ('' = the pending interrupt),
 --       4 value (JSON), 5 redeliver_ms, 6 event cap, 7 client id ('' = none: not deduplicated)
--- Returns: {'woke', name, rv} (run is pending again: publish a task) | {'buffered', name}
+-- Returns: {'woke', name, rv, trace} (run is pending again: publish a task) | {'buffered', name}
 --        | {'duplicate', name} (this client id was delivered before: nothing changed)
 --        | {'missing'} | {'terminal', status} | {'not_waiting', status, wait kind, wait name}
 -- Client ids are kept in the signals hash as d:<id> for the run's life.
@@ -33,7 +33,8 @@ if waiting and h[3] == name then
   redis.call('ZADD', KEYS[2], due, ARGV[1])
   redis.call('ZREM', KEYS[5], ARGV[1])
   event(KEYS[3], ARGV[6], kind == 'interrupt' and 'resumed' or 'signalled', name, t)
-  return { 'woke', name, redis.call('HGET', KEYS[1], 'rv') or '0' }
+  local w = redis.call('HMGET', KEYS[1], 'rv', 'trace')
+  return { 'woke', name, w[1] or '0', w[2] or '' }
 end
 event(KEYS[3], ARGV[6], 'signal_buffered', name, t)
 return { 'buffered', name }

@@ -2,7 +2,7 @@
 -- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 partition blocked index
 -- ARGV: 1 thread id, 2 effect key the run is blocked on, 3 redeliver_ms, 4 event cap,
 --       5 event detail
--- Returns: {'ok', rv} | {'missing'} | {'not_blocked', status, blocked effect key}
+-- Returns: {'ok', rv, trace} | {'missing'} | {'not_blocked', status, blocked effect key}
 local h = redis.call('HMGET', KEYS[1], 'status', 'blocked_fx', 'ver')
 if not h[1] then return { 'missing' } end
 if h[1] ~= 'blocked' or h[2] ~= ARGV[2] then return { 'not_blocked', h[1], h[2] or '' } end
@@ -13,4 +13,5 @@ redis.call('HDEL', KEYS[1], 'reason', 'blocked_fx', 'blocked_fx_owner', 'finishe
 redis.call('ZADD', KEYS[2], due, ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 event(KEYS[3], ARGV[4], 'effect_resolved', ARGV[5], t)
-return { 'ok', redis.call('HGET', KEYS[1], 'rv') or '0' }
+local w = redis.call('HMGET', KEYS[1], 'rv', 'trace')
+return { 'ok', w[1] or '0', w[2] or '' }
