@@ -160,3 +160,46 @@ impl World {
             .collect()
     }
 }
+
+/// Webhook runs submitted in the background at a steady pace, for the fleet chaos tests.
+pub struct Submitter {
+    /// The task submitting them; it panics if a start is refused.
+    pub task: tokio::task::JoinHandle<()>,
+    /// The runs accepted so far, in order.
+    pub accepted: std::sync::Arc<std::sync::Mutex<Vec<ThreadId>>>,
+}
+
+impl World {
+    /// Starts `runs` `webhook` runs (6 steps, the effect at step 3 under policy `block`,
+    /// posting to `hook`) with thread ids `<prefix>-<i>`, one every `every` from now.
+    pub fn submit_webhook_runs(&self, hook: &str, prefix: &str, runs: usize, every: Duration) -> Submitter {
+        let accepted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (acc, base, hook, prefix) = (
+            accepted.clone(),
+            self.sched.base_url.clone(),
+            hook.to_owned(),
+            prefix.to_owned(),
+        );
+        let started = tokio::time::Instant::now();
+        let task = tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            for i in 0..runs {
+                tokio::time::sleep_until(started + every * i as u32).await;
+                let thread = format!("{prefix}-{i}");
+                let input = json!({"url": hook, "steps": 6, "effect_at": 3, "policy": "block"});
+                let body = json!({"workflow": "webhook", "input": input, "thread_id": thread});
+                let r = http
+                    .post(format!("{base}/v1/runs"))
+                    .json(&body)
+                    .send()
+                    .await
+                    .expect("api");
+                assert_eq!(r.status().as_u16(), 201, "start {thread}");
+                acc.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(ThreadId::new(thread).expect("valid id"));
+            }
+        });
+        Submitter { task, accepted }
+    }
+}

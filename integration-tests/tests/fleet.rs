@@ -4,7 +4,6 @@
 //! webhook key may be delivered twice under the `block` policy, no run may be lost.
 
 use rand::Rng;
-use serde_json::json;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -161,30 +160,8 @@ async fn fleet_survives_sigkills_and_a_broker_restart() {
 
     // Submit at ~20 runs/s for about 15 s, so the chaos below overlaps the whole load.
     let started = Instant::now();
-    let submitted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let submitter = {
-        let (submitted, base, hook) = (submitted.clone(), w.sched.base_url.clone(), hook.clone());
-        tokio::spawn(async move {
-            let http = reqwest::Client::new();
-            for i in 0..RUNS {
-                let due = started + Duration::from_millis(50 * i as u64);
-                tokio::time::sleep_until(due.into()).await;
-                let input = json!({"url": hook, "steps": 6, "effect_at": 3, "policy": "block"});
-                let body = json!({"workflow": "webhook", "input": input, "thread_id": format!("fleet-{i}")});
-                let r = http
-                    .post(format!("{base}/v1/runs"))
-                    .json(&body)
-                    .send()
-                    .await
-                    .expect("api");
-                assert_eq!(r.status().as_u16(), 201, "start {i}");
-                submitted
-                    .lock()
-                    .unwrap()
-                    .push(savepoint::ids::ThreadId::new(format!("fleet-{i}")).unwrap());
-            }
-        })
-    };
+    let submitter = w.submit_webhook_runs(&hook, "fleet", RUNS, Duration::from_millis(50));
+    let submitted = submitter.accepted.clone();
     let (mut kills, mut restarted, mut next_kill) = (0, false, Instant::now() + Duration::from_secs(1));
     let deadline = Instant::now() + Duration::from_secs(150);
     let ended = loop {
@@ -219,7 +196,7 @@ async fn fleet_survives_sigkills_and_a_broker_restart() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let elapsed = started.elapsed();
-    submitter.await.unwrap();
+    submitter.task.await.unwrap();
     let threads = submitted.lock().unwrap().clone();
     let (mut completed, mut blocked) = (0, 0);
     for t in &threads {

@@ -6,7 +6,6 @@
 //! completed or blocked with a reason; none is lost.
 
 use rand::Rng;
-use serde_json::json;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -31,28 +30,10 @@ async fn fleet_survives_workers_paused_past_their_lease() {
     let pause = Duration::from_millis(w.cfg.lease_ms + 1000);
 
     let started = Instant::now();
-    let mut threads = Vec::new();
-    let submitter = {
-        let (base, hook) = (w.sched.base_url.clone(), hook.clone());
-        tokio::spawn(async move {
-            let http = reqwest::Client::new();
-            for i in 0..RUNS {
-                tokio::time::sleep_until((started + Duration::from_millis(40 * i as u64)).into()).await;
-                let input = json!({"url": hook, "steps": 6, "effect_at": 3, "policy": "block"});
-                let body = json!({"workflow": "webhook", "input": input, "thread_id": format!("pause-{i}")});
-                let r = http
-                    .post(format!("{base}/v1/runs"))
-                    .json(&body)
-                    .send()
-                    .await
-                    .expect("api");
-                assert_eq!(r.status().as_u16(), 201, "start {i}");
-            }
-        })
-    };
-    for i in 0..RUNS {
-        threads.push(savepoint::ids::ThreadId::new(format!("pause-{i}")).unwrap());
-    }
+    let submitter = w.submit_webhook_runs(&hook, "pause", RUNS, Duration::from_millis(40));
+    let threads: Vec<savepoint::ids::ThreadId> = (0..RUNS)
+        .map(|i| savepoint::ids::ThreadId::new(format!("pause-{i}")).unwrap())
+        .collect();
     // Chaos for 12 s: a SIGSTOP a second, each for longer than the lease, then SIGCONT.
     let mut pauses = 0;
     let mut frozen: Vec<(usize, Instant)> = Vec::new();
@@ -81,7 +62,7 @@ async fn fleet_survives_workers_paused_past_their_lease() {
     for (i, _) in frozen.drain(..) {
         workers[i].signal("CONT");
     }
-    submitter.await.unwrap();
+    submitter.task.await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
     let (completed, blocked) = loop {
         let (mut completed, mut blocked) = (0, 0);

@@ -439,24 +439,30 @@ impl Ctx {
         }
     }
 
-    /// Runs `f` with the retry policy; returns the outcome and the attempts it took.
+    /// Runs `f(attempt)` under the retry policy (each retry recorded as a `retried` event,
+    /// every attempt and back-off [`Ctx::guarded`]). A panic is a failed attempt when
+    /// `panic_is_failure` (steps), and ends the loop as [`Attempted::Panicked`] otherwise
+    /// (effects: whether it happened is unknown).
     pub(super) async fn attempt_loop<T, F, Fut, E>(
         &mut self,
         name: &str,
         policy: &RetryPolicy,
+        panic_is_failure: bool,
         mut f: F,
-    ) -> (Result<T, StepError>, u32)
+    ) -> Attempted<T>
     where
-        F: FnMut() -> Fut,
+        F: FnMut(u32) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Into<StepError>,
     {
         let mut attempt = 1;
         loop {
-            // A panic in the call is a failure of this attempt, retried by the policy.
-            let r = match self.guarded(AssertUnwindSafe(f()).catch_unwind()).await {
+            let r = match self.guarded(AssertUnwindSafe(f(attempt)).catch_unwind()).await {
                 Ok(r) => r.map_err(Into::into),
-                Err(panic) => Err(StepError::retryable(format!("panicked: {}", panic_message(&*panic)))),
+                Err(panic) if panic_is_failure => {
+                    Err(StepError::retryable(format!("panicked: {}", panic_message(&*panic))))
+                }
+                Err(panic) => return Attempted::Panicked(panic_message(&*panic)),
             };
             match r {
                 Err(e) if policy.should_retry(attempt, &e) => {
@@ -469,7 +475,7 @@ impl Ctx {
                     self.guarded(tokio::time::sleep(delay)).await;
                     attempt += 1;
                 }
-                other => return (other, attempt),
+                other => return Attempted::Done(other, attempt),
             }
         }
     }
@@ -502,7 +508,12 @@ impl Ctx {
         let outcome = async {
             self.before_live(name).await;
             let started = Instant::now();
-            let (r, attempts) = self.attempt_loop(name, policy, f).await;
+            let mut f = f;
+            let (r, attempts) = match self.attempt_loop(name, policy, true, |_| f()).await {
+                Attempted::Done(r, attempts) => (r, attempts),
+                // (Unreachable: a step's panic is a failed attempt.)
+                Attempted::Panicked(msg) => (Err(StepError::retryable(format!("panicked: {msg}"))), 1),
+            };
             let m = metrics();
             let step_labels = labels(&[("workflow", &self.p.workflow)]);
             m.step_seconds
@@ -523,6 +534,14 @@ impl Ctx {
         .await;
         decode_outcome("step", name, outcome)
     }
+}
+
+/// How a call under a retry policy ended.
+pub(super) enum Attempted<T> {
+    /// The final outcome and the attempts it took.
+    Done(Result<T, StepError>, u32),
+    /// It panicked (only when panics are not failures).
+    Panicked(String),
 }
 
 /// The message of a caught panic. Also accepts the caught `Box` itself (`&panic` of a

@@ -10,17 +10,15 @@
 //! deadline holds; only a real crash (or a deadline that passes) leaves an effect in doubt.
 
 use futures::future::BoxFuture;
-use futures::FutureExt;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
-use super::ctx::{decode_outcome, panic_message, Ctx, HeldIntent, SliceExit};
+use super::ctx::{decode_outcome, Attempted, Ctx, HeldIntent, SliceExit};
 use super::{RetryPolicy, StepError, WorkflowError};
 use crate::ids::{EffectKey, ThreadId};
 use crate::journal::{Entry, EntryKind, Outcome};
@@ -377,35 +375,20 @@ impl Ctx {
         if let Some(h) = self.held.as_mut() {
             h.called = true;
         }
-        let mut fx = EffectCtx {
+        let fx = EffectCtx {
             key: key.as_str().to_owned(),
             fence: self.p.lease.fence,
             thread: self.thread_id().clone(),
             index: self.cursor,
             attempt: 0,
         };
-        let mut attempt = 1;
-        loop {
-            fx.attempt = attempt;
-            let r = self.guarded(AssertUnwindSafe(f(fx.clone())).catch_unwind()).await;
-            let r = match r {
-                Ok(r) => r.map_err(Into::into),
-                Err(panic) => return Called::Panicked(panic_message(&*panic)),
-            };
-            match r {
-                Ok(v) => return Called::Ok(v),
-                Err(e) if policy.should_retry(attempt, &e) => {
-                    let delay = policy.backoff(attempt);
-                    tracing::warn!(thread.id = %self.p.lease.thread, step.name = name, task.attempt = attempt, error = %e, ?delay, "effect failed, retrying");
-                    let detail = format!("{name} attempt {attempt}: {e}");
-                    if let Err(err) = self.p.store.event(&self.p.lease, "retried", &detail).await {
-                        return self.store_failed(err).await;
-                    }
-                    self.guarded(tokio::time::sleep(delay)).await;
-                    attempt += 1;
-                }
-                Err(e) => return Called::Failed(e, attempt),
-            }
+        let attempted = self
+            .attempt_loop(name, policy, false, |attempt| f(EffectCtx { attempt, ..fx.clone() }))
+            .await;
+        match attempted {
+            Attempted::Done(Ok(v), _) => Called::Ok(v),
+            Attempted::Done(Err(e), attempts) => Called::Failed(e, attempts),
+            Attempted::Panicked(msg) => Called::Panicked(msg),
         }
     }
 
