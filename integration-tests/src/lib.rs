@@ -21,8 +21,8 @@ pub mod tasks;
 
 use savepoint::broker::Broker;
 use savepoint::config::Config;
-use savepoint::store::redis::{CatalogEntry, WorkerInfo};
-use savepoint::store::RedisStore;
+use savepoint::store::{CatalogEntry, WorkerInfo};
+use savepoint::store::ScriptStore;
 use savepoint_scheduler::SchedulerError;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -61,9 +61,16 @@ impl std::fmt::Debug for Services {
 impl Services {
     /// A test configuration on these services (see [`test_config`]).
     pub fn config(&self, namespace: &str) -> Config {
+        config_on(&self.amqp_url, &self.redis_url, namespace)
+    }
+}
+
+/// The test configuration on the given URLs (see [`test_config`]).
+fn config_on(amqp_url: &str, redis_url: &str, namespace: &str) -> Config {
+    {
         let mut cfg = Config {
-            amqp_url: self.amqp_url.clone(),
-            redis_url: self.redis_url.clone(),
+            amqp_url: amqp_url.to_owned(),
+            redis_url: redis_url.to_owned(),
             namespace: namespace.to_owned(),
             partitions: 8,
             // Test queues vanish once unused, so test runs do not pile up quorum queues.
@@ -212,6 +219,13 @@ pub fn test_config(ns: &str) -> Config {
         .config(ns)
 }
 
+/// The test configuration of [`test_config`] on the embedded backend: `mem://<ns>` for both
+/// the store and the broker (a fresh in-process instance per namespace). Needs no services.
+pub fn embedded_config(ns: &str) -> Config {
+    let url = format!("{}{ns}", savepoint::embedded::SCHEME);
+    config_on(&url, &url, ns)
+}
+
 /// An in-process scheduler (API + due scanner) started with [`start_scheduler`]. Dropping it
 /// shuts it down.
 pub struct SchedulerHandle {
@@ -308,7 +322,7 @@ pub async fn register_test_workflow(cfg: &Config, name: &str) {
 
 /// Like [`register_test_workflow`], with a version.
 pub async fn register_test_workflow_version(cfg: &Config, name: &str, version: u32) {
-    let store = RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
+    let store = ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
         .await
         .expect("connect redis");
     let entry = CatalogEntry {
@@ -332,7 +346,7 @@ pub async fn register_test_workflow_version(cfg: &Config, name: &str, version: u
 /// Deletes the namespace's Redis keys (`SCAN MATCH <ns>:*`) and its exchanges and queues.
 /// Call it at the end of a test; panics on failure.
 pub async fn cleanup(cfg: &Config) {
-    let store = savepoint::store::RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
+    let store = savepoint::store::ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
         .await
         .expect("connect redis");
     store.purge_namespace().await.expect("delete the namespace's keys");

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use savepoint::config::Config;
 use savepoint::ids::ThreadId;
-use savepoint::store::RedisStore;
+use savepoint::store::ScriptStore;
 
 use crate::procs::Proc;
 use crate::{fresh_namespace, services, start_scheduler, test_config, SchedulerHandle};
@@ -18,7 +18,7 @@ pub struct World {
     /// The in-process scheduler.
     pub sched: SchedulerHandle,
     /// Store handle on the namespace.
-    pub store: RedisStore,
+    pub store: ScriptStore,
     /// HTTP client.
     pub http: reqwest::Client,
 }
@@ -30,7 +30,7 @@ impl World {
         let mut cfg = test_config(&fresh_namespace(prefix));
         tune(&mut cfg);
         let sched = start_scheduler(&cfg).await;
-        let store = RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
+        let store = ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
             .await
             .expect("redis");
         Self {
@@ -129,12 +129,10 @@ impl World {
 
     /// The demo effects log of this namespace.
     pub async fn effects(&self) -> Vec<Value> {
-        let mut conn = self.store.connection();
-        let raw: Vec<String> = redis::cmd("LRANGE")
+        let raw: Vec<String> = self.store.query(&redis::cmd("LRANGE")
             .arg(self.store.keys().demo_effects())
             .arg(0)
-            .arg(-1)
-            .query_async(&mut conn)
+            .arg(-1))
             .await
             .expect("lrange");
         raw.iter().filter_map(|s| serde_json::from_str(s).ok()).collect()

@@ -375,7 +375,7 @@ async fn two_replicas_publish_each_due_run_once() {
     const RUNS: usize = 50;
     let api = TestApi::new("scan", |_| {}).await;
     let second = start_scheduler(&api.cfg).await;
-    let store = savepoint::store::RedisStore::connect(&api.cfg.redis_url, api.cfg.keys(), api.cfg.store())
+    let store = savepoint::store::ScriptStore::connect(&api.cfg.redis_url, api.cfg.keys(), api.cfg.store())
         .await
         .unwrap();
     let redeliver = Duration::from_millis(api.cfg.redeliver_ms);

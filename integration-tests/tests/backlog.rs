@@ -23,12 +23,11 @@ const CREATE_CONCURRENCY: usize = 16;
 
 /// How many of `threads` have status `completed`.
 async fn completed(w: &World, threads: &[ThreadId]) -> usize {
-    let mut conn = w.store.connection();
     let mut pipe = redis::pipe();
     for t in threads {
         pipe.cmd("HGET").arg(&w.store.keys().run(t).run).arg("status");
     }
-    let statuses: Vec<Option<String>> = pipe.query_async(&mut conn).await.expect("read statuses");
+    let statuses: Vec<Option<String>> = w.store.pipeline(&pipe).await.expect("read statuses");
     statuses.iter().filter(|s| s.as_deref() == Some("completed")).count()
 }
 

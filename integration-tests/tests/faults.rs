@@ -8,7 +8,7 @@ use serde_json::json;
 use std::time::Duration;
 
 use savepoint::ids::{EffectKey, ThreadId};
-use savepoint::store::redis::EffectRecord;
+use savepoint::store::EffectRecord;
 use savepoint_integration_tests::procs::{free_port, killed_by_signal, scrape};
 use savepoint_integration_tests::proxy::Proxy;
 use savepoint_integration_tests::scenario::World;

@@ -166,12 +166,11 @@ async fn fleet_survives_sigkills_and_a_broker_restart() {
     let deadline = Instant::now() + Duration::from_secs(150);
     let ended = loop {
         let threads = submitted.lock().unwrap().clone();
-        let mut conn = w.store.connection();
         let mut pipe = redis::pipe();
         for t in &threads {
             pipe.cmd("HGET").arg(&w.store.keys().run(t).run).arg("status");
         }
-        let statuses: Vec<Option<String>> = pipe.query_async(&mut conn).await.unwrap_or_default();
+        let statuses: Vec<Option<String>> = w.store.pipeline(&pipe).await.unwrap_or_default();
         let ended = statuses
             .iter()
             .filter(|s| matches!(s.as_deref(), Some("completed" | "blocked")))

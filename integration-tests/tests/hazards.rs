@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use savepoint::ids::{EffectKey, ThreadId};
-use savepoint::store::{EffectClaim, RedisStore};
+use savepoint::store::{EffectClaim, ScriptStore};
 use savepoint::workflow::{Ctx, EffectCtx, EffectOptions, Registry, RetryPolicy, StepError, Workflow, WorkflowError};
 use savepoint_integration_tests::inproc::InProc;
 use savepoint_integration_tests::scenario::World;
@@ -109,7 +109,7 @@ fn reason(run: &Value) -> &str {
 /// A step, then an effect whose function looks at Redis while it runs (and fails its first
 /// attempt, so the retry is seen with attempt 2).
 struct FxProbe {
-    store: RedisStore,
+    store: ScriptStore,
     seen: Arc<Mutex<Vec<Value>>>,
 }
 
@@ -129,11 +129,9 @@ impl Workflow for FxProbe {
             .effect_with("charge", key, opts, |fx: EffectCtx| {
                 let (store, seen) = (store.clone(), seen.clone());
                 async move {
-                    let mut conn = store.connection();
-                    let begun: Option<String> = redis::cmd("HGET")
+                    let begun: Option<String> = store.query(&redis::cmd("HGET")
                         .arg(store.keys().run(&fx.thread).run)
-                        .arg(format!("x:{}", fx.index))
-                        .query_async(&mut conn)
+                        .arg(format!("x:{}", fx.index)))
                         .await
                         .expect("hget");
                     let rec = store
@@ -196,11 +194,9 @@ async fn effect_function_gets_key_fence_thread_index_attempt_after_begin_and_int
     let rec = record(&w, "charge:7").await.expect("done record");
     assert_eq!(rec["state"], "done", "{rec}");
     assert_eq!(record_result(&rec), run["output"]);
-    let mut conn = w.store.connection();
-    let begun: Option<String> = redis::cmd("HGET")
+    let begun: Option<String> = w.store.query(&redis::cmd("HGET")
         .arg(w.store.keys().run(&t).run)
-        .arg("x:1")
-        .query_async(&mut conn)
+        .arg("x:1"))
         .await
         .unwrap();
     assert_eq!(begun, None, "the journal commit settles x:1");
@@ -289,7 +285,7 @@ async fn lost_replies_around_intent_and_done_are_retried_in_process() {
 /// An effect whose function always fails; with `mark_done` it first marks the key done as an
 /// operator (or another run) would, as if the effect had been applied meanwhile.
 struct FxFail {
-    store: RedisStore,
+    store: ScriptStore,
     calls: Counts,
 }
 
@@ -627,10 +623,8 @@ async fn held_key_of_a_run_that_expired_blocks_the_waiting_run() {
     })
     .await;
     // The holder's run record expires (retention) while its intent is unsettled.
-    let mut conn = w.store.connection();
-    let n: i64 = redis::cmd("DEL")
-        .arg(w.store.keys().run(&h).run)
-        .query_async(&mut conn)
+    let n: i64 = w.store.query(&redis::cmd("DEL")
+        .arg(w.store.keys().run(&h).run))
         .await
         .unwrap();
     assert_eq!(n, 1);
@@ -927,7 +921,7 @@ async fn patched_is_sticky_old_runs_keep_false_after_replay_ends_new_runs_keep_t
 /// unsettled intent of this very attempt on the key at its index (what an unsettled earlier
 /// call of the same attempt looks like in Redis).
 struct Twice {
-    store: RedisStore,
+    store: ScriptStore,
     performed: Counts,
 }
 
@@ -1233,11 +1227,9 @@ async fn a_retried_resume_or_signal_with_the_same_client_id_delivers_once() {
         (Some("waiting"), Some(1)),
         "{run}"
     );
-    let mut conn = w.store.connection();
-    let pending: Option<String> = redis::cmd("HGET")
+    let pending: Option<String> = w.store.query(&redis::cmd("HGET")
         .arg(w.store.keys().run(&t).signals)
-        .arg("i:gate")
-        .query_async(&mut conn)
+        .arg("i:gate"))
         .await
         .unwrap();
     assert_eq!(pending, None, "no answer was stored for the second gate");
@@ -1306,12 +1298,10 @@ async fn blocked_and_waiting_runs_are_listed_after_the_creation_index_is_trimmed
     assert_eq!(listed(&w, "completed").await, ids(&completed), "before trimming");
 
     // The creation-time indexes are trimmed (as after the retention).
-    let mut conn = w.store.connection();
     let mut deleted = 0;
     for p in 0..w.store.keys().partitions() {
-        let n: i64 = redis::cmd("DEL")
-            .arg(w.store.keys().index(p))
-            .query_async(&mut conn)
+        let n: i64 = w.store.query(&redis::cmd("DEL")
+            .arg(w.store.keys().index(p)))
             .await
             .unwrap();
         deleted += n;

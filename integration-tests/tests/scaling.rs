@@ -24,8 +24,7 @@ async fn committed(w: &World, threads: &[ThreadId]) -> u64 {
     for t in threads {
         pipe.cmd("HGET").arg(&w.store.keys().run(t).run).arg("steps");
     }
-    let mut conn = w.store.connection();
-    let v: Vec<Option<u64>> = pipe.query_async(&mut conn).await.unwrap_or_default();
+    let v: Vec<Option<u64>> = w.store.pipeline(&pipe).await.unwrap_or_default();
     v.into_iter().flatten().sum()
 }
 

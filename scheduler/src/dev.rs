@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use savepoint::config::Config;
 use savepoint::failpoints::Failpoints;
 use savepoint::ids::ThreadId;
-use savepoint::store::{RedisStore, RunStatus};
+use savepoint::store::{ScriptStore, RunStatus};
 use savepoint_worker::demo::{registry, EffectLog};
 use savepoint_worker::WorkerOptions;
 
@@ -37,7 +37,7 @@ struct Fleet {
 fn spawn_worker(
     cfg: &Config,
     name: &str,
-    store: &RedisStore,
+    store: &ScriptStore,
     fp: Option<Failpoints>,
     crash: CancellationToken,
     fleet: &mut Fleet,
@@ -65,7 +65,7 @@ fn owner_name(detail: &str) -> String {
 
 /// Runs `savepoint dev`.
 pub async fn run(cfg: Config, args: DevArgs) -> anyhow::Result<()> {
-    let store = RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
+    let store = ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
         .await
         .context("connecting to Redis")?;
     let listener = tokio::net::TcpListener::bind(&cfg.scheduler.http_addr)
@@ -114,7 +114,7 @@ pub async fn run(cfg: Config, args: DevArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn story(cfg: &Config, store: &RedisStore, api: &str, fleet: &mut Fleet) -> anyhow::Result<bool> {
+async fn story(cfg: &Config, store: &ScriptStore, api: &str, fleet: &mut Fleet) -> anyhow::Result<bool> {
     println!("\n== The invoice story: read_pdf → extract_totals → ledger.post → email.send");
     println!("   Worker w1 will crash (as under kill -9) right after the ledger post; w2 resumes the run.\n");
     let crash = CancellationToken::new();

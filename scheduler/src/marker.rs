@@ -6,7 +6,7 @@
 
 use savepoint::ids::ThreadId;
 use savepoint::metrics::metrics;
-use savepoint::store::RedisStore;
+use savepoint::store::ScriptStore;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -29,7 +29,7 @@ enum Mark {
 
 impl Marker {
     /// Starts the marker task on `store`; it drains what is queued and stops with `stop`.
-    pub(crate) fn spawn(store: RedisStore, stop: CancellationToken) -> Self {
+    pub(crate) fn spawn(store: ScriptStore, stop: CancellationToken) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel::<Mark>();
         tokio::spawn(async move {
             loop {
@@ -69,7 +69,7 @@ impl Marker {
     }
 }
 
-async fn send(store: &RedisStore, queued: &[(ThreadId, u64)], started: &[ThreadId]) {
+async fn send(store: &ScriptStore, queued: &[(ThreadId, u64)], started: &[ThreadId]) {
     if !queued.is_empty() {
         match store.mark_queued(queued).await {
             Ok(n) => {

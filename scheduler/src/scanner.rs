@@ -7,7 +7,7 @@ use futures::StreamExt;
 use savepoint::ids::ThreadId;
 use savepoint::metrics::metrics;
 use savepoint::protocol::TaskReason;
-use savepoint::store::{RedisStore, StoreError};
+use savepoint::store::{ScriptStore, StoreError};
 use std::time::Duration;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -33,7 +33,7 @@ pub(crate) struct ScanSettings {
 
 /// Runs until `shutdown`. Errors are logged and the next tick tries again (Redis and
 /// RabbitMQ reconnect on their own); the scanner never stops on its own.
-pub(crate) async fn run(store: RedisStore, publisher: Publisher, s: ScanSettings, shutdown: CancellationToken) {
+pub(crate) async fn run(store: ScriptStore, publisher: Publisher, s: ScanSettings, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(s.interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut failing = false;
@@ -66,7 +66,7 @@ pub(crate) async fn run(store: RedisStore, publisher: Publisher, s: ScanSettings
 
 /// One tick over every partition; returns the number of runs handed out.
 async fn scan_all(
-    store: &RedisStore,
+    store: &ScriptStore,
     publisher: &Publisher,
     s: &ScanSettings,
     shutdown: &CancellationToken,
@@ -90,7 +90,7 @@ async fn scan_all(
 /// Hands out one batch of partition `p`, publishes a task for each run, and marks the runs
 /// whose task the broker confirmed, so the safety net leaves them to the queue.
 async fn scan_partition(
-    store: &RedisStore,
+    store: &ScriptStore,
     publisher: &Publisher,
     p: u16,
     s: &ScanSettings,

@@ -5,7 +5,7 @@ use savepoint::broker::Broker;
 use savepoint::config::{Config, ConfigError};
 use savepoint::failpoints::Failpoints;
 use savepoint::metrics::Readiness;
-use savepoint::store::{RedisStore, StoreError};
+use savepoint::store::{ScriptStore, StoreError};
 use std::future::IntoFuture;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -94,11 +94,11 @@ pub async fn serve(cfg: Config, listener: TcpListener, shutdown: CancellationTok
 
 /// Connects the store (retrying transient failures until the deadline) and the broker
 /// (which retries on its own until the deadline).
-async fn connect(cfg: &Config) -> Result<(RedisStore, Broker), SchedulerError> {
+async fn connect(cfg: &Config) -> Result<(ScriptStore, Broker), SchedulerError> {
     let start = Instant::now();
     let mut delay = Duration::from_millis(100);
     let store = loop {
-        match RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store()).await {
+        match ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store()).await {
             Ok(store) => break store,
             Err(e) if is_retryable(&e) && start.elapsed() + delay < CONNECT_DEADLINE => {
                 warn!(error = %e, ?delay, "connecting to Redis failed; retrying");

@@ -4,6 +4,7 @@
 
 pub mod broker;
 pub mod config;
+pub mod embedded;
 pub mod failpoints;
 pub mod ids;
 pub mod journal;

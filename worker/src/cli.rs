@@ -4,7 +4,7 @@ use clap::Parser;
 use tokio_util::sync::CancellationToken;
 
 use savepoint::config::{Config, ProcessEnv};
-use savepoint::store::RedisStore;
+use savepoint::store::ScriptStore;
 
 /// Savepoint worker hosting the demo workflows (invoice, approval, webhook, chain).
 #[derive(Parser, Debug)]
@@ -34,7 +34,7 @@ pub async fn main() -> std::process::ExitCode {
 /// effect log): a worker binary of your own is this one call.
 pub async fn main_with<F>(make: F) -> std::process::ExitCode
 where
-    F: FnOnce(&RedisStore) -> Result<savepoint::workflow::Registry, String>,
+    F: FnOnce(&ScriptStore) -> Result<savepoint::workflow::Registry, String>,
 {
     let args = Args::parse();
     let mut cfg = match Config::load(args.config.as_deref(), &ProcessEnv) {
@@ -60,7 +60,7 @@ where
     let _telemetry = savepoint::telemetry::init(&cfg.log_format, "savepoint-worker");
     let shutdown = CancellationToken::new();
     tokio::spawn(crate::signals::on_terminate(shutdown.clone()));
-    let store = match RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store()).await {
+    let store = match ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store()).await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("savepoint-worker: redis: {e}");

@@ -8,8 +8,8 @@ use savepoint::ids::Incarnation;
 use savepoint::metrics::{inc, metrics};
 use savepoint::protocol::Task;
 use savepoint::protocol::TaskReason;
-use savepoint::store::redis::{ServedSpec, WorkerInfo};
-use savepoint::store::{ClaimOutcome, RedisStore};
+use savepoint::store::{ServedSpec, WorkerInfo};
+use savepoint::store::{ClaimOutcome, ScriptStore};
 use savepoint::workflow::{Registry, SliceLimits};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -21,7 +21,7 @@ const MAX_HOPS: u32 = 4;
 
 /// What every delivery handler shares.
 pub(crate) struct Shared {
-    pub store: RedisStore,
+    pub store: ScriptStore,
     pub broker: Broker,
     pub registry: Registry,
     pub failpoints: Failpoints,

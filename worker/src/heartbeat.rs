@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use savepoint::lease::LeaseClock;
-use savepoint::store::{Lease, RedisStore, StoreError};
+use savepoint::store::{Lease, ScriptStore, StoreError};
 
 /// Extends `lease` every third of the lease length until dropped; each confirmed extension
 /// moves `clock`; cancels `lost` when the store says the lease is gone (another worker took
@@ -16,7 +16,7 @@ use savepoint::store::{Lease, RedisStore, StoreError};
 pub(crate) struct Heartbeat(JoinHandle<()>);
 
 impl Heartbeat {
-    pub(crate) fn start(store: RedisStore, lease: Lease, clock: LeaseClock, lost: CancellationToken) -> Self {
+    pub(crate) fn start(store: ScriptStore, lease: Lease, clock: LeaseClock, lost: CancellationToken) -> Self {
         let every = (store.config().lease / 3).max(Duration::from_millis(50));
         Self(tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);

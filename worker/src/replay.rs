@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use savepoint::failpoints::Failpoints;
 use savepoint::ids::ThreadId;
 use savepoint::journal::{Entry, EntryKind, Outcome, ENTRY_VERSION};
-use savepoint::store::{Lease, RedisStore, StoreError};
+use savepoint::store::{Lease, ScriptStore, StoreError};
 use savepoint::workflow::{Ctx, CtxParts, Registry, SliceExit, SliceLimits};
 
 /// What a replay found.
@@ -25,7 +25,7 @@ pub enum ReplayReport {
 }
 
 /// Replays the run `thread` against its journal with the registered code.
-pub async fn replay(store: &RedisStore, registry: &Registry, thread: &ThreadId) -> Result<ReplayReport, StoreError> {
+pub async fn replay(store: &ScriptStore, registry: &Registry, thread: &ThreadId) -> Result<ReplayReport, StoreError> {
     let Some((header, journal)) = store.get(thread).await? else {
         return Err(StoreError::Missing(thread.to_string()));
     };
@@ -46,7 +46,7 @@ pub async fn replay(store: &RedisStore, registry: &Registry, thread: &ThreadId) 
 /// or written. The run need not exist in the store; workflow code that asks for its thread
 /// id sees [`REPLAY_THREAD`].
 pub async fn replay_journal(
-    store: &RedisStore,
+    store: &ScriptStore,
     registry: &Registry,
     workflow: &str,
     input: Value,
@@ -115,7 +115,7 @@ fn entry_from_export(position: usize, e: &Value) -> Result<Entry, String> {
 }
 
 async fn replay_as(
-    store: &RedisStore,
+    store: &ScriptStore,
     registry: &Registry,
     thread: &ThreadId,
     version: u64,

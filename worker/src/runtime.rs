@@ -11,8 +11,8 @@ use savepoint::config::Config;
 use savepoint::failpoints::{FailpointParseError, Failpoints};
 use savepoint::ids::Incarnation;
 use savepoint::metrics::{metrics, ops_router, Readiness};
-use savepoint::store::redis::{ServedSpec, WorkerInfo};
-use savepoint::store::{RedisStore, StoreError};
+use savepoint::store::{ServedSpec, WorkerInfo};
+use savepoint::store::{ScriptStore, StoreError};
 use savepoint::workflow::Registry;
 
 use crate::handle::{handle_delivery, Shared};
@@ -85,10 +85,10 @@ pub async fn run(cfg: Config, registry: Registry, shutdown: CancellationToken) -
     run_with(cfg, WorkerOptions::new(registry), shutdown).await
 }
 
-async fn connect_store(cfg: &Config, shutdown: &CancellationToken) -> Result<RedisStore, WorkerError> {
+async fn connect_store(cfg: &Config, shutdown: &CancellationToken) -> Result<ScriptStore, WorkerError> {
     let mut delay = Duration::from_millis(100);
     loop {
-        match RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store()).await {
+        match ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store()).await {
             Ok(s) => return Ok(s),
             Err(e) if e.is_transient() && !shutdown.is_cancelled() => {
                 tracing::warn!(error = %e, ?delay, "redis not reachable, retrying");

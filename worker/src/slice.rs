@@ -11,7 +11,7 @@ use savepoint::ids::EffectKey;
 use savepoint::lease::LeaseClock;
 use savepoint::metrics::{inc, metrics};
 use savepoint::protocol::{Task, TaskReason};
-use savepoint::store::redis::Suspend;
+use savepoint::store::Suspend;
 use savepoint::store::{Claimed, Finish, Lease, RunStatus};
 use savepoint::workflow::{busy_backoff, key_still_held, Ctx, CtxParts, SliceExit};
 

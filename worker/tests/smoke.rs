@@ -8,7 +8,7 @@ use savepoint::broker::Broker;
 use savepoint::config::{Config, MapEnv};
 use savepoint::ids::ThreadId;
 use savepoint::protocol::{Task, TaskReason};
-use savepoint::store::{RedisStore, RunStatus};
+use savepoint::store::{ScriptStore, RunStatus};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -31,7 +31,7 @@ fn cfg() -> Config {
     c
 }
 
-async fn start(store: &RedisStore, broker: &Broker, wf: &str, input: serde_json::Value) -> ThreadId {
+async fn start(store: &ScriptStore, broker: &Broker, wf: &str, input: serde_json::Value) -> ThreadId {
     let t = ThreadId::generate(wf);
     store.create(&t, wf, 1, &input.to_string(), "").await.unwrap();
     let task = Task::new(t.clone(), store.keys().partition(&t), Some(0), TaskReason::Start);
@@ -39,7 +39,7 @@ async fn start(store: &RedisStore, broker: &Broker, wf: &str, input: serde_json:
     t
 }
 
-async fn wait_status(store: &RedisStore, t: &ThreadId, want: RunStatus) -> savepoint::store::RunHeader {
+async fn wait_status(store: &ScriptStore, t: &ThreadId, want: RunStatus) -> savepoint::store::RunHeader {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let h = store.header(t).await.unwrap().unwrap();
@@ -58,7 +58,7 @@ async fn wait_status(store: &RedisStore, t: &ThreadId, want: RunStatus) -> savep
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_workflows_run_end_to_end() {
     let cfg = cfg();
-    let store = RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
+    let store = ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
         .await
         .unwrap();
     let broker = Broker::connect(cfg.broker(), Duration::from_secs(10)).await.unwrap();
@@ -82,7 +82,7 @@ async fn demo_workflows_run_end_to_end() {
     assert_eq!(h.wait.unwrap().name, "gate");
     let woke = store.signal(&appr, "interrupt", "", &json!("yes"), None).await.unwrap();
     assert!(
-        matches!(woke, savepoint::store::redis::SignalOutcome::Woke(_)),
+        matches!(woke, savepoint::store::SignalOutcome::Woke(_)),
         "{woke:?}"
     );
     let task = Task::new(appr.clone(), store.keys().partition(&appr), None, TaskReason::Signal);

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use savepoint::ids::{Namespace, ThreadId};
 use savepoint::journal::{Entry, EntryKind, Outcome};
 use savepoint::keys::Keys;
-use savepoint::store::redis::{ServedSpec, Suspend};
-use savepoint::store::{ClaimOutcome, RedisStore, RunStatus, StoreConfig};
+use savepoint::store::{ServedSpec, Suspend};
+use savepoint::store::{ClaimOutcome, ScriptStore, RunStatus, StoreConfig};
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -26,8 +26,8 @@ struct Args {
     partitions: u16,
 }
 
-async fn used_memory(conn: &mut redis::aio::ConnectionManager) -> anyhow::Result<i64> {
-    let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await?;
+async fn used_memory(store: &ScriptStore) -> anyhow::Result<i64> {
+    let info: String = store.query(redis::cmd("INFO").arg("memory")).await?;
     Ok(info
         .lines()
         .find_map(|l| l.strip_prefix("used_memory:"))
@@ -41,9 +41,8 @@ async fn main() -> anyhow::Result<()> {
     for &n in &a.runs {
         let ns = format!("timers{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
         let keys = Keys::new(Namespace::new(ns.clone())?, a.partitions);
-        let store = RedisStore::connect(&a.redis, keys.clone(), StoreConfig::default()).await?;
-        let mut conn = store.connection();
-        let before = used_memory(&mut conn).await?;
+        let store = ScriptStore::connect(&a.redis, keys.clone(), StoreConfig::default()).await?;
+        let before = used_memory(&store).await?;
         let input = serde_json::json!({"steps": 1}).to_string();
         let started = Instant::now();
         let mut set = tokio::task::JoinSet::new();
@@ -98,7 +97,7 @@ async fn main() -> anyhow::Result<()> {
             r??;
         }
         let setup = started.elapsed();
-        let after = used_memory(&mut conn).await?;
+        let after = used_memory(&store).await?;
         let mut sample = 0u64;
         for i in (0..n).step_by((n / 100).max(1)).take(100) {
             sample += store.run_memory_bytes(&ThreadId::new(format!("timer-{i}"))?).await?;

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use savepoint::ids::{EffectKey, ThreadId};
 use savepoint::protocol::TaskReason;
-use savepoint::store::redis::{EffectDone, EffectRelease, Rerun, RetryOutcome, SignalOutcome};
+use savepoint::store::{EffectDone, EffectRelease, Rerun, RetryOutcome, SignalOutcome};
 use savepoint::store::{Holder, RunStatus, StoreError};
 use serde::Deserialize;
 use serde_json::{json, Value};

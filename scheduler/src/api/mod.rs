@@ -20,7 +20,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use savepoint::metrics::{inc, metrics, ops_router, Readiness};
-use savepoint::store::RedisStore;
+use savepoint::store::ScriptStore;
 use std::sync::{Arc, OnceLock};
 
 use crate::publish::Publisher;
@@ -28,7 +28,7 @@ use crate::publish::Publisher;
 /// What the API needs once Redis and RabbitMQ are connected.
 pub(crate) struct Services {
     /// The checkpoint store.
-    pub store: RedisStore,
+    pub store: ScriptStore,
     /// Task publishing.
     pub publisher: Publisher,
     /// Marks confirmed tasks queued, in batches, off the request path.

@@ -6,8 +6,8 @@ use axum::Json;
 use savepoint::ids::ThreadId;
 use savepoint::metrics::{inc, metrics};
 use savepoint::protocol::TaskReason;
-use savepoint::store::redis::CreateOutcome;
-use savepoint::store::{RedisStore, RunStatus, StoreError};
+use savepoint::store::CreateOutcome;
+use savepoint::store::{ScriptStore, RunStatus, StoreError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tracing::info;
@@ -41,7 +41,7 @@ pub(crate) fn thread_id(raw: String) -> Result<ThreadId, ApiError> {
     ThreadId::new(raw).map_err(ApiError::bad_request)
 }
 
-async fn catalog_names(store: &RedisStore) -> Result<Vec<String>, StoreError> {
+async fn catalog_names(store: &ScriptStore) -> Result<Vec<String>, StoreError> {
     Ok(store.catalog().await?.into_keys().collect())
 }
 
@@ -50,7 +50,7 @@ async fn catalog_names(store: &RedisStore) -> Result<Vec<String>, StoreError> {
 #[derive(Default)]
 pub(crate) struct CatalogCache(std::sync::Mutex<Option<(std::time::Instant, CatalogMap)>>);
 
-type CatalogMap = std::collections::BTreeMap<String, savepoint::store::redis::CatalogEntry>;
+type CatalogMap = std::collections::BTreeMap<String, savepoint::store::CatalogEntry>;
 
 /// How long the API trusts its copy of the catalog.
 const CATALOG_FRESH: std::time::Duration = std::time::Duration::from_secs(1);
@@ -58,9 +58,9 @@ const CATALOG_FRESH: std::time::Duration = std::time::Duration::from_secs(1);
 impl CatalogCache {
     async fn entry(
         &self,
-        store: &RedisStore,
+        store: &ScriptStore,
         workflow: &str,
-    ) -> Result<Option<savepoint::store::redis::CatalogEntry>, StoreError> {
+    ) -> Result<Option<savepoint::store::CatalogEntry>, StoreError> {
         if let Some((at, map)) = self.0.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             if at.elapsed() < CATALOG_FRESH {
                 if let Some(e) = map.get(workflow) {

@@ -1,7 +1,7 @@
 //! JSON shapes of the API, built from store types (plain functions, no I/O).
 
 use savepoint::journal::{Entry, Outcome};
-use savepoint::store::redis::RunEvent;
+use savepoint::store::RunEvent;
 use savepoint::store::{Holder, RunHeader, RunStatus};
 use serde_json::{json, Map, Value};
 

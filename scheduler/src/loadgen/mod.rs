@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use savepoint::config::Config;
 use savepoint::ids::ThreadId;
-use savepoint::store::RedisStore;
+use savepoint::store::ScriptStore;
 
 /// Options of `savepoint loadgen`.
 #[derive(Debug, Clone, clap::Args)]
@@ -75,7 +75,7 @@ fn input(args: &LoadgenArgs, i: usize, hook: &str) -> Result<Value, anyhow::Erro
 
 /// Runs the load and returns the report (the caller prints it and picks the exit code).
 pub async fn run(cfg: Config, api: &str, args: LoadgenArgs) -> anyhow::Result<Report> {
-    let store = RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
+    let store = ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
         .await
         .context("connecting to Redis")?;
     let stop = CancellationToken::new();

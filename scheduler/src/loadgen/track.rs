@@ -8,7 +8,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 use savepoint::ids::ThreadId;
-use savepoint::store::{RedisStore, RunStatus};
+use savepoint::store::{ScriptStore, RunStatus};
 
 use super::stats::{Percentiles, Report};
 
@@ -30,7 +30,7 @@ fn ended(status: &str) -> bool {
 }
 
 impl Tracker {
-    pub(crate) fn start(store: RedisStore, stop: CancellationToken) -> Self {
+    pub(crate) fn start(store: ScriptStore, stop: CancellationToken) -> Self {
         let t = Self {
             inner: Arc::default(),
             changed: Arc::new(Notify::new()),
@@ -44,8 +44,7 @@ impl Tracker {
                     for th in &batch {
                         pipe.cmd("HGET").arg(&store.keys().run(th).run).arg("status");
                     }
-                    let mut conn = store.connection();
-                    if let Ok(statuses) = pipe.query_async::<Vec<Option<String>>>(&mut conn).await {
+                    if let Ok(statuses) = store.pipeline::<Vec<Option<String>>>(&pipe).await {
                         let mut g = me.lock();
                         for (th, st) in batch.iter().zip(statuses) {
                             if st.as_deref().is_none_or(ended) {
@@ -92,7 +91,7 @@ impl Tracker {
 }
 
 /// Reads every run's header (and a sample's journal, events and memory) and builds the report.
-pub(crate) async fn measure(store: &RedisStore, threads: &[ThreadId], sample: usize) -> anyhow::Result<Report> {
+pub(crate) async fn measure(store: &ScriptStore, threads: &[ThreadId], sample: usize) -> anyhow::Result<Report> {
     let mut r = Report {
         runs: threads.len(),
         ..Report::default()
@@ -155,12 +154,10 @@ pub(crate) async fn measure(store: &RedisStore, threads: &[ThreadId], sample: us
         bytes.iter().sum::<f64>() / bytes.len() as f64
     };
     let mut calls: BTreeMap<String, u32> = BTreeMap::new();
-    let mut lconn = store.connection();
-    let raw: Vec<String> = redis::cmd("LRANGE")
+    let raw: Vec<String> = store.query(&redis::cmd("LRANGE")
         .arg(store.keys().demo_effects())
         .arg(0)
-        .arg(-1)
-        .query_async(&mut lconn)
+        .arg(-1))
         .await?;
     let ours: std::collections::HashSet<&str> = threads.iter().map(|t| t.as_str()).collect();
     for rec in raw

@@ -82,6 +82,10 @@ pub enum BrokerError {
     /// The consumer (or broker) has been shut down.
     #[error("broker connection is shut down")]
     Shutdown,
+
+    /// The embedded broker refused the operation (an injected fault): transient.
+    #[error("broker unavailable: {0}")]
+    Unavailable(String),
 }
 
 impl BrokerError {
@@ -93,7 +97,7 @@ impl BrokerError {
             | BrokerError::Unroutable { .. }
             | BrokerError::Settle { .. }
             | BrokerError::Shutdown => false,
-            BrokerError::ConnectTimeout(_) | BrokerError::Nacked { .. } => true,
+            BrokerError::ConnectTimeout(_) | BrokerError::Nacked { .. } | BrokerError::Unavailable(_) => true,
             BrokerError::GaveUp { last, .. } => last.is_transient(),
             BrokerError::Connect(e) | BrokerError::Amqp { source: e, .. } => lapin_is_transient(e),
         }

@@ -1,12 +1,19 @@
 //! The checkpoint store: run headers, journals, due times, effect records (DESIGN §4).
 //!
-//! The data model lives here as plain types; [`redis::RedisStore`] is the one implementation.
-//! Every state change is one Lua script that validates before it writes.
+//! The data model lives here as plain types. [`ScriptStore`] is the store: every state change
+//! is one Lua script that validates before it writes, and every script and read runs on an
+//! engine (see `engine.rs`): a Redis server, or the embedded engine ([`crate::embedded`]) that
+//! runs the same scripts in-process. Open one with [`ScriptStore::connect`]: a `redis://` or
+//! `rediss://` URL selects Redis, `mem://NAME` the embedded instance `NAME`.
 
+mod engine;
 pub mod model;
-pub mod redis;
+mod script;
 
-pub use self::redis::{RedisStore, StoreConfig};
+pub use self::script::{
+    Cancelled, CatalogEntry, CreateOutcome, EffectDone, EffectRecord, EffectRelease, Rerun, RetryOutcome, Rung,
+    RunEvent, ScriptStore, ServedSpec, SignalOutcome, StoreConfig, Suspend, Suspended, WorkerInfo, SCHEMA_VERSION,
+};
 pub use model::{ClaimOutcome, Claimed, EffectClaim, Finish, Holder, Lease, RunHeader, RunStatus, Wait};
 
 /// Errors of the store.
@@ -56,6 +63,12 @@ pub enum StoreError {
     /// The namespace was created with another key layout than this process is configured for.
     #[error("{0}")]
     Layout(String),
+    /// The store could not be reached (the embedded engine's injected faults): transient.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The embedded engine answered a command or script with an error reply.
+    #[error("embedded store: {0}")]
+    Embedded(String),
 }
 
 impl StoreError {
@@ -78,6 +91,7 @@ impl StoreError {
                         )
                     )
             }
+            StoreError::Unavailable(_) => true,
             _ => false,
         }
     }

@@ -21,8 +21,8 @@ use crate::ids::{EffectKey, ThreadId};
 use crate::journal::{Entry, EntryKind, Outcome};
 use crate::lease::LeaseClock;
 use crate::metrics::{inc, labels, metrics};
-use crate::store::redis::Suspend;
-use crate::store::{Finish, Holder, Lease, RedisStore, RunStatus, StoreError};
+use crate::store::Suspend;
+use crate::store::{Finish, Holder, Lease, ScriptStore, RunStatus, StoreError};
 
 /// Why a slice of a run ended without the workflow returning. The runtime acts on it.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,7 +80,7 @@ impl Default for SliceLimits {
 /// What the runtime hands a context.
 pub struct CtxParts {
     /// The store to commit to.
-    pub store: RedisStore,
+    pub store: ScriptStore,
     /// The lease from the claim.
     pub lease: Lease,
     /// Recorded entries.
@@ -187,7 +187,7 @@ impl Ctx {
     }
 
     /// The store.
-    pub fn store(&self) -> &RedisStore {
+    pub fn store(&self) -> &ScriptStore {
         &self.p.store
     }
 

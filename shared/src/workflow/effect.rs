@@ -23,7 +23,7 @@ use super::{RetryPolicy, StepError, WorkflowError};
 use crate::ids::{EffectKey, ThreadId};
 use crate::journal::{Entry, EntryKind, Outcome};
 use crate::metrics::{inc, metrics};
-use crate::store::redis::{EffectDone, EffectRecord, EffectRelease, Suspend};
+use crate::store::{EffectDone, EffectRecord, EffectRelease, Suspend};
 use crate::store::{EffectClaim, Holder, RunStatus, StoreError};
 
 /// Asks the provider whether the effect with this key happened: `Some(result)` if it did,
@@ -532,7 +532,7 @@ impl Ctx {
 /// settling it, turns the intent into an explicit "in doubt, owner ended" record. True when
 /// it did (the caller looks at the key again).
 pub async fn orphan_if_owner_ended(
-    store: &crate::store::RedisStore,
+    store: &crate::store::ScriptStore,
     key: &EffectKey,
     holder: &Holder,
 ) -> Result<bool, StoreError> {
@@ -553,7 +553,7 @@ pub async fn orphan_if_owner_ended(
 /// Whether a run backing off on `key` should try again now: true unless another live run
 /// still holds the key's intent.
 pub async fn key_still_held(
-    store: &crate::store::RedisStore,
+    store: &crate::store::ScriptStore,
     key: &EffectKey,
     me: &ThreadId,
 ) -> Result<Option<Holder>, StoreError> {

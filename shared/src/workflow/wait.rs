@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::ctx::{decode_outcome, Ctx, SliceExit};
 use super::WorkflowError;
 use crate::journal::{now_ms, Entry, EntryKind, Outcome};
-use crate::store::redis::Suspend;
+use crate::store::Suspend;
 use crate::store::{RunStatus, Wait};
 
 impl Ctx {

@@ -16,25 +16,24 @@ pub use chain::Chain;
 pub use invoice::Invoice;
 pub use webhook::Webhook;
 
-use redis::aio::ConnectionManager;
 use serde_json::{json, Value};
 
 use savepoint::journal::now_ms;
-use savepoint::store::RedisStore;
+use savepoint::store::ScriptStore;
 use savepoint::workflow::{Registry, StepError};
 
 /// The demo effects log.
 #[derive(Clone)]
 pub struct EffectLog {
-    conn: ConnectionManager,
+    store: ScriptStore,
     key: String,
 }
 
 impl EffectLog {
     /// The log of the store's namespace.
-    pub fn new(store: &RedisStore) -> Self {
+    pub fn new(store: &ScriptStore) -> Self {
         Self {
-            conn: store.connection(),
+            store: store.clone(),
             key: store.keys().demo_effects(),
         }
     }
@@ -42,23 +41,18 @@ impl EffectLog {
     /// Appends one record (an effect was applied).
     pub async fn record(&self, thread: &str, effect: &str, key: &str) -> Result<(), StepError> {
         let rec = json!({"thread_id": thread, "effect": effect, "key": key, "at": now_ms()});
-        let mut conn = self.conn.clone();
-        let _: i64 = redis::cmd("RPUSH")
-            .arg(&self.key)
-            .arg(rec.to_string())
-            .query_async(&mut conn)
+        let _: i64 = self
+            .store
+            .query(redis::cmd("RPUSH").arg(&self.key).arg(rec.to_string()))
             .await?;
         Ok(())
     }
 
     /// Every record, oldest first.
     pub async fn all(&self) -> Result<Vec<Value>, StepError> {
-        let mut conn = self.conn.clone();
-        let raw: Vec<String> = redis::cmd("LRANGE")
-            .arg(&self.key)
-            .arg(0)
-            .arg(-1)
-            .query_async(&mut conn)
+        let raw: Vec<String> = self
+            .store
+            .query(redis::cmd("LRANGE").arg(&self.key).arg(0).arg(-1))
             .await?;
         Ok(raw.iter().filter_map(|s| serde_json::from_str(s).ok()).collect())
     }
@@ -72,7 +66,7 @@ impl EffectLog {
 /// A registry of the demo workflows named in `spec`: comma-separated `name[@version[:min]]`
 /// (e.g. `invoice,chain@2:1`), each serving the recorded versions `min..=version` (default:
 /// its own constants). Used to stand up workers of different builds side by side.
-pub fn registry_from_spec(store: &RedisStore, spec: &str) -> Result<Registry, String> {
+pub fn registry_from_spec(store: &ScriptStore, spec: &str) -> Result<Registry, String> {
     let log = EffectLog::new(store);
     let mut r = Registry::new();
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -102,7 +96,7 @@ pub fn registry_from_spec(store: &RedisStore, spec: &str) -> Result<Registry, St
 }
 
 /// A registry with every demo workflow.
-pub fn registry(store: &RedisStore) -> Registry {
+pub fn registry(store: &ScriptStore) -> Registry {
     let log = EffectLog::new(store);
     let mut r = Registry::new();
     r.register(Invoice::new(log.clone()))

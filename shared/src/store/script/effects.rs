@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{ms, RedisStore};
+use super::{ms, ScriptStore};
 use crate::ids::{EffectKey, ThreadId};
 use crate::store::{EffectClaim, Holder, Lease, StoreError};
 
@@ -60,7 +60,7 @@ fn holder(r: &super::reply::Reply, at: usize) -> Holder {
     }
 }
 
-impl RedisStore {
+impl ScriptStore {
     /// Records in the run that journal `index` performs the effect `key` (before taking its
     /// intent), extending the lease. `Ok(Some(old))` when the index already recorded another
     /// key: the code now derives a different key for the same call (non-determinism).
@@ -223,10 +223,8 @@ impl RedisStore {
 
     /// The raw dedup record of an effect key (JSON), for the API and tests.
     pub async fn effect_record(&self, key: &EffectKey) -> Result<Option<Value>, StoreError> {
-        let mut conn = self.connection();
-        let raw: Option<String> = redis::cmd("GET")
-            .arg(self.keys.effect(key))
-            .query_async(&mut conn)
+        let raw: Option<String> = self.engine.query(&redis::cmd("GET")
+            .arg(self.keys.effect(key)))
             .await?;
         Ok(raw.map(|s| serde_json::from_str(&s).unwrap_or(Value::String(s))))
     }

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{ms, RedisStore};
+use super::{ms, ScriptStore};
 use crate::ids::{EffectKey, ThreadId};
 use crate::store::{RunStatus, StoreError};
 
@@ -50,7 +50,7 @@ pub struct Cancelled {
     pub settled: Vec<(u32, String)>,
 }
 
-impl RedisStore {
+impl ScriptStore {
     /// Delivers a resume value (`kind = "interrupt"`) or a signal (`kind = "signal"`). With a
     /// client `id`, a retried delivery is accepted once.
     #[tracing::instrument(level = "debug", name = "signal", skip_all, fields(thread.id = %thread, signal.kind = kind))]
@@ -161,7 +161,7 @@ impl RedisStore {
     }
 }
 
-/// Outcome of [`RedisStore::retry`].
+/// Outcome of [`ScriptStore::retry`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum RetryOutcome {
     /// Pending again; publish a task and mark it queued.

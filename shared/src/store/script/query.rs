@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::reply::flat_map;
-use super::RedisStore;
+use super::ScriptStore;
 use crate::ids::ThreadId;
 use crate::journal::Entry;
 use crate::store::model::journal_from_fields;
@@ -57,13 +57,11 @@ const HEADER_FIELDS: [&str; 29] = [
     "trace",
 ];
 
-impl RedisStore {
+impl ScriptStore {
     /// A run's header and journal, if it exists.
     pub async fn get(&self, thread: &ThreadId) -> Result<Option<(RunHeader, Vec<Entry>)>, StoreError> {
-        let mut conn = self.connection();
-        let v: redis::Value = redis::cmd("HGETALL")
-            .arg(&self.keys.run(thread).run)
-            .query_async(&mut conn)
+        let v: redis::Value = self.engine.query(&redis::cmd("HGETALL")
+            .arg(&self.keys.run(thread).run))
             .await?;
         let fields = flat_map(&v);
         if fields.is_empty() {
@@ -77,11 +75,9 @@ impl RedisStore {
     /// A run's header only: HMGET of the header fields, so polling a long run does not move
     /// its journal.
     pub async fn header(&self, thread: &ThreadId) -> Result<Option<RunHeader>, StoreError> {
-        let mut conn = self.connection();
-        let values: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
+        let values: Vec<Option<Vec<u8>>> = self.engine.query(&redis::cmd("HMGET")
             .arg(&self.keys.run(thread).run)
-            .arg(&HEADER_FIELDS[..])
-            .query_async(&mut conn)
+            .arg(&HEADER_FIELDS[..]))
             .await?;
         let fields: BTreeMap<String, Vec<u8>> = HEADER_FIELDS
             .iter()
@@ -96,16 +92,13 @@ impl RedisStore {
 
     /// The last `count` events of a run, oldest first.
     pub async fn events(&self, thread: &ThreadId, count: usize) -> Result<Vec<RunEvent>, StoreError> {
-        let mut conn = self.connection();
-        let raw: Vec<String> = redis::cmd("LRANGE")
+        let raw: Vec<String> = self.engine.query(&redis::cmd("LRANGE")
             .arg(&self.keys.run(thread).events)
             .arg(-(count.max(1) as i64))
-            .arg(-1)
-            .query_async(&mut conn)
+            .arg(-1))
             .await?;
-        let len: i64 = redis::cmd("LLEN")
-            .arg(&self.keys.run(thread).events)
-            .query_async(&mut conn)
+        let len: i64 = self.engine.query(&redis::cmd("LLEN")
+            .arg(&self.keys.run(thread).events))
             .await?;
         let first = len - raw.len() as i64;
         let out = raw
@@ -132,7 +125,6 @@ impl RedisStore {
     /// filtered from the creation-time index (trimmed after the retention). Index entries whose
     /// run has expired are dropped.
     pub async fn list(&self, status: Option<RunStatus>, limit: usize) -> Result<Vec<RunHeader>, StoreError> {
-        let mut conn = self.connection();
         let mut candidates: Vec<(u64, u16, String)> = Vec::new();
         let own_index = matches!(status, Some(RunStatus::Blocked | RunStatus::Waiting));
         let index = |p: u16| match status {
@@ -145,12 +137,11 @@ impl RedisStore {
             limit
         };
         for p in 0..self.keys.partitions() {
-            let ids: Vec<(String, u64)> = redis::cmd("ZREVRANGE")
+            let ids: Vec<(String, u64)> = self.engine.query(&redis::cmd("ZREVRANGE")
                 .arg(index(p))
                 .arg(0)
                 .arg(per.saturating_sub(1))
-                .arg("WITHSCORES")
-                .query_async(&mut conn)
+                .arg("WITHSCORES"))
                 .await?;
             candidates.extend(ids.into_iter().map(|(id, at)| (at, p, id)));
         }
@@ -163,13 +154,12 @@ impl RedisStore {
             let Ok(thread) = ThreadId::new(id.clone()) else {
                 continue;
             };
-            let v: redis::Value = redis::cmd("HGETALL")
-                .arg(self.keys.run_in(p, &id))
-                .query_async(&mut conn)
+            let v: redis::Value = self.engine.query(&redis::cmd("HGETALL")
+                .arg(self.keys.run_in(p, &id)))
                 .await?;
             let fields: BTreeMap<String, Vec<u8>> = flat_map(&v);
             if fields.is_empty() {
-                let _: i64 = redis::cmd("ZREM").arg(index(p)).arg(&id).query_async(&mut conn).await?;
+                let _: i64 = self.engine.query(&redis::cmd("ZREM").arg(index(p)).arg(&id)).await?;
                 continue;
             }
             let h = RunHeader::from_fields(&thread, &fields)?;
@@ -188,28 +178,25 @@ impl RedisStore {
         for key in [&k.run, &k.events, &k.signals] {
             pipe.cmd("MEMORY").arg("USAGE").arg(key).arg("SAMPLES").arg(0);
         }
-        let mut conn = self.connection();
-        let sizes: Vec<Option<u64>> = pipe.query_async(&mut conn).await?;
+        let sizes: Vec<Option<u64>> = self.engine.pipeline(&pipe).await?;
         Ok(sizes.into_iter().flatten().sum())
     }
 
     /// Deletes every key of this namespace (`SCAN MATCH <ns>:*` + `UNLINK`); returns how many.
     /// For tests and benchmarks: it removes runs, effect records and the catalog alike.
     pub async fn purge_namespace(&self) -> Result<u64, StoreError> {
-        let mut conn = self.connection();
         let pattern = format!("{}:*", self.keys.namespace());
         let (mut cursor, mut deleted) = (0u64, 0u64);
         loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            let (next, keys): (u64, Vec<String>) = self.engine.query(&redis::cmd("SCAN")
                 .arg(cursor)
                 .arg("MATCH")
                 .arg(&pattern)
                 .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
+                .arg(1000))
                 .await?;
             if !keys.is_empty() {
-                let n: u64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut conn).await?;
+                let n: u64 = self.engine.query(&redis::cmd("UNLINK").arg(&keys)).await?;
                 deleted += n;
             }
             if next == 0 {
@@ -221,8 +208,7 @@ impl RedisStore {
 
     /// Redis server time (ms).
     pub async fn server_time(&self) -> Result<u64, StoreError> {
-        let mut conn = self.connection();
-        let (s, us): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
+        let (s, us): (u64, u64) = self.engine.query(&redis::cmd("TIME")).await?;
         Ok(s * 1000 + us / 1000)
     }
 }

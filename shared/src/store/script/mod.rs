@@ -10,6 +10,9 @@ mod scripts;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::sync::Arc;
+
+use super::engine::{Engine, Invocation};
+use crate::embedded::{self, MemEngine};
 use std::time::Duration;
 
 use super::model::{journal_from_fields, ClaimOutcome, Claimed, Finish, Lease, RunHeader, RunStatus, Wait};
@@ -97,12 +100,12 @@ pub struct Suspended {
     pub woke: bool,
     /// The run's new due time (server ms), if any.
     pub due: Option<u64>,
-    /// The run's ring version: present it to [`RedisStore::mark_queued`] after publishing
+    /// The run's ring version: present it to [`ScriptStore::mark_queued`] after publishing
     /// the run's next task.
     pub rv: u64,
 }
 
-/// A suspension of the slice, for [`RedisStore::suspend`].
+/// A suspension of the slice, for [`ScriptStore::suspend`].
 #[derive(Debug, Clone, Copy)]
 pub struct Suspend<'a> {
     /// `sleeping`, `waiting` or `pending`.
@@ -137,10 +140,11 @@ impl<'a> Suspend<'a> {
     }
 }
 
-/// The Redis store. Cheap to clone; one multiplexed, auto-reconnecting connection.
+/// The checkpoint store. Cheap to clone. On Redis: one multiplexed, auto-reconnecting
+/// connection; embedded: a shared handle on the in-process engine.
 #[derive(Clone)]
-pub struct RedisStore {
-    conn: ConnectionManager,
+pub struct ScriptStore {
+    engine: Engine,
     keys: Keys,
     cfg: StoreConfig,
     scripts: Arc<Scripts>,
@@ -150,9 +154,13 @@ fn ms(d: Duration) -> u64 {
     d.as_millis() as u64
 }
 
-impl RedisStore {
+impl ScriptStore {
     /// Connects (the connection manager reconnects with exponential backoff on its own).
+    /// `mem://NAME` opens the process-wide embedded instance `NAME` instead of a server.
     pub async fn connect(url: &str, keys: Keys, cfg: StoreConfig) -> Result<Self, StoreError> {
+        if let Some(name) = embedded::instance_name(url) {
+            return Ok(Self::embedded(embedded::engine(name), keys, cfg));
+        }
         let client = redis::Client::open(url)?;
         let mcfg = ConnectionManagerConfig::new()
             .set_min_delay(Duration::from_millis(50))
@@ -162,11 +170,47 @@ impl RedisStore {
             .set_response_timeout(Some(cfg.command_timeout));
         let conn = ConnectionManager::new_with_config(client, mcfg).await?;
         Ok(Self {
-            conn,
+            engine: Engine::Redis(conn),
             keys,
             cfg,
             scripts: Arc::new(Scripts::new()),
         })
+    }
+
+    /// A store on an embedded engine (the same scripts, run in-process).
+    pub fn embedded(engine: Arc<MemEngine>, keys: Keys, cfg: StoreConfig) -> Self {
+        Self {
+            engine: Engine::Mem(engine),
+            keys,
+            cfg,
+            scripts: Arc::new(Scripts::new()),
+        }
+    }
+
+    /// The embedded engine this store runs on, if it is not Redis.
+    pub fn mem_engine(&self) -> Option<&Arc<MemEngine>> {
+        match &self.engine {
+            Engine::Mem(m) => Some(m),
+            Engine::Redis(_) => None,
+        }
+    }
+
+    /// Which backend this store runs on (`redis` or `embedded`), for logs and `/health`.
+    pub fn backend(&self) -> &'static str {
+        match self.engine {
+            Engine::Redis(_) => "redis",
+            Engine::Mem(_) => "embedded",
+        }
+    }
+
+    /// Runs one plain command (demo effects, the load generator, tests).
+    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
+        self.engine.query(cmd).await
+    }
+
+    /// Runs a pipeline of plain commands in one round trip and converts the replies.
+    pub async fn pipeline<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T, StoreError> {
+        self.engine.pipeline(pipe).await
     }
 
     /// The key layout.
@@ -179,14 +223,9 @@ impl RedisStore {
         &self.cfg
     }
 
-    /// A connection for ad-hoc commands (demo effects, tests).
-    pub fn connection(&self) -> ConnectionManager {
-        self.conn.clone()
-    }
-
     /// A script invocation for a lease holder: the run's four keys, then thread, owner,
     /// fence and the version read (the compare-and-swap and fencing arguments).
-    fn fenced<'a>(script: &'a redis::Script, lease: &Lease) -> redis::ScriptInvocation<'a> {
+    fn fenced<'a>(script: &'a scripts::ScriptDef, lease: &Lease) -> Invocation<'a> {
         let k = &lease.keys;
         let mut inv = script.prepare_invoke();
         inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
@@ -199,17 +238,15 @@ impl RedisStore {
     }
 
     /// Optional journal entry arguments: index and bytes, or two empty strings.
-    fn entry_args(inv: &mut redis::ScriptInvocation<'_>, entry: Option<(u32, &Entry)>) {
+    fn entry_args(inv: &mut Invocation<'_>, entry: Option<(u32, &Entry)>) {
         match entry {
             Some((i, e)) => inv.arg(i).arg(e.encode()),
             None => inv.arg("").arg(""),
         };
     }
 
-    async fn invoke(&self, inv: &redis::ScriptInvocation<'_>) -> Result<Reply, StoreError> {
-        let mut conn = self.conn.clone();
-        let v: redis::Value = inv.invoke_async(&mut conn).await?;
-        Reply::new(v)
+    async fn invoke(&self, inv: &Invocation<'_>) -> Result<Reply, StoreError> {
+        Reply::new(self.engine.eval(inv).await?)
     }
 
     /// Starts a run (idempotent on thread id + workflow + input).

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{ms, RedisStore};
+use super::{ms, ScriptStore};
 use crate::store::StoreError;
 
 /// A workflow as served: its name and version range.
@@ -72,7 +72,7 @@ impl WorkerInfo {
 /// Namespace layout written at first use.
 const META_PARTITIONS: &str = "partitions";
 
-impl RedisStore {
+impl ScriptStore {
     /// Registers (or refreshes) a live worker for `ttl`; returns the number of live workers.
     pub async fn register_worker(&self, worker: &WorkerInfo, ttl: Duration) -> Result<u64, StoreError> {
         let json = serde_json::to_string(worker).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -81,16 +81,14 @@ impl RedisStore {
             .arg(&worker.id)
             .arg(json)
             .arg(ms(ttl).max(1));
-        let mut conn = self.connection();
-        Ok(inv.invoke_async(&mut conn).await?)
+        Ok(self.engine.eval_as(&inv).await?)
     }
 
     /// Removes a worker's registration (clean shutdown).
     pub async fn deregister_worker(&self, id: &str) -> Result<(), StoreError> {
         let mut inv = self.scripts.register_worker.prepare_invoke();
         inv.key(self.keys.workers()).arg(id).arg("").arg(0);
-        let mut conn = self.connection();
-        let _: u64 = inv.invoke_async(&mut conn).await?;
+        let _: u64 = self.engine.eval_as(&inv).await?;
         Ok(())
     }
 
@@ -101,8 +99,7 @@ impl RedisStore {
         for p in 0..self.keys.partitions() {
             let mut inv = self.scripts.wake_unserved.prepare_invoke();
             inv.key(self.keys.due(p)).key(self.keys.status_index(p, "unserved"));
-            let mut conn = self.connection();
-            let woke: u64 = inv.invoke_async(&mut conn).await?;
+            let woke: u64 = self.engine.eval_as(&inv).await?;
             n += woke;
         }
         Ok(n)
@@ -153,18 +150,15 @@ impl RedisStore {
     /// Fixes the namespace's partition count at first use and refuses a process configured
     /// with another one: runs would be looked up in the wrong partition.
     pub async fn check_layout(&self) -> Result<(), StoreError> {
-        let mut conn = self.connection();
         let want = self.keys.partitions();
-        let _: i64 = redis::cmd("HSETNX")
+        let _: i64 = self.engine.query(&redis::cmd("HSETNX")
             .arg(self.keys.meta())
             .arg(META_PARTITIONS)
-            .arg(want)
-            .query_async(&mut conn)
+            .arg(want))
             .await?;
-        let stored: Option<String> = redis::cmd("HGET")
+        let stored: Option<String> = self.engine.query(&redis::cmd("HGET")
             .arg(self.keys.meta())
-            .arg(META_PARTITIONS)
-            .query_async(&mut conn)
+            .arg(META_PARTITIONS))
             .await?;
         match stored.as_deref().and_then(|s| s.parse::<u16>().ok()) {
             Some(p) if p == want => Ok(()),

@@ -3,14 +3,14 @@
 
 use std::time::Duration;
 
-use super::{ms, RedisStore};
+use super::{ms, ScriptStore};
 use crate::ids::ThreadId;
 use crate::store::StoreError;
 
 /// The longest a run with a confirmed task waits before it is rung again.
 const QUEUED_REDELIVER_CAP: Duration = Duration::from_secs(3600);
 
-/// A run handed out by [`RedisStore::scan_due`].
+/// A run handed out by [`ScriptStore::scan_due`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rung {
     /// The run.
@@ -19,11 +19,11 @@ pub struct Rung {
     pub trace: Option<String>,
     /// The due time recorded in its hash (ms), for lateness metrics.
     pub due: Option<u64>,
-    /// Its ring version, for [`RedisStore::mark_queued`] once the task is confirmed.
+    /// Its ring version, for [`ScriptStore::mark_queued`] once the task is confirmed.
     pub rv: u64,
 }
 
-impl RedisStore {
+impl ScriptStore {
     /// Hands out up to `limit` overdue runs of partition `p`; each is not handed out again for
     /// `period` (so concurrent scanners never publish one run twice). Returns (server time,
     /// runs). Two round trips: the candidates, then one script that re-checks and moves them.
@@ -68,13 +68,9 @@ impl RedisStore {
     pub async fn confirm_started(&self, threads: &[ThreadId]) -> Result<(), StoreError> {
         let mut pipe = redis::pipe();
         for t in threads {
-            pipe.cmd("ZREM")
-                .arg(self.keys.run(t).unconfirmed)
-                .arg(t.as_str())
-                .ignore();
+            pipe.cmd("ZREM").arg(self.keys.run(t).unconfirmed).arg(t.as_str());
         }
-        let mut conn = self.connection();
-        pipe.query_async::<()>(&mut conn).await?;
+        let _: Vec<i64> = self.engine.pipeline(&pipe).await?;
         Ok(())
     }
 
@@ -100,8 +96,7 @@ impl RedisStore {
             for (t, rv) in &group {
                 inv.arg(t.as_str()).arg(*rv);
             }
-            let mut conn = self.connection();
-            inv.invoke_async::<u64>(&mut conn).await
+            self.engine.eval_as::<u64>(&inv).await
         });
         let mut marked = 0;
         for r in futures::future::join_all(calls).await {

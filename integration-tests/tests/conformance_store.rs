@@ -1,28 +1,36 @@
-//! Every Lua script of the store, against a real Redis: the validations (fence, version,
-//! journal index, status) and the writes.
+//! The store's conformance suite: every Lua script's validations (fence, version, journal
+//! index, status) and writes, run against both backends: a real Redis and the embedded engine
+//! (the same scripts in-process over the in-memory keyspace). A difference between the two is
+//! a failing test here, so the backends cannot drift.
 
 use serde_json::json;
 use std::time::Duration;
 
 use savepoint::ids::{EffectKey, ThreadId};
 use savepoint::journal::{Entry, EntryKind, Outcome};
-use savepoint::store::redis::{CreateOutcome, EffectDone, EffectRelease, ServedSpec, SignalOutcome, Suspend};
-use savepoint::store::{ClaimOutcome, EffectClaim, Finish, Holder, RedisStore, RunStatus, StoreError, Wait};
-use savepoint_integration_tests::{fresh_namespace, services, test_config};
+use savepoint::store::{CreateOutcome, EffectDone, EffectRelease, ServedSpec, SignalOutcome, Suspend};
+use savepoint::store::{ClaimOutcome, EffectClaim, Finish, Holder, ScriptStore, RunStatus, StoreError, Wait};
+use savepoint::embedded::MemEngine;
+use savepoint_integration_tests::{embedded_config, fresh_namespace, services, test_config};
 
-async fn store() -> RedisStore {
+async fn redis_store() -> ScriptStore {
     services().await;
     let cfg = test_config(&fresh_namespace("st"));
-    RedisStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
+    ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
         .await
         .expect("redis")
+}
+
+fn embedded_store() -> ScriptStore {
+    let cfg = embedded_config(&fresh_namespace("st"));
+    ScriptStore::embedded(MemEngine::new(), cfg.keys(), cfg.store())
 }
 
 fn entry(name: &str) -> Entry {
     Entry::new(name, EntryKind::Step, Outcome::Ok(json!({"v": name})), 1)
 }
 
-async fn new_run(s: &RedisStore, input: serde_json::Value) -> ThreadId {
+async fn new_run(s: &ScriptStore, input: serde_json::Value) -> ThreadId {
     let t = ThreadId::generate("st");
     assert_eq!(
         s.create(&t, "wf", 1, &input.to_string(), "00-aa-bb-01").await.unwrap(),
@@ -31,16 +39,14 @@ async fn new_run(s: &RedisStore, input: serde_json::Value) -> ThreadId {
     t
 }
 
-async fn claim(s: &RedisStore, t: &ThreadId, owner: &str) -> savepoint::store::Claimed {
+async fn claim(s: &ScriptStore, t: &ThreadId, owner: &str) -> savepoint::store::Claimed {
     match s.claim(t, owner, None, &ServedSpec::any()).await.unwrap() {
         ClaimOutcome::Claimed(c) => *c,
         other => panic!("expected a claim, got {other:?}"),
     }
 }
 
-#[tokio::test]
-async fn create_is_idempotent_on_thread_workflow_and_input() {
-    let s = store().await;
+async fn create_is_idempotent_on_thread_workflow_and_input(s: ScriptStore) {
     let t = new_run(&s, json!({"a": 1})).await;
     assert_eq!(
         s.create(&t, "wf", 1, &json!({"a": 1}).to_string(), "").await.unwrap(),
@@ -62,9 +68,7 @@ async fn create_is_idempotent_on_thread_workflow_and_input() {
     assert!(h.due.is_some(), "a new run has a safety-net due time");
 }
 
-#[tokio::test]
-async fn claim_outcomes_and_fenced_commits() {
-    let s = store().await;
+async fn claim_outcomes_and_fenced_commits(s: ScriptStore) {
     let missing = ThreadId::generate("none");
     assert!(matches!(
         s.claim(&missing, "w", None, &ServedSpec::any()).await.unwrap(),
@@ -158,9 +162,7 @@ async fn claim_outcomes_and_fenced_commits() {
     );
 }
 
-#[tokio::test]
-async fn sleeping_waiting_and_signals() {
-    let s = store().await;
+async fn sleeping_waiting_and_signals(s: ScriptStore) {
     let t = new_run(&s, json!(null)).await;
     let mut c = claim(&s, &t, "w").await;
     let sleep = Entry::new("nap", EntryKind::Sleep, Outcome::Ok(json!({})), 1);
@@ -289,9 +291,7 @@ async fn sleeping_waiting_and_signals() {
     assert!(keys[0] < keys[1] && c4.signals[keys[0]] == json!(1));
 }
 
-#[tokio::test]
-async fn finish_cancel_unblock_and_retention() {
-    let s = store().await;
+async fn finish_cancel_unblock_and_retention(s: ScriptStore) {
     let t = new_run(&s, json!(null)).await;
     let mut c = claim(&s, &t, "w").await;
     s.finish(
@@ -307,10 +307,8 @@ async fn finish_cancel_unblock_and_retention() {
         (h.status, h.steps, h.output.clone()),
         (RunStatus::Completed, 1, Some(json!({"ok": true})))
     );
-    let mut conn = s.connection();
-    let ttl: i64 = redis::cmd("PTTL")
-        .arg(&s.keys().run(&t).run)
-        .query_async(&mut conn)
+    let ttl: i64 = s.query(&redis::cmd("PTTL")
+        .arg(&s.keys().run(&t).run))
         .await
         .unwrap();
     assert!(
@@ -349,9 +347,8 @@ async fn finish_cancel_unblock_and_retention() {
     )
     .await
     .unwrap();
-    let ttl: i64 = redis::cmd("PTTL")
-        .arg(&s.keys().run(&t3).run)
-        .query_async(&mut conn)
+    let ttl: i64 = s.query(&redis::cmd("PTTL")
+        .arg(&s.keys().run(&t3).run))
         .await
         .unwrap();
     assert_eq!(ttl, -1, "blocked runs wait for an operator and do not expire");
@@ -364,9 +361,7 @@ async fn finish_cancel_unblock_and_retention() {
     assert_eq!((h.status, h.reason, h.blocked_effect), (RunStatus::Pending, None, None));
 }
 
-#[tokio::test]
-async fn scan_due_hands_each_run_out_once_per_period() {
-    let s = store().await;
+async fn scan_due_hands_each_run_out_once_per_period(s: ScriptStore) {
     let mut threads = Vec::new();
     for _ in 0..20 {
         let t = new_run(&s, json!(null)).await;
@@ -406,9 +401,7 @@ async fn scan_due_hands_each_run_out_once_per_period() {
     assert_eq!(due, threads);
 }
 
-#[tokio::test]
-async fn effect_records_intent_done_release() {
-    let s = store().await;
+async fn effect_records_intent_done_release(s: ScriptStore) {
     let key = EffectKey::new(format!("charge:{}", uuid::Uuid::new_v4())).unwrap();
     let (t1, t2) = (ThreadId::generate("a"), ThreadId::generate("b"));
     let h1 = |index: i64, fence: u64| Holder {
@@ -418,9 +411,8 @@ async fn effect_records_intent_done_release() {
     };
     assert_eq!(s.effect_intent(&key, &t1, 3, 1, false).await.unwrap(), EffectClaim::Won);
     // The intent never expires (an in-doubt effect must not silently become "absent").
-    let ttl: i64 = redis::cmd("PTTL")
-        .arg(s.keys().effect(&key))
-        .query_async(&mut s.connection())
+    let ttl: i64 = s.query(&redis::cmd("PTTL")
+        .arg(s.keys().effect(&key)))
         .await
         .unwrap();
     assert_eq!(ttl, -1, "intent records have no TTL");
@@ -508,9 +500,7 @@ async fn effect_records_intent_done_release() {
 
 /// An intent whose owner ended becomes an explicit in-doubt record; an operator settles
 /// exactly the record a blocked run names, never a newer one.
-#[tokio::test]
-async fn orphaned_intents_and_operator_settlement() {
-    let s = store().await;
+async fn orphaned_intents_and_operator_settlement(s: ScriptStore) {
     let key = EffectKey::new(format!("charge:{}", uuid::Uuid::new_v4())).unwrap();
     let (t1, t2) = (ThreadId::generate("a"), ThreadId::generate("b"));
     assert_eq!(s.effect_intent(&key, &t1, 2, 4, false).await.unwrap(), EffectClaim::Won);
@@ -562,3 +552,35 @@ async fn orphaned_intents_and_operator_settlement() {
         "the live intent survived the late resolver"
     );
 }
+
+/// Each contract test, once per backend.
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod on_redis {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(super::redis_store().await).await
+                }
+            )*
+        }
+        mod on_embedded {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(super::embedded_store()).await
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    create_is_idempotent_on_thread_workflow_and_input,
+    claim_outcomes_and_fenced_commits,
+    sleeping_waiting_and_signals,
+    finish_cancel_unblock_and_retention,
+    scan_due_hands_each_run_out_once_per_period,
+    effect_records_intent_done_release,
+    orphaned_intents_and_operator_settlement,
+);
