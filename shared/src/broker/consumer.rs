@@ -21,7 +21,7 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// A consumer on the task queue with its own connection and channel. It reconnects (with
 /// exponential backoff + jitter), re-declares the topology and resumes consuming after any
 /// connection or channel loss, until its shutdown token is cancelled.
-pub struct Consumer {
+pub(crate) struct AmqpConsumer {
     cfg: BrokerConfig,
     reconnects: Arc<AtomicU64>,
     tag: String,
@@ -39,9 +39,9 @@ struct Active {
     since: Instant,
 }
 
-impl std::fmt::Debug for Consumer {
+impl std::fmt::Debug for AmqpConsumer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Consumer")
+        f.debug_struct("AmqpConsumer")
             .field("tag", &self.tag)
             .field("queue", &self.cfg.topology.queue_name())
             .field("connected", &self.active.is_some())
@@ -50,10 +50,10 @@ impl std::fmt::Debug for Consumer {
     }
 }
 
-impl Consumer {
+impl AmqpConsumer {
     pub(crate) fn new(cfg: BrokerConfig, reconnects: Arc<AtomicU64>, tag: &str, shutdown: CancellationToken) -> Self {
         let backoff = Backoff::new(cfg.reconnect_min, cfg.reconnect_max);
-        Consumer {
+        AmqpConsumer {
             cfg,
             reconnects,
             tag: tag.to_owned(),
@@ -68,7 +68,7 @@ impl Consumer {
     /// Next delivery; `None` once shutdown is cancelled. On shutdown it cancels the AMQP consumer,
     /// waits up to [`SHUTDOWN_GRACE`] for handed-out deliveries to be settled, then closes its
     /// channel and connection (prefetched, not yet returned messages are requeued by the broker).
-    pub async fn next(&mut self) -> Option<Delivery> {
+    pub(crate) async fn next(&mut self) -> Option<Delivery> {
         loop {
             if self.stopped {
                 return None;
@@ -91,7 +91,7 @@ impl Consumer {
             match step {
                 None => continue,
                 Some(Some(Ok(d))) => {
-                    return Some(Delivery::new(d, Arc::clone(&active.session), shutdown));
+                    return Some(Delivery::from_amqp(d, Arc::clone(&active.session), shutdown));
                 }
                 Some(Some(Err(e))) => {
                     self.lost(&format!("channel or connection error: {e}")).await;
@@ -103,7 +103,7 @@ impl Consumer {
 
     /// Returns once the consumer is attached to the queue (connecting with backoff if it is
     /// not), or shutdown was requested.
-    pub async fn ready(&mut self) {
+    pub(crate) async fn ready(&mut self) {
         while self.active.is_none() && !self.stopped && !self.shutdown.is_cancelled() {
             self.establish().await;
         }

@@ -2,7 +2,8 @@
 
 use super::amqp::{self, Link};
 use super::error::BrokerError;
-use super::publisher::Broker;
+use super::Broker;
+use crate::embedded::MemDelivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions};
 use lapin::types::FieldTable;
 use lapin::Acker;
@@ -74,6 +75,16 @@ pub struct Delivery {
     pub redelivered: bool,
     /// Delivery tag on the consumer's channel.
     pub delivery_tag: u64,
+    settle: Settle,
+}
+
+/// How a delivery is settled, per backend.
+enum Settle {
+    Amqp(Box<AmqpSettle>),
+    Mem(MemDelivery),
+}
+
+struct AmqpSettle {
     raw_headers: FieldTable,
     acker: Acker,
     shutdown: CancellationToken,
@@ -92,43 +103,64 @@ impl std::fmt::Debug for Delivery {
 }
 
 impl Delivery {
-    pub(crate) fn new(d: lapin::message::Delivery, session: Arc<Session>, shutdown: CancellationToken) -> Self {
+    pub(crate) fn from_amqp(d: lapin::message::Delivery, session: Arc<Session>, shutdown: CancellationToken) -> Self {
         let raw_headers = d.properties.headers().clone().unwrap_or_default();
         Delivery {
             headers: amqp::from_field_table(Some(&raw_headers)),
             data: d.data,
             redelivered: d.redelivered,
             delivery_tag: d.delivery_tag,
-            raw_headers,
-            acker: d.acker,
-            shutdown,
-            guard: InFlight::new(session),
+            settle: Settle::Amqp(Box::new(AmqpSettle {
+                raw_headers,
+                acker: d.acker,
+                shutdown,
+                guard: InFlight::new(session),
+            })),
+        }
+    }
+
+    pub(crate) fn from_mem(d: MemDelivery) -> Self {
+        Delivery {
+            data: d.data.clone(),
+            headers: d.headers.clone(),
+            redelivered: d.redelivered,
+            delivery_tag: d.tag,
+            settle: Settle::Mem(d),
         }
     }
 
     /// Acknowledges the message (it is removed from the queue).
     pub async fn ack(&self) -> Result<(), BrokerError> {
-        self.settle("ack", self.acker.ack(BasicAckOptions::default())).await
+        match &self.settle {
+            Settle::Amqp(a) => self.settle_amqp(a, "ack", a.acker.ack(BasicAckOptions::default())).await,
+            Settle::Mem(m) => m.ack().await,
+        }
     }
 
     /// Negatively acknowledges with requeue=true (the broker increments the delivery count of
     /// quorum queues and dead-letters the message once `x-delivery-limit` is exceeded).
     pub async fn requeue(&self) -> Result<(), BrokerError> {
-        let opts = BasicNackOptions {
-            multiple: false,
-            requeue: true,
-        };
-        self.settle("requeue", self.acker.nack(opts)).await
+        match &self.settle {
+            Settle::Amqp(a) => {
+                let opts = BasicNackOptions {
+                    multiple: false,
+                    requeue: true,
+                };
+                self.settle_amqp(a, "requeue", a.acker.nack(opts)).await
+            }
+            Settle::Mem(m) => m.requeue().await,
+        }
     }
 
     /// Dead-letters this message with a reason: publishes it (same body, original headers +
     /// `x-savepoint-reason`) to the dead-letter exchange via `broker`, then acks the original.
     /// If the publish fails, the original is requeued (best effort) and the publish error returned.
     pub async fn dead_letter(&self, broker: &Broker, reason: &str) -> Result<(), BrokerError> {
-        match broker
-            .dead_letter_table(&self.data, reason, self.raw_headers.clone())
-            .await
-        {
+        let a = match &self.settle {
+            Settle::Amqp(a) => a,
+            Settle::Mem(m) => return m.dead_letter(reason).await,
+        };
+        match broker.dead_letter_table(&self.data, reason, a.raw_headers.clone()).await {
             Ok(()) => self.ack().await,
             Err(e) => {
                 if let Err(re) = self.requeue().await {
@@ -139,20 +171,21 @@ impl Delivery {
         }
     }
 
-    async fn settle(
+    async fn settle_amqp(
         &self,
+        a: &AmqpSettle,
         op: &'static str,
         fut: impl Future<Output = lapin::Result<bool>>,
     ) -> Result<(), BrokerError> {
         let res = fut.await;
-        self.guard.finish();
+        a.guard.finish();
         match res {
             Ok(true) => Ok(()),
-            Ok(false) if self.acker.poisoned() && self.shutdown.is_cancelled() => Err(BrokerError::Shutdown),
+            Ok(false) if a.acker.poisoned() && a.shutdown.is_cancelled() => Err(BrokerError::Shutdown),
             Ok(false) => Err(BrokerError::Settle {
                 op,
                 delivery_tag: self.delivery_tag,
-                reason: if self.acker.poisoned() {
+                reason: if a.acker.poisoned() {
                     "its channel is closed (the broker will redeliver it)"
                 } else {
                     "it was already settled"

@@ -7,8 +7,10 @@
 //!
 //! [`Broker`] publishes on one shared confirm-mode channel (pipelined confirms) and repairs
 //! it on failure; each [`Consumer`] owns its connection and reconnects forever until shut down.
+//! With `amqp_url = "mem://NAME"` both run on the embedded queue instead (see `backend.rs`).
 
 mod amqp;
+mod backend;
 mod consumer;
 mod delivery;
 mod error;
@@ -18,10 +20,10 @@ mod topology;
 #[cfg(test)]
 mod tests;
 
-pub use consumer::{Consumer, SHUTDOWN_GRACE};
+pub use backend::{Broker, Consumer};
+pub use consumer::SHUTDOWN_GRACE;
 pub use delivery::Delivery;
 pub use error::BrokerError;
-pub use publisher::Broker;
 pub use topology::Topology;
 
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Publishing side: [`Broker`], with a shared confirm-mode channel and transparent reconnects.
 
 use super::amqp::{self, open_publisher_link, Backoff, Link};
-use super::consumer::Consumer;
+use super::consumer::AmqpConsumer;
 use super::error::BrokerError;
 use super::topology::{self, short};
 use super::BrokerConfig;
@@ -21,9 +21,9 @@ const CONTENT_TYPE: &str = "application/msgpack";
 /// Header carrying the reason of an explicit dead-lettering.
 pub(crate) const REASON_HEADER: &str = "x-savepoint-reason";
 
-/// Publishing side. Clone is cheap (Arc inside). Thread safe.
+/// The AMQP publishing side. Clone is cheap (Arc inside). Thread safe.
 #[derive(Clone)]
-pub struct Broker {
+pub(crate) struct AmqpBroker {
     inner: Arc<Inner>,
 }
 
@@ -34,20 +34,20 @@ struct Inner {
     reconnects: Arc<AtomicU64>,
 }
 
-impl std::fmt::Debug for Broker {
+impl std::fmt::Debug for AmqpBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Broker")
+        f.debug_struct("AmqpBroker")
             .field("topology", &self.inner.cfg.topology)
             .field("reconnects", &self.reconnects())
             .finish_non_exhaustive()
     }
 }
 
-impl Broker {
+impl AmqpBroker {
     /// Connects (retrying with exponential backoff + jitter until `deadline` elapses) and declares
     /// the whole topology idempotently. Non-transient failures (bad URL, access refused,
     /// conflicting queue arguments) are returned immediately.
-    pub async fn connect(cfg: BrokerConfig, deadline: Duration) -> Result<Broker, BrokerError> {
+    pub(crate) async fn connect(cfg: BrokerConfig, deadline: Duration) -> Result<AmqpBroker, BrokerError> {
         cfg.topology.validate()?;
         let start = Instant::now();
         let mut backoff = Backoff::new(cfg.reconnect_min, cfg.reconnect_max);
@@ -60,7 +60,7 @@ impl Broker {
             let last = match tokio::time::timeout(budget, open_publisher_link(&cfg, 0)).await {
                 Ok(Ok(link)) => {
                     debug!(namespace = %cfg.topology.namespace, attempts, "broker connected");
-                    return Ok(Broker {
+                    return Ok(AmqpBroker {
                         inner: Arc::new(Inner {
                             cfg,
                             link: Mutex::new(Arc::new(link)),
@@ -91,7 +91,7 @@ impl Broker {
     /// publisher confirm. A nack or an unroutable return is an error. Broken channels or
     /// connections are repaired and the publish retried a few times (so a message may, rarely,
     /// be stored twice).
-    pub async fn publish(&self, payload: &[u8], headers: &[(String, String)]) -> Result<(), BrokerError> {
+    pub(crate) async fn publish(&self, payload: &[u8], headers: &[(String, String)]) -> Result<(), BrokerError> {
         let table = amqp::to_field_table(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
         let topo = &self.inner.cfg.topology;
         self.publish_to(short(&topo.exchange())?, short(&topo.routing_key())?, payload, table)
@@ -100,7 +100,7 @@ impl Broker {
 
     /// Publishes the payload to the dead-letter exchange with header "x-savepoint-reason" =
     /// `reason` (plus the given headers), confirmed.
-    pub async fn dead_letter(
+    pub(crate) async fn dead_letter(
         &self,
         payload: &[u8],
         reason: &str,
@@ -124,7 +124,7 @@ impl Broker {
     }
 
     /// Number of ready messages in the task queue (passive queue_declare).
-    pub async fn queue_depth(&self) -> Result<u32, BrokerError> {
+    pub(crate) async fn queue_depth(&self) -> Result<u32, BrokerError> {
         let ch = self.admin_channel().await?;
         let res = topology::depth(&ch, &self.inner.cfg.topology.queue_name()).await;
         close_quietly(&ch).await;
@@ -132,7 +132,7 @@ impl Broker {
     }
 
     /// Number of ready messages in the dead-letter queue (passive queue_declare).
-    pub async fn dlq_depth(&self) -> Result<u32, BrokerError> {
+    pub(crate) async fn dlq_depth(&self) -> Result<u32, BrokerError> {
         let ch = self.admin_channel().await?;
         let res = topology::depth(&ch, &self.inner.cfg.topology.dlq()).await;
         close_quietly(&ch).await;
@@ -140,7 +140,7 @@ impl Broker {
     }
 
     /// Deletes this namespace's exchanges and queues (used by tests to clean up).
-    pub async fn delete_topology(&self) -> Result<(), BrokerError> {
+    pub(crate) async fn delete_topology(&self) -> Result<(), BrokerError> {
         let ch = self.admin_channel().await?;
         let res = topology::delete(&ch, &self.inner.cfg.topology).await;
         close_quietly(&ch).await;
@@ -148,14 +148,14 @@ impl Broker {
     }
 
     /// Total reconnects performed by this broker and its consumers (for metrics).
-    pub fn reconnects(&self) -> u64 {
+    pub(crate) fn reconnects(&self) -> u64 {
         self.inner.reconnects.load(Ordering::Relaxed)
     }
 
     /// Starts a consumer on the task queue with its own connection and channel (see [`Consumer`]).
     /// The connection is opened lazily by the first [`Consumer::next`] call.
-    pub fn consumer(&self, tag: &str, shutdown: CancellationToken) -> Consumer {
-        Consumer::new(
+    pub(crate) fn consumer(&self, tag: &str, shutdown: CancellationToken) -> AmqpConsumer {
+        AmqpConsumer::new(
             self.inner.cfg.clone(),
             Arc::clone(&self.inner.reconnects),
             tag,

@@ -17,7 +17,7 @@ mod keyspace;
 mod lua;
 mod queue;
 
-pub use queue::{MemDelivery, MemQueue, QueueStats};
+pub use queue::{MemConsumer, MemDelivery, MemQueue, QueueStats};
 
 use redis::Value;
 use std::collections::{BTreeMap, HashMap};

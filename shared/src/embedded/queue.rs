@@ -9,6 +9,7 @@
 //! - `dead_letter` publishes to the dead-letter queue with an `x-savepoint-reason` header.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::{Fault, Faults, Op};
@@ -195,6 +196,7 @@ impl MemQueue {
         s.next_consumer += 1;
         MemConsumer {
             queue: Arc::clone(self),
+            live: Arc::new(AtomicUsize::new(0)),
             id: s.next_consumer,
             prefetch: if prefetch == 0 { usize::MAX } else { prefetch as usize },
         }
@@ -234,6 +236,8 @@ impl MemQueue {
 /// A consumer of a [`MemQueue`]. Dropping it returns its unsettled deliveries to the queue.
 pub struct MemConsumer {
     queue: Arc<MemQueue>,
+    /// Deliveries handed out and neither settled nor dropped.
+    live: Arc<AtomicUsize>,
     id: u64,
     prefetch: usize,
 }
@@ -245,6 +249,12 @@ impl std::fmt::Debug for MemConsumer {
 }
 
 impl MemConsumer {
+    /// Deliveries handed out by this consumer and neither settled nor dropped (shutdown waits
+    /// for these; a dropped one stays unacknowledged until the consumer goes, as on AMQP).
+    pub fn in_flight(&self) -> usize {
+        self.live.load(Ordering::Acquire)
+    }
+
     /// The next delivery (waits for one).
     pub async fn next(&self) -> MemDelivery {
         loop {
@@ -263,7 +273,12 @@ impl MemConsumer {
                         if m.count > 0 {
                             headers.insert(COUNT_HEADER.into(), m.count.to_string());
                         }
+                        self.live.fetch_add(1, Ordering::AcqRel);
                         return MemDelivery {
+                            live: LiveGuard {
+                                live: Arc::clone(&self.live),
+                                done: AtomicBool::new(false),
+                            },
                             queue: Arc::clone(&self.queue),
                             consumer: self.id,
                             tag,
@@ -299,9 +314,31 @@ impl Drop for MemConsumer {
     }
 }
 
+/// Counts a delivery as in flight until it is settled or dropped.
+#[derive(Debug)]
+struct LiveGuard {
+    live: Arc<AtomicUsize>,
+    done: AtomicBool,
+}
+
+impl LiveGuard {
+    fn finish(&self) {
+        if !self.done.swap(true, Ordering::AcqRel) {
+            self.live.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
 /// A message received from a [`MemQueue`].
 #[derive(Debug)]
 pub struct MemDelivery {
+    live: LiveGuard,
     queue: Arc<MemQueue>,
     consumer: u64,
     /// Delivery tag (unique per queue).
@@ -317,6 +354,7 @@ pub struct MemDelivery {
 impl MemDelivery {
     /// Acknowledges it.
     pub async fn ack(&self) -> Result<(), BrokerError> {
+        self.live.finish();
         let q = Arc::clone(&self.queue);
         q.faulty(Op::Settle, "ack", |q| {
             q.settle(self.consumer, self.tag, "ack").map(|_| q.lock().stats.acked += 1)
@@ -326,6 +364,7 @@ impl MemDelivery {
 
     /// Returns it to the head of the queue (counted; dead-lettered past the limit).
     pub async fn requeue(&self) -> Result<(), BrokerError> {
+        self.live.finish();
         let q = Arc::clone(&self.queue);
         q.faulty(Op::Settle, "requeue", |q| {
             let m = q.settle(self.consumer, self.tag, "requeue")?;
@@ -341,6 +380,7 @@ impl MemDelivery {
 
     /// Moves it to the dead-letter queue with a reason (and its original headers).
     pub async fn dead_letter(&self, reason: &str) -> Result<(), BrokerError> {
+        self.live.finish();
         let q = Arc::clone(&self.queue);
         q.faulty(Op::Settle, "dead-letter", |q| {
             let mut m = q.settle(self.consumer, self.tag, "dead-letter")?;
