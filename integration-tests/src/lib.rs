@@ -21,8 +21,8 @@ pub mod tasks;
 
 use savepoint::broker::Broker;
 use savepoint::config::Config;
-use savepoint::store::{CatalogEntry, WorkerInfo};
 use savepoint::store::ScriptStore;
+use savepoint::store::{CatalogEntry, WorkerInfo};
 use savepoint_scheduler::SchedulerError;
 use std::future::Future;
 use std::net::SocketAddr;

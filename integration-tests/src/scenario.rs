@@ -129,10 +129,14 @@ impl World {
 
     /// The demo effects log of this namespace.
     pub async fn effects(&self) -> Vec<Value> {
-        let raw: Vec<String> = self.store.query(&redis::cmd("LRANGE")
-            .arg(self.store.keys().demo_effects())
-            .arg(0)
-            .arg(-1))
+        let raw: Vec<String> = self
+            .store
+            .query(
+                &redis::cmd("LRANGE")
+                    .arg(self.store.keys().demo_effects())
+                    .arg(0)
+                    .arg(-1),
+            )
             .await
             .expect("lrange");
         raw.iter().filter_map(|s| serde_json::from_str(s).ok()).collect()

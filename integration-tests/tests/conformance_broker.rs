@@ -45,7 +45,12 @@ async fn embedded(delivery_limit: u32) -> Broker {
 async fn eventually_depth(b: &Broker, dlq: bool, want: u32) {
     let deadline = tokio::time::Instant::now() + STEP;
     loop {
-        let got = if dlq { b.dlq_depth().await } else { b.queue_depth().await }.expect("depth");
+        let got = if dlq {
+            b.dlq_depth().await
+        } else {
+            b.queue_depth().await
+        }
+        .expect("depth");
         if got == want {
             return;
         }
@@ -69,7 +74,10 @@ async fn publish_ack_and_dead_letter(b: Broker) {
     let mut c = b.consumer("bc", stop.clone());
     let mut got = Vec::new();
     for _ in 0..3 {
-        let d = tokio::time::timeout(STEP, c.next()).await.expect("in time").expect("a delivery");
+        let d = tokio::time::timeout(STEP, c.next())
+            .await
+            .expect("in time")
+            .expect("a delivery");
         let i = String::from_utf8(d.data.clone()).expect("utf8")["msg-".len()..].to_owned();
         assert_eq!(d.headers.get("x-test"), Some(&format!("v{i}")));
         assert!(!d.redelivered);
@@ -83,7 +91,10 @@ async fn publish_ack_and_dead_letter(b: Broker) {
     eventually_depth(&b, false, 0).await;
     stop.cancel();
     drop(got);
-    assert!(tokio::time::timeout(STEP, c.next()).await.expect("stops in time").is_none());
+    assert!(tokio::time::timeout(STEP, c.next())
+        .await
+        .expect("stops in time")
+        .is_none());
     b.delete_topology().await.expect("cleanup");
 }
 
@@ -91,7 +102,10 @@ async fn unsettled_delivery_returns_when_its_consumer_goes(b: Broker) {
     b.publish(b"once", &[]).await.expect("publish");
     let stop_a = CancellationToken::new();
     let mut a = b.consumer("bc-a", stop_a.clone());
-    let d = tokio::time::timeout(STEP, a.next()).await.expect("in time").expect("a delivery");
+    let d = tokio::time::timeout(STEP, a.next())
+        .await
+        .expect("in time")
+        .expect("a delivery");
     assert_eq!(d.data, b"once");
     // A crashes: its delivery is never settled.
     drop(d);
@@ -100,7 +114,10 @@ async fn unsettled_delivery_returns_when_its_consumer_goes(b: Broker) {
     drop(a);
     let stop_b = CancellationToken::new();
     let mut c = b.consumer("bc-b", stop_b.clone());
-    let d = tokio::time::timeout(STEP, c.next()).await.expect("redelivered in time").expect("a delivery");
+    let d = tokio::time::timeout(STEP, c.next())
+        .await
+        .expect("redelivered in time")
+        .expect("a delivery");
     assert_eq!(d.data, b"once");
     assert!(d.redelivered, "the broker flags the second delivery");
     d.ack().await.expect("ack");
@@ -115,7 +132,10 @@ async fn requeued_past_the_delivery_limit_is_dead_lettered(b: Broker) {
     let mut c = b.consumer("bc", stop.clone());
     // Limit 2: the first delivery and two redeliveries come; the next requeue dead-letters.
     for n in 0..3 {
-        let d = tokio::time::timeout(STEP, c.next()).await.expect("in time").expect("a delivery");
+        let d = tokio::time::timeout(STEP, c.next())
+            .await
+            .expect("in time")
+            .expect("a delivery");
         assert_eq!(d.data, b"poison");
         assert_eq!(d.redelivered, n > 0);
         d.requeue().await.expect("requeue");

@@ -129,9 +129,12 @@ impl Workflow for FxProbe {
             .effect_with("charge", key, opts, |fx: EffectCtx| {
                 let (store, seen) = (store.clone(), seen.clone());
                 async move {
-                    let begun: Option<String> = store.query(&redis::cmd("HGET")
-                        .arg(store.keys().run(&fx.thread).run)
-                        .arg(format!("x:{}", fx.index)))
+                    let begun: Option<String> = store
+                        .query(
+                            &redis::cmd("HGET")
+                                .arg(store.keys().run(&fx.thread).run)
+                                .arg(format!("x:{}", fx.index)),
+                        )
                         .await
                         .expect("hget");
                     let rec = store
@@ -194,9 +197,9 @@ async fn effect_function_gets_key_fence_thread_index_attempt_after_begin_and_int
     let rec = record(&w, "charge:7").await.expect("done record");
     assert_eq!(rec["state"], "done", "{rec}");
     assert_eq!(record_result(&rec), run["output"]);
-    let begun: Option<String> = w.store.query(&redis::cmd("HGET")
-        .arg(w.store.keys().run(&t).run)
-        .arg("x:1"))
+    let begun: Option<String> = w
+        .store
+        .query(&redis::cmd("HGET").arg(w.store.keys().run(&t).run).arg("x:1"))
         .await
         .unwrap();
     assert_eq!(begun, None, "the journal commit settles x:1");
@@ -623,8 +626,9 @@ async fn held_key_of_a_run_that_expired_blocks_the_waiting_run() {
     })
     .await;
     // The holder's run record expires (retention) while its intent is unsettled.
-    let n: i64 = w.store.query(&redis::cmd("DEL")
-        .arg(w.store.keys().run(&h).run))
+    let n: i64 = w
+        .store
+        .query(&redis::cmd("DEL").arg(w.store.keys().run(&h).run))
         .await
         .unwrap();
     assert_eq!(n, 1);
@@ -1227,9 +1231,9 @@ async fn a_retried_resume_or_signal_with_the_same_client_id_delivers_once() {
         (Some("waiting"), Some(1)),
         "{run}"
     );
-    let pending: Option<String> = w.store.query(&redis::cmd("HGET")
-        .arg(w.store.keys().run(&t).signals)
-        .arg("i:gate"))
+    let pending: Option<String> = w
+        .store
+        .query(&redis::cmd("HGET").arg(w.store.keys().run(&t).signals).arg("i:gate"))
         .await
         .unwrap();
     assert_eq!(pending, None, "no answer was stored for the second gate");
@@ -1300,8 +1304,9 @@ async fn blocked_and_waiting_runs_are_listed_after_the_creation_index_is_trimmed
     // The creation-time indexes are trimmed (as after the retention).
     let mut deleted = 0;
     for p in 0..w.store.keys().partitions() {
-        let n: i64 = w.store.query(&redis::cmd("DEL")
-            .arg(w.store.keys().index(p)))
+        let n: i64 = w
+            .store
+            .query(&redis::cmd("DEL").arg(w.store.keys().index(p)))
             .await
             .unwrap();
         deleted += n;

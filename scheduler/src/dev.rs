@@ -1,7 +1,9 @@
 //! `savepoint dev`: a scheduler and two workers in one process against the configured
-//! RabbitMQ and Redis. By default it first plays the seed's story: an invoice run whose
-//! worker crashes right after the ledger post, resumed on the other worker, printing each
-//! step and effect and how many times each effect was applied.
+//! RabbitMQ and Redis, or, when either is not reachable (or with `--embedded`), on the embedded
+//! backend: the same engine with its store and queue in this process. By default it first
+//! plays the seed's story: an invoice run whose worker crashes right after the ledger post,
+//! resumed on the other worker, printing each step and effect and how many times each effect
+//! was applied.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -14,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use savepoint::config::Config;
 use savepoint::failpoints::Failpoints;
 use savepoint::ids::ThreadId;
-use savepoint::store::{ScriptStore, RunStatus};
+use savepoint::store::{RunStatus, ScriptStore};
 use savepoint_worker::demo::{registry, EffectLog};
 use savepoint_worker::WorkerOptions;
 
@@ -27,6 +29,88 @@ pub struct DevArgs {
     /// Exit after the story instead of serving (used by tests and CI).
     #[arg(long)]
     pub exit_after_story: bool,
+    /// Run on the embedded backend (store and queue in this process, nothing persisted)
+    /// even if RabbitMQ and Redis are reachable.
+    #[arg(long, conflicts_with = "require_services")]
+    pub embedded: bool,
+    /// Fail instead of falling back to the embedded backend when RabbitMQ or Redis is not
+    /// reachable.
+    #[arg(long)]
+    pub require_services: bool,
+}
+
+/// `host:port` of a service URL (`scheme://[user[:pass]@]host[:port][/…]`).
+fn endpoint(url: &str, default_port: u16) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?']).next()?;
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if hostport.is_empty() {
+        return None;
+    }
+    let has_port = hostport
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()) && !hostport.ends_with(']'));
+    Some(if has_port {
+        hostport.to_owned()
+    } else {
+        format!("{hostport}:{default_port}")
+    })
+}
+
+/// Why a service cannot be reached (`None`: it accepts TCP connections).
+async fn unreachable(url: &str, default_port: u16) -> Option<String> {
+    if savepoint::embedded::instance_name(url).is_some() {
+        return None;
+    }
+    let Some(addr) = endpoint(url, default_port) else {
+        return Some(format!("cannot read a host from {url:?}"));
+    };
+    match tokio::time::timeout(Duration::from_millis(800), tokio::net::TcpStream::connect(&addr)).await {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => Some(format!("{addr}: {e}")),
+        Err(_) => Some(format!("{addr}: no answer in 800 ms")),
+    }
+}
+
+/// Picks the backend: the configured services, or the embedded one (`--embedded`, or a
+/// service not reachable and `--require-services` not given). Says which.
+async fn choose_backend(cfg: &mut Config, args: &DevArgs) -> anyhow::Result<()> {
+    let mut why = Vec::new();
+    if args.embedded {
+        why.push("--embedded was given".to_owned());
+    } else {
+        if let Some(e) = unreachable(&cfg.redis_url, 6379).await {
+            why.push(format!("Redis is not reachable ({e})"));
+        }
+        let amqp_port = if cfg.amqp_url.starts_with("amqps://") {
+            5671
+        } else {
+            5672
+        };
+        if let Some(e) = unreachable(&cfg.amqp_url, amqp_port).await {
+            why.push(format!("RabbitMQ is not reachable ({e})"));
+        }
+    }
+    if why.is_empty() {
+        println!(
+            "savepoint dev: backend rabbitmq + redis ({} and {})",
+            cfg.amqp_url, cfg.redis_url
+        );
+        return Ok(());
+    }
+    if args.require_services {
+        bail!("{} (and --require-services was given)", why.join("; "));
+    }
+    let url = format!("{}dev-{}", savepoint::embedded::SCHEME, std::process::id());
+    cfg.redis_url = url.clone();
+    cfg.amqp_url = url;
+    println!(
+        "savepoint dev: backend embedded ({}): the store runs the same Lua scripts in this process \
+         and the task queue is in memory; nothing outlives this process. Start RabbitMQ and Redis \
+         (or pass --require-services) to run on them.",
+        why.join("; ")
+    );
+    Ok(())
 }
 
 struct Fleet {
@@ -64,10 +148,11 @@ fn owner_name(detail: &str) -> String {
 }
 
 /// Runs `savepoint dev`.
-pub async fn run(cfg: Config, args: DevArgs) -> anyhow::Result<()> {
+pub async fn run(mut cfg: Config, args: DevArgs) -> anyhow::Result<()> {
+    choose_backend(&mut cfg, &args).await?;
     let store = ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
         .await
-        .context("connecting to Redis")?;
+        .context("connecting to the store")?;
     let listener = tokio::net::TcpListener::bind(&cfg.scheduler.http_addr)
         .await
         .with_context(|| format!("binding the API to {}", cfg.scheduler.http_addr))?;
@@ -84,7 +169,7 @@ pub async fn run(cfg: Config, args: DevArgs) -> anyhow::Result<()> {
         }
     }));
     println!(
-        "savepoint dev: scheduler API on {api} (namespace {:?}, redis {}, rabbitmq {})",
+        "savepoint dev: scheduler API on {api} (namespace {:?}, store {}, queue {})",
         cfg.namespace, cfg.redis_url, cfg.amqp_url
     );
     if !args.no_story {
@@ -258,4 +343,24 @@ async fn story(cfg: &Config, store: &ScriptStore, api: &str, fleet: &mut Fleet) 
     // Bring w1 back (a restart) so two workers serve from here on.
     spawn_worker(cfg, "w1", store, None, CancellationToken::new(), fleet);
     Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::endpoint;
+
+    #[test]
+    fn endpoints_of_service_urls() {
+        assert_eq!(
+            endpoint("redis://127.0.0.1:6379", 6379).as_deref(),
+            Some("127.0.0.1:6379")
+        );
+        assert_eq!(endpoint("redis://cache", 6379).as_deref(), Some("cache:6379"));
+        assert_eq!(
+            endpoint("amqp://guest:guest@127.0.0.1:5672/%2f", 5672).as_deref(),
+            Some("127.0.0.1:5672")
+        );
+        assert_eq!(endpoint("amqp://u:p@mq/vhost", 5672).as_deref(), Some("mq:5672"));
+        assert_eq!(endpoint("nonsense", 1), None);
+    }
 }

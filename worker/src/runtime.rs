@@ -11,8 +11,8 @@ use savepoint::config::Config;
 use savepoint::failpoints::{FailpointParseError, Failpoints};
 use savepoint::ids::Incarnation;
 use savepoint::metrics::{metrics, ops_router, Readiness};
-use savepoint::store::{ServedSpec, WorkerInfo};
 use savepoint::store::{ScriptStore, StoreError};
+use savepoint::store::{ServedSpec, WorkerInfo};
 use savepoint::workflow::Registry;
 
 use crate::handle::{handle_delivery, Shared};

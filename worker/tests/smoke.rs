@@ -8,7 +8,7 @@ use savepoint::broker::Broker;
 use savepoint::config::{Config, MapEnv};
 use savepoint::ids::ThreadId;
 use savepoint::protocol::{Task, TaskReason};
-use savepoint::store::{ScriptStore, RunStatus};
+use savepoint::store::{RunStatus, ScriptStore};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -81,10 +81,7 @@ async fn demo_workflows_run_end_to_end() {
     let h = wait_status(&store, &appr, RunStatus::Waiting).await;
     assert_eq!(h.wait.unwrap().name, "gate");
     let woke = store.signal(&appr, "interrupt", "", &json!("yes"), None).await.unwrap();
-    assert!(
-        matches!(woke, savepoint::store::SignalOutcome::Woke(_)),
-        "{woke:?}"
-    );
+    assert!(matches!(woke, savepoint::store::SignalOutcome::Woke(_)), "{woke:?}");
     let task = Task::new(appr.clone(), store.keys().partition(&appr), None, TaskReason::Signal);
     broker.publish(&task.encode(), &[]).await.unwrap();
     let h = wait_status(&store, &appr, RunStatus::Completed).await;

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use savepoint::ids::{Namespace, ThreadId};
 use savepoint::journal::{Entry, EntryKind, Outcome};
 use savepoint::keys::Keys;
+use savepoint::store::{ClaimOutcome, RunStatus, ScriptStore, StoreConfig};
 use savepoint::store::{ServedSpec, Suspend};
-use savepoint::store::{ClaimOutcome, ScriptStore, RunStatus, StoreConfig};
 
 #[derive(Parser, Debug)]
 struct Args {

@@ -7,7 +7,7 @@ use savepoint::ids::ThreadId;
 use savepoint::metrics::{inc, metrics};
 use savepoint::protocol::TaskReason;
 use savepoint::store::CreateOutcome;
-use savepoint::store::{ScriptStore, RunStatus, StoreError};
+use savepoint::store::{RunStatus, ScriptStore, StoreError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tracing::info;

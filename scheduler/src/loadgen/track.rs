@@ -8,7 +8,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 use savepoint::ids::ThreadId;
-use savepoint::store::{ScriptStore, RunStatus};
+use savepoint::store::{RunStatus, ScriptStore};
 
 use super::stats::{Percentiles, Report};
 
@@ -154,10 +154,8 @@ pub(crate) async fn measure(store: &ScriptStore, threads: &[ThreadId], sample: u
         bytes.iter().sum::<f64>() / bytes.len() as f64
     };
     let mut calls: BTreeMap<String, u32> = BTreeMap::new();
-    let raw: Vec<String> = store.query(&redis::cmd("LRANGE")
-        .arg(store.keys().demo_effects())
-        .arg(0)
-        .arg(-1))
+    let raw: Vec<String> = store
+        .query(&redis::cmd("LRANGE").arg(store.keys().demo_effects()).arg(0).arg(-1))
         .await?;
     let ours: std::collections::HashSet<&str> = threads.iter().map(|t| t.as_str()).collect();
     for rec in raw

@@ -132,7 +132,10 @@ impl Delivery {
     /// Acknowledges the message (it is removed from the queue).
     pub async fn ack(&self) -> Result<(), BrokerError> {
         match &self.settle {
-            Settle::Amqp(a) => self.settle_amqp(a, "ack", a.acker.ack(BasicAckOptions::default())).await,
+            Settle::Amqp(a) => {
+                self.settle_amqp(a, "ack", a.acker.ack(BasicAckOptions::default()))
+                    .await
+            }
             Settle::Mem(m) => m.ack().await,
         }
     }
@@ -160,7 +163,10 @@ impl Delivery {
             Settle::Amqp(a) => a,
             Settle::Mem(m) => return m.dead_letter(reason).await,
         };
-        match broker.dead_letter_table(&self.data, reason, a.raw_headers.clone()).await {
+        match broker
+            .dead_letter_table(&self.data, reason, a.raw_headers.clone())
+            .await
+        {
             Ok(()) => self.ack().await,
             Err(e) => {
                 if let Err(re) = self.requeue().await {

@@ -405,7 +405,11 @@ impl Keyspace {
                 arity(args, 2)?;
                 let h = self.hash(&args[1], now_ms)?;
                 let Some(h) = h else {
-                    return Ok(if verb == "HLEN" { Value::Int(0) } else { Value::Array(vec![]) });
+                    return Ok(if verb == "HLEN" {
+                        Value::Int(0)
+                    } else {
+                        Value::Array(vec![])
+                    });
                 };
                 Ok(match verb.as_str() {
                     "HLEN" => Value::Int(h.len() as i64),
@@ -471,14 +475,18 @@ impl Keyspace {
             }
             "ZSCORE" => {
                 arity(args, 3)?;
-                Ok(match self.zset(&args[1], now_ms)?.and_then(|z| z.scores.get(&args[2])) {
-                    Some(s) => bulk(fmt_score(*s).as_bytes()),
-                    None => Value::Nil,
-                })
+                Ok(
+                    match self.zset(&args[1], now_ms)?.and_then(|z| z.scores.get(&args[2])) {
+                        Some(s) => bulk(fmt_score(*s).as_bytes()),
+                        None => Value::Nil,
+                    },
+                )
             }
             "ZCARD" => {
                 arity(args, 2)?;
-                Ok(Value::Int(self.zset(&args[1], now_ms)?.map_or(0, |z| z.scores.len()) as i64))
+                Ok(Value::Int(
+                    self.zset(&args[1], now_ms)?.map_or(0, |z| z.scores.len()) as i64
+                ))
             }
             "ZRANGEBYSCORE" => self.zrangebyscore(args, now_ms),
             "ZREMRANGEBYSCORE" => {
@@ -614,7 +622,9 @@ impl Keyspace {
                     None => Value::Nil,
                 })
             }
-            other => Err(format!("ERR unknown command '{other}' (not supported by the embedded store)")),
+            other => Err(format!(
+                "ERR unknown command '{other}' (not supported by the embedded store)"
+            )),
         }
     }
 
@@ -706,13 +716,18 @@ mod tests {
     fn expiry_and_empty_collections_follow_redis() {
         let mut ks = Keyspace::default();
         run(&mut ks, 0, &["SET", "a", "1", "PX", "10"]).unwrap();
-        assert_eq!(run(&mut ks, 5, &["GET", "a"]).unwrap(), Value::BulkString(b"1".to_vec()));
+        assert_eq!(
+            run(&mut ks, 5, &["GET", "a"]).unwrap(),
+            Value::BulkString(b"1".to_vec())
+        );
         assert_eq!(run(&mut ks, 10, &["GET", "a"]).unwrap(), Value::Nil);
         run(&mut ks, 0, &["HSET", "h", "f", "v"]).unwrap();
         run(&mut ks, 0, &["HDEL", "h", "f"]).unwrap();
         assert_eq!(run(&mut ks, 0, &["EXISTS", "h"]).unwrap(), Value::Int(0));
         assert!(run(&mut ks, 0, &["RPUSH", "h2", "x"]).is_ok());
-        assert!(run(&mut ks, 0, &["HGET", "h2", "x"]).unwrap_err().starts_with("WRONGTYPE"));
+        assert!(run(&mut ks, 0, &["HGET", "h2", "x"])
+            .unwrap_err()
+            .starts_with("WRONGTYPE"));
     }
 
     #[test]
@@ -723,7 +738,10 @@ mod tests {
         assert_eq!(r, Value::Array(vec![bulk(b"a"), bulk(b"a2")]));
         let r = run(&mut ks, 0, &["ZREVRANGE", "z", "0", "0", "WITHSCORES"]).unwrap();
         assert_eq!(r, Value::Array(vec![bulk(b"c"), bulk(b"3")]));
-        assert_eq!(run(&mut ks, 0, &["ZREMRANGEBYSCORE", "z", "(1", "2"]).unwrap(), Value::Int(2));
+        assert_eq!(
+            run(&mut ks, 0, &["ZREMRANGEBYSCORE", "z", "(1", "2"]).unwrap(),
+            Value::Int(2)
+        );
         assert_eq!(run(&mut ks, 0, &["ZCARD", "z"]).unwrap(), Value::Int(2));
     }
 

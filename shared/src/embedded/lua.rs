@@ -149,7 +149,12 @@ fn json_of(v: &LuaValue, depth: usize) -> mlua::Result<serde_json::Value> {
                 J::Object(map)
             }
         }
-        other => return Err(lua_err(format!("Cannot serialise {}: type not supported", other.type_name()))),
+        other => {
+            return Err(lua_err(format!(
+                "Cannot serialise {}: type not supported",
+                other.type_name()
+            )))
+        }
     })
 }
 
@@ -214,9 +219,7 @@ impl LuaHost {
         let cjson = lua.create_table()?;
         cjson.set(
             "encode",
-            lua.create_function(|_, v: LuaValue| {
-                serde_json::to_string(&json_of(&v, 0)?).map_err(lua_err)
-            })?,
+            lua.create_function(|_, v: LuaValue| serde_json::to_string(&json_of(&v, 0)?).map_err(lua_err))?,
         )?;
         cjson.set(
             "decode",

@@ -79,7 +79,9 @@ pub struct MemEngine {
 
 impl std::fmt::Debug for MemEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemEngine").field("now_us", &self.now_us()).finish_non_exhaustive()
+        f.debug_struct("MemEngine")
+            .field("now_us", &self.now_us())
+            .finish_non_exhaustive()
     }
 }
 

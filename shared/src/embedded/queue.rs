@@ -174,7 +174,11 @@ impl MemQueue {
 
     /// The dead-lettered messages (body, headers), oldest first.
     pub fn dlq_messages(&self) -> Vec<(Vec<u8>, BTreeMap<String, String>)> {
-        self.lock().dlq.iter().map(|m| (m.data.clone(), m.headers.clone())).collect()
+        self.lock()
+            .dlq
+            .iter()
+            .map(|m| (m.data.clone(), m.headers.clone()))
+            .collect()
     }
 
     /// The counters.
@@ -244,7 +248,9 @@ pub struct MemConsumer {
 
 impl std::fmt::Debug for MemConsumer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemConsumer").field("id", &self.id).finish_non_exhaustive()
+        f.debug_struct("MemConsumer")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -357,7 +363,8 @@ impl MemDelivery {
         self.live.finish();
         let q = Arc::clone(&self.queue);
         q.faulty(Op::Settle, "ack", |q| {
-            q.settle(self.consumer, self.tag, "ack").map(|_| q.lock().stats.acked += 1)
+            q.settle(self.consumer, self.tag, "ack")
+                .map(|_| q.lock().stats.acked += 1)
         })
         .await?
     }

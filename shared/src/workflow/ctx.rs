@@ -22,7 +22,7 @@ use crate::journal::{Entry, EntryKind, Outcome};
 use crate::lease::LeaseClock;
 use crate::metrics::{inc, labels, metrics};
 use crate::store::Suspend;
-use crate::store::{Finish, Holder, Lease, ScriptStore, RunStatus, StoreError};
+use crate::store::{Finish, Holder, Lease, RunStatus, ScriptStore, StoreError};
 
 /// Why a slice of a run ended without the workflow returning. The runtime acts on it.
 #[derive(Debug, Clone, PartialEq)]

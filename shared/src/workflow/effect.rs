@@ -23,8 +23,8 @@ use super::{RetryPolicy, StepError, WorkflowError};
 use crate::ids::{EffectKey, ThreadId};
 use crate::journal::{Entry, EntryKind, Outcome};
 use crate::metrics::{inc, metrics};
-use crate::store::{EffectDone, EffectRecord, EffectRelease, Suspend};
 use crate::store::{EffectClaim, Holder, RunStatus, StoreError};
+use crate::store::{EffectDone, EffectRecord, EffectRelease, Suspend};
 
 /// Asks the provider whether the effect with this key happened: `Some(result)` if it did,
 /// `None` if it did not.

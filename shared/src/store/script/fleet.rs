@@ -151,14 +151,18 @@ impl ScriptStore {
     /// with another one: runs would be looked up in the wrong partition.
     pub async fn check_layout(&self) -> Result<(), StoreError> {
         let want = self.keys.partitions();
-        let _: i64 = self.engine.query(&redis::cmd("HSETNX")
-            .arg(self.keys.meta())
-            .arg(META_PARTITIONS)
-            .arg(want))
+        let _: i64 = self
+            .engine
+            .query(
+                &redis::cmd("HSETNX")
+                    .arg(self.keys.meta())
+                    .arg(META_PARTITIONS)
+                    .arg(want),
+            )
             .await?;
-        let stored: Option<String> = self.engine.query(&redis::cmd("HGET")
-            .arg(self.keys.meta())
-            .arg(META_PARTITIONS))
+        let stored: Option<String> = self
+            .engine
+            .query(&redis::cmd("HGET").arg(self.keys.meta()).arg(META_PARTITIONS))
             .await?;
         match stored.as_deref().and_then(|s| s.parse::<u16>().ok()) {
             Some(p) if p == want => Ok(()),

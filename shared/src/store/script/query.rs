@@ -60,8 +60,9 @@ const HEADER_FIELDS: [&str; 29] = [
 impl ScriptStore {
     /// A run's header and journal, if it exists.
     pub async fn get(&self, thread: &ThreadId) -> Result<Option<(RunHeader, Vec<Entry>)>, StoreError> {
-        let v: redis::Value = self.engine.query(&redis::cmd("HGETALL")
-            .arg(&self.keys.run(thread).run))
+        let v: redis::Value = self
+            .engine
+            .query(&redis::cmd("HGETALL").arg(&self.keys.run(thread).run))
             .await?;
         let fields = flat_map(&v);
         if fields.is_empty() {
@@ -75,9 +76,13 @@ impl ScriptStore {
     /// A run's header only: HMGET of the header fields, so polling a long run does not move
     /// its journal.
     pub async fn header(&self, thread: &ThreadId) -> Result<Option<RunHeader>, StoreError> {
-        let values: Vec<Option<Vec<u8>>> = self.engine.query(&redis::cmd("HMGET")
-            .arg(&self.keys.run(thread).run)
-            .arg(&HEADER_FIELDS[..]))
+        let values: Vec<Option<Vec<u8>>> = self
+            .engine
+            .query(
+                &redis::cmd("HMGET")
+                    .arg(&self.keys.run(thread).run)
+                    .arg(&HEADER_FIELDS[..]),
+            )
             .await?;
         let fields: BTreeMap<String, Vec<u8>> = HEADER_FIELDS
             .iter()
@@ -92,13 +97,18 @@ impl ScriptStore {
 
     /// The last `count` events of a run, oldest first.
     pub async fn events(&self, thread: &ThreadId, count: usize) -> Result<Vec<RunEvent>, StoreError> {
-        let raw: Vec<String> = self.engine.query(&redis::cmd("LRANGE")
-            .arg(&self.keys.run(thread).events)
-            .arg(-(count.max(1) as i64))
-            .arg(-1))
+        let raw: Vec<String> = self
+            .engine
+            .query(
+                &redis::cmd("LRANGE")
+                    .arg(&self.keys.run(thread).events)
+                    .arg(-(count.max(1) as i64))
+                    .arg(-1),
+            )
             .await?;
-        let len: i64 = self.engine.query(&redis::cmd("LLEN")
-            .arg(&self.keys.run(thread).events))
+        let len: i64 = self
+            .engine
+            .query(&redis::cmd("LLEN").arg(&self.keys.run(thread).events))
             .await?;
         let first = len - raw.len() as i64;
         let out = raw
@@ -137,11 +147,15 @@ impl ScriptStore {
             limit
         };
         for p in 0..self.keys.partitions() {
-            let ids: Vec<(String, u64)> = self.engine.query(&redis::cmd("ZREVRANGE")
-                .arg(index(p))
-                .arg(0)
-                .arg(per.saturating_sub(1))
-                .arg("WITHSCORES"))
+            let ids: Vec<(String, u64)> = self
+                .engine
+                .query(
+                    &redis::cmd("ZREVRANGE")
+                        .arg(index(p))
+                        .arg(0)
+                        .arg(per.saturating_sub(1))
+                        .arg("WITHSCORES"),
+                )
                 .await?;
             candidates.extend(ids.into_iter().map(|(id, at)| (at, p, id)));
         }
@@ -154,8 +168,9 @@ impl ScriptStore {
             let Ok(thread) = ThreadId::new(id.clone()) else {
                 continue;
             };
-            let v: redis::Value = self.engine.query(&redis::cmd("HGETALL")
-                .arg(self.keys.run_in(p, &id)))
+            let v: redis::Value = self
+                .engine
+                .query(&redis::cmd("HGETALL").arg(self.keys.run_in(p, &id)))
                 .await?;
             let fields: BTreeMap<String, Vec<u8>> = flat_map(&v);
             if fields.is_empty() {
@@ -188,12 +203,16 @@ impl ScriptStore {
         let pattern = format!("{}:*", self.keys.namespace());
         let (mut cursor, mut deleted) = (0u64, 0u64);
         loop {
-            let (next, keys): (u64, Vec<String>) = self.engine.query(&redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000))
+            let (next, keys): (u64, Vec<String>) = self
+                .engine
+                .query(
+                    &redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(&pattern)
+                        .arg("COUNT")
+                        .arg(1000),
+                )
                 .await?;
             if !keys.is_empty() {
                 let n: u64 = self.engine.query(&redis::cmd("UNLINK").arg(&keys)).await?;
