@@ -31,6 +31,7 @@ impl InProc {
             failpoints,
             crash: CancellationToken::new(),
             serve_http: false,
+            stubs: None,
         };
         let (cfg, s) = (cfg.clone(), stop.clone());
         let join = tokio::spawn(async move {

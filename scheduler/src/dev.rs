@@ -133,6 +133,7 @@ fn spawn_worker(
         failpoints: fp,
         crash,
         serve_http: false,
+        stubs: None,
     };
     let stop = fleet.stop.clone();
     let name = name.to_owned();

@@ -34,6 +34,8 @@ pub(crate) struct Shared {
     pub fleet: std::sync::RwLock<Vec<WorkerInfo>>,
     /// When `fleet` was last read on demand.
     pub fleet_read: std::sync::Mutex<std::time::Instant>,
+    /// Test doubles (the test kit).
+    pub stubs: Option<savepoint::workflow::Stubs>,
 }
 
 /// Shortest time between two on-demand reads of the fleet.

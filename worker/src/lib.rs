@@ -13,5 +13,6 @@ pub mod replay;
 mod runtime;
 pub mod signals;
 mod slice;
+pub mod testing;
 
 pub use runtime::{run, run_with, WorkerError, WorkerOptions};

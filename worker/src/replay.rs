@@ -114,7 +114,7 @@ fn entry_from_export(position: usize, e: &Value) -> Result<Entry, String> {
     })
 }
 
-async fn replay_as(
+pub(crate) async fn replay_as(
     store: &ScriptStore,
     registry: &Registry,
     thread: &ThreadId,
@@ -157,6 +157,8 @@ async fn replay_as(
         retry: wf.retry_policy(),
         replay_only: true,
         workflow: workflow.to_owned(),
+        stubs: None,
+        server_now: savepoint::journal::now_ms(),
     });
     let stopped = ctx.exit_signal();
     let result = {

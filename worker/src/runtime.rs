@@ -65,6 +65,8 @@ pub struct WorkerOptions {
     pub crash: CancellationToken,
     /// Serve `/metrics`, `/healthz`, `/readyz` on `cfg.worker.http_addr`.
     pub serve_http: bool,
+    /// Test doubles for step and effect functions, and live-call counts (the test kit).
+    pub stubs: Option<savepoint::workflow::Stubs>,
 }
 
 impl WorkerOptions {
@@ -75,6 +77,7 @@ impl WorkerOptions {
             failpoints: None,
             crash: CancellationToken::new(),
             serve_http: true,
+            stubs: None,
         }
     }
 }
@@ -184,6 +187,7 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
         served: ServedSpec::new(&catalog),
         fleet: std::sync::RwLock::new(fleet),
         fleet_read: std::sync::Mutex::new(std::time::Instant::now()),
+        stubs: opts.stubs.clone(),
     });
     let registration = tokio::spawn(keep_registered(
         shared.clone(),

@@ -165,6 +165,8 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         retry: wf.retry_policy(),
         replay_only: false,
         workflow: c.header.workflow.clone(),
+        stubs: shared.stubs.clone(),
+        server_now: c.server_now,
     });
     let stopped = ctx.exit_signal();
     let result = {

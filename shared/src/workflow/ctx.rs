@@ -109,6 +109,11 @@ pub struct CtxParts {
     pub replay_only: bool,
     /// Workflow name (metric label).
     pub workflow: String,
+    /// Test doubles and live-call counts (the test kit; `None` in production).
+    pub stubs: Option<super::Stubs>,
+    /// Server time (ms) when the run was claimed: the run's clock (`now()`, wake times,
+    /// entry timestamps) is server time, carried on by the local monotonic clock.
+    pub server_now: u64,
 }
 
 /// An effect intent this slice took and has not settled.
@@ -154,6 +159,12 @@ impl Ctx {
             patches: HashMap::new(),
             noted: false,
         }
+    }
+
+    /// Server time now (ms): the claim's server time plus the local monotonic time since
+    /// (virtual under a paused tokio clock, as in the test kit and the simulator).
+    pub fn server_now_ms(&self) -> u64 {
+        self.p.server_now + self.started.elapsed().as_millis() as u64
     }
 
     /// The run's thread id.
@@ -363,7 +374,8 @@ impl Ctx {
     }
 
     /// Commits the entry at the cursor (fenced, compare-and-swap) and advances.
-    pub(super) async fn commit(&mut self, entry: Entry, event: &str, consume_signal: Option<&str>) {
+    pub(super) async fn commit(&mut self, mut entry: Entry, event: &str, consume_signal: Option<&str>) {
+        entry.at = self.server_now_ms();
         let idx = self.cursor;
         let is_step = entry.kind == EntryKind::Step;
         if is_step {
@@ -509,7 +521,25 @@ impl Ctx {
             self.before_live(name).await;
             let started = Instant::now();
             let mut f = f;
-            let (r, attempts) = match self.attempt_loop(name, policy, true, |_| f()).await {
+            let stubs = self.p.stubs.clone();
+            let attempted = match &stubs {
+                Some(stubs) => {
+                    self.attempt_loop(name, policy, true, |attempt| {
+                        let stubbed = stubs.attempt(name).map(|stub| stub(attempt));
+                        let real = stubbed.is_none().then(|| f());
+                        async move {
+                            match (stubbed, real) {
+                                (Some(r), _) => super::stubs::decode_stub::<T>(name, r),
+                                (None, Some(fut)) => fut.await.map_err(Into::into),
+                                (None, None) => Err(StepError::fatal("no function to call")),
+                            }
+                        }
+                    })
+                    .await
+                }
+                None => self.attempt_loop(name, policy, true, |_| f()).await,
+            };
+            let (r, attempts) = match attempted {
                 Attempted::Done(r, attempts) => (r, attempts),
                 // (Unreachable: a step's panic is a failed attempt.)
                 Attempted::Panicked(msg) => (Err(StepError::retryable(format!("panicked: {msg}"))), 1),

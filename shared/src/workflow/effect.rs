@@ -364,6 +364,7 @@ impl Ctx {
     /// Calls the effect function under its retry policy, with the fencing token.
     async fn call<T, F, Fut, E>(&mut self, name: &str, key: &EffectKey, policy: &RetryPolicy, mut f: F) -> Called<T>
     where
+        T: DeserializeOwned,
         F: FnMut(EffectCtx) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Into<StepError>,
@@ -382,9 +383,27 @@ impl Ctx {
             index: self.cursor,
             attempt: 0,
         };
-        let attempted = self
-            .attempt_loop(name, policy, false, |attempt| f(EffectCtx { attempt, ..fx.clone() }))
-            .await;
+        let stubs = self.p.stubs.clone();
+        let attempted = match &stubs {
+            Some(stubs) => {
+                self.attempt_loop(name, policy, false, |attempt| {
+                    let stubbed = stubs.attempt(name).map(|stub| stub(attempt));
+                    let real = stubbed.is_none().then(|| f(EffectCtx { attempt, ..fx.clone() }));
+                    async move {
+                        match (stubbed, real) {
+                            (Some(r), _) => super::stubs::decode_stub::<T>(name, r),
+                            (None, Some(fut)) => fut.await.map_err(Into::into),
+                            (None, None) => Err(StepError::fatal("no function to call")),
+                        }
+                    }
+                })
+                .await
+            }
+            None => {
+                self.attempt_loop(name, policy, false, |attempt| f(EffectCtx { attempt, ..fx.clone() }))
+                    .await
+            }
+        };
         match attempted {
             Attempted::Done(Ok(v), _) => Called::Ok(v),
             Attempted::Done(Err(e), attempts) => Called::Failed(e, attempts),

@@ -7,6 +7,7 @@ mod effect;
 mod error;
 mod registry;
 mod retry;
+mod stubs;
 mod wait;
 
 pub use ctx::{panic_message, Ctx, CtxParts, SliceExit, SliceLimits};
@@ -16,6 +17,7 @@ pub use effect::{
 pub use error::{StepError, WorkflowError};
 pub use registry::{DynWorkflow, Registry, RunError};
 pub use retry::RetryPolicy;
+pub use stubs::{StubFn, Stubs};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;

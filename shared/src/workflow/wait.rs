@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::ctx::{decode_outcome, Ctx, SliceExit};
 use super::WorkflowError;
-use crate::journal::{now_ms, Entry, EntryKind, Outcome};
+use crate::journal::{Entry, EntryKind, Outcome};
 use crate::store::Suspend;
 use crate::store::{RunStatus, Wait};
 
@@ -22,7 +22,7 @@ impl Ctx {
         let entry = Entry::new(
             name,
             EntryKind::Sleep,
-            Outcome::Ok(json!({"duration_ms": ms, "wake_at": now_ms() + ms})),
+            Outcome::Ok(json!({"duration_ms": ms, "wake_at": self.server_now_ms() + ms})),
             1,
         );
         let r = self
@@ -127,9 +127,11 @@ impl Ctx {
         v
     }
 
-    /// Wall-clock time in ms since the epoch, recorded so replay sees the same value.
+    /// Time in ms since the epoch (the store server's clock), recorded so replay sees the same
+    /// value.
     pub async fn now(&mut self) -> u64 {
-        self.recorded("now", || json!(now_ms())).await.as_u64().unwrap_or(0)
+        let now = self.server_now_ms();
+        self.recorded("now", || json!(now)).await.as_u64().unwrap_or(0)
     }
 
     /// A random UUID, recorded.

@@ -62,6 +62,29 @@ impl ScriptStore {
         Ok((now, rung))
     }
 
+    /// The earliest due time of any run (server ms), if some run has one: when the next
+    /// timer, lease expiry or safety net falls due (the test kit advances virtual time to it).
+    pub async fn next_due(&self) -> Result<Option<u64>, StoreError> {
+        let mut next: Option<u64> = None;
+        for p in 0..self.keys.partitions() {
+            let first: Vec<(String, f64)> = self
+                .engine
+                .query(
+                    redis::cmd("ZRANGE")
+                        .arg(self.keys.due(p))
+                        .arg(0)
+                        .arg(0)
+                        .arg("WITHSCORES"),
+                )
+                .await?;
+            if let Some((_, score)) = first.first() {
+                let at = score.max(0.0) as u64;
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+        }
+        Ok(next)
+    }
+
     /// The broker confirmed the start task of each of these runs (just created): drop their
     /// unconfirmed-start entries, one pipelined ZREM each. (`create` already gave them the
     /// queued safety net.)
