@@ -18,6 +18,7 @@ pub mod process;
 mod publish;
 mod scanner;
 mod server;
+pub mod sim;
 
 pub use publish::{new_traceparent, reason_name, PublishError, Publisher, TRACEPARENT};
 pub use server::{run, serve, CONNECT_DEADLINE};

@@ -92,8 +92,8 @@ pub fn reason_name(reason: TaskReason) -> &'static str {
 /// A fresh W3C `traceparent` (`00-<32 hex trace id>-<16 hex span id>-01`) for a new run:
 /// one run is one trace across every worker that executes it.
 pub fn new_traceparent() -> String {
-    let trace = uuid::Uuid::new_v4().simple().to_string();
-    let span = uuid::Uuid::new_v4().simple().to_string();
+    let trace = savepoint::entropy::uuid().simple().to_string();
+    let span = savepoint::entropy::uuid().simple().to_string();
     format!("00-{trace}-{}-01", &span[..16])
 }
 

@@ -208,7 +208,7 @@ impl Failpoints {
         let fires = match p.trigger {
             Trigger::Always => true,
             Trigger::Nth(n) => hit == n,
-            Trigger::Percent(pct) => rand::random::<f64>() * 100.0 < pct,
+            Trigger::Percent(pct) => crate::entropy::f64() * 100.0 < pct,
         };
         fires.then_some(p.action)
     }

@@ -54,7 +54,7 @@ impl ThreadId {
         if p.is_empty() {
             p.push_str("run");
         }
-        Self(format!("{p}-{}", uuid::Uuid::new_v4().simple()))
+        Self(format!("{p}-{}", crate::entropy::uuid().simple()))
     }
 
     /// The id as text.
@@ -169,7 +169,7 @@ pub struct Incarnation(String);
 impl Incarnation {
     /// A new unique incarnation id, `<name>-<random>`.
     pub fn new(name: &str) -> Self {
-        let short = &uuid::Uuid::new_v4().simple().to_string()[..12];
+        let short = &crate::entropy::uuid().simple().to_string()[..12];
         Self(format!("{name}-{short}"))
     }
 

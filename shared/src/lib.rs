@@ -5,6 +5,7 @@
 pub mod broker;
 pub mod config;
 pub mod embedded;
+pub mod entropy;
 pub mod failpoints;
 pub mod ids;
 pub mod journal;

@@ -33,7 +33,7 @@ pub(crate) struct Shared {
     /// The live fleet as last read (refreshed with this worker's registration, and on demand).
     pub fleet: std::sync::RwLock<Vec<WorkerInfo>>,
     /// When `fleet` was last read on demand.
-    pub fleet_read: std::sync::Mutex<std::time::Instant>,
+    pub fleet_read: std::sync::Mutex<tokio::time::Instant>,
     /// Test doubles (the test kit).
     pub stubs: Option<savepoint::workflow::Stubs>,
 }
@@ -60,7 +60,7 @@ impl Shared {
             if at.elapsed() < FLEET_REREAD {
                 return false;
             }
-            *at = std::time::Instant::now();
+            *at = tokio::time::Instant::now();
         }
         if let Ok(live) = self.store.live_workers().await {
             *self.fleet.write().unwrap_or_else(|p| p.into_inner()) = live;

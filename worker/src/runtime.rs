@@ -186,7 +186,7 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
         slices_stop: slices_stop.clone(),
         served: ServedSpec::new(&catalog),
         fleet: std::sync::RwLock::new(fleet),
-        fleet_read: std::sync::Mutex::new(std::time::Instant::now()),
+        fleet_read: std::sync::Mutex::new(tokio::time::Instant::now()),
         stubs: opts.stubs.clone(),
     });
     let registration = tokio::spawn(keep_registered(

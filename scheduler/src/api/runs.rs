@@ -48,7 +48,7 @@ async fn catalog_names(store: &ScriptStore) -> Result<Vec<String>, StoreError> {
 /// The fleet's catalog as the API last read it: a start reads Redis at most once a second,
 /// and at once when the workflow is not in it (a worker that just started).
 #[derive(Default)]
-pub(crate) struct CatalogCache(std::sync::Mutex<Option<(std::time::Instant, CatalogMap)>>);
+pub(crate) struct CatalogCache(std::sync::Mutex<Option<(tokio::time::Instant, CatalogMap)>>);
 
 type CatalogMap = std::collections::BTreeMap<String, savepoint::store::CatalogEntry>;
 
@@ -70,7 +70,7 @@ impl CatalogCache {
         }
         let map = store.catalog().await?;
         let found = map.get(workflow).cloned();
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((std::time::Instant::now(), map));
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((tokio::time::Instant::now(), map));
         Ok(found)
     }
 }

@@ -94,6 +94,9 @@ pub enum Command {
     /// Load generator: submit runs, wait for them, print throughput, latency, duplicates,
     /// Redis bytes per run; non-zero exit when a run is lost or an effect repeated.
     Loadgen(crate::loadgen::LoadgenArgs),
+    /// Deterministic simulation: the real API, scanners and workers on the embedded backend
+    /// under seeded faults and virtual time; prints failing seeds; non-zero exit on any.
+    Sim(crate::sim::SimArgs),
     /// List recent runs, newest first.
     List {
         /// Only runs with this status (pending, running, sleeping, waiting, completed, failed,
@@ -229,6 +232,14 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
             }
             let _telemetry = savepoint::telemetry::init(&cfg.log_format, "savepoint-dev");
             crate::dev::run(cfg, d.dev).await
+        }
+        Command::Sim(a) => {
+            let failed = tokio::task::spawn_blocking(move || crate::sim::run(&a)).await?;
+            if !failed.is_empty() {
+                let seeds: Vec<String> = failed.iter().map(|r| r.seed.to_string()).collect();
+                anyhow::bail!("{} seed(s) broke an invariant: {}", failed.len(), seeds.join(", "));
+            }
+            Ok(())
         }
         Command::Loadgen(a) => {
             let cfg = savepoint::config::Config::load(a.config.as_deref(), &savepoint::config::ProcessEnv)?;

@@ -57,8 +57,11 @@ pub enum Fault {
     Fail,
     /// Carried out, then the reply is lost: the caller sees a transient error.
     LoseReply,
-    /// Carried out after this delay (the reply arrives late).
+    /// Carried out after this delay (the reply arrives late; a delayed publish lands after
+    /// later ones: reordered).
     Delay(Duration),
+    /// (Publish) stored twice, as a retried publish whose first confirm was lost.
+    Duplicate,
 }
 
 /// A fault plan consulted before every operation of an instance.
@@ -146,7 +149,7 @@ impl MemEngine {
         match fault {
             Fault::Fail => return Err(unavailable(what)),
             Fault::Delay(d) => tokio::time::sleep(d).await,
-            Fault::Pass | Fault::LoseReply => {}
+            Fault::Pass | Fault::LoseReply | Fault::Duplicate => {}
         }
         let out = {
             let now = self.now_us();
@@ -217,6 +220,12 @@ fn instances() -> &'static Mutex<Instances> {
             queues: HashMap::new(),
         })
     })
+}
+
+/// Installs `engine` as the instance `name` (the simulator's engine with a fixed clock).
+pub fn install_engine(name: &str, engine: Arc<MemEngine>) {
+    let mut i = instances().lock().unwrap_or_else(|p| p.into_inner());
+    i.engines.insert(name.to_owned(), engine);
 }
 
 /// The process-wide store engine named `name` (created empty on first use).

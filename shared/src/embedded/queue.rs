@@ -103,11 +103,14 @@ impl MemQueue {
     }
 
     /// Runs `apply` under the fault plan for `op`.
-    async fn faulty<T>(&self, op: Op<'_>, name: &str, apply: impl FnOnce(&Self) -> T) -> Result<T, BrokerError> {
+    async fn faulty<T>(&self, op: Op<'_>, name: &str, apply: impl Fn(&Self) -> T) -> Result<T, BrokerError> {
         let fault = self.decide(op);
         match fault {
             Fault::Fail => return Err(injected(name)),
             Fault::Delay(d) => tokio::time::sleep(d).await,
+            Fault::Duplicate => {
+                apply(self);
+            }
             Fault::Pass | Fault::LoseReply => {}
         }
         let out = apply(self);
@@ -218,6 +221,15 @@ impl MemQueue {
             s.stats.redelivered += 1;
             s.ready.push_front(m);
         }
+    }
+
+    /// Gives a message back and wakes the consumers.
+    fn return_message(&self, m: Msg) {
+        let mut s = self.lock();
+        self.give_back(&mut s, m);
+        drop(s);
+        self.notify.notify_waiters();
+        self.notify.notify_one();
     }
 
     fn settle(&self, consumer: u64, tag: u64, op: &'static str) -> Result<Msg, BrokerError> {
@@ -360,44 +372,49 @@ pub struct MemDelivery {
 impl MemDelivery {
     /// Acknowledges it.
     pub async fn ack(&self) -> Result<(), BrokerError> {
-        self.live.finish();
-        let q = Arc::clone(&self.queue);
-        q.faulty(Op::Settle, "ack", |q| {
-            q.settle(self.consumer, self.tag, "ack")
-                .map(|_| q.lock().stats.acked += 1)
-        })
-        .await?
+        self.channel().await?;
+        self.queue
+            .settle(self.consumer, self.tag, "ack")
+            .map(|_| self.queue.lock().stats.acked += 1)
     }
 
     /// Returns it to the head of the queue (counted; dead-lettered past the limit).
     pub async fn requeue(&self) -> Result<(), BrokerError> {
-        self.live.finish();
-        let q = Arc::clone(&self.queue);
-        q.faulty(Op::Settle, "requeue", |q| {
-            let m = q.settle(self.consumer, self.tag, "requeue")?;
-            let mut s = q.lock();
-            q.give_back(&mut s, m);
-            drop(s);
-            q.notify.notify_waiters();
-            q.notify.notify_one();
-            Ok(())
-        })
-        .await?
+        self.channel().await?;
+        let m = self.queue.settle(self.consumer, self.tag, "requeue")?;
+        self.queue.return_message(m);
+        Ok(())
     }
 
     /// Moves it to the dead-letter queue with a reason (and its original headers).
     pub async fn dead_letter(&self, reason: &str) -> Result<(), BrokerError> {
+        self.channel().await?;
+        let mut m = self.queue.settle(self.consumer, self.tag, "dead-letter")?;
+        m.headers.insert(REASON_HEADER.into(), reason.into());
+        let mut s = self.queue.lock();
+        s.stats.dead_lettered += 1;
+        s.dlq.push(m);
+        Ok(())
+    }
+
+    /// The settlement's trip to the broker under the fault plan. A failed settlement is a
+    /// broken channel, as on AMQP (an ack or a nack cannot fail on a healthy channel): the
+    /// broker takes the message back for redelivery and the caller sees the error.
+    async fn channel(&self) -> Result<(), BrokerError> {
         self.live.finish();
-        let q = Arc::clone(&self.queue);
-        q.faulty(Op::Settle, "dead-letter", |q| {
-            let mut m = q.settle(self.consumer, self.tag, "dead-letter")?;
-            m.headers.insert(REASON_HEADER.into(), reason.into());
-            let mut s = q.lock();
-            s.stats.dead_lettered += 1;
-            s.dlq.push(m);
-            Ok(())
-        })
-        .await?
+        match self.queue.decide(Op::Settle) {
+            Fault::Fail => {
+                if let Ok(m) = self.queue.settle(self.consumer, self.tag, "settle") {
+                    self.queue.return_message(m);
+                }
+                Err(injected("settle (the channel closed: the message is redelivered)"))
+            }
+            Fault::Delay(d) => {
+                tokio::time::sleep(d).await;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 }
 

@@ -136,13 +136,15 @@ impl Ctx {
 
     /// A random UUID, recorded.
     pub async fn uuid(&mut self) -> String {
-        let v = self.recorded("uuid", || json!(uuid::Uuid::new_v4().to_string())).await;
+        let v = self
+            .recorded("uuid", || json!(crate::entropy::uuid().to_string()))
+            .await;
         v.as_str().unwrap_or_default().to_owned()
     }
 
     /// A random number in [0, 1), recorded.
     pub async fn random(&mut self) -> f64 {
-        self.recorded("random", || json!(rand::random::<f64>()))
+        self.recorded("random", || json!(crate::entropy::f64()))
             .await
             .as_f64()
             .unwrap_or(0.0)
