@@ -78,6 +78,10 @@ pub struct SimArgs {
     /// Print each seed's trace (the timeline of faults and actions).
     #[arg(long)]
     pub verbose: bool,
+    /// Checks the checker: the `order` workflow charges inside a plain step (at least once,
+    /// no idempotency key), so crashes must show up as double charges.
+    #[arg(long, hide = true)]
+    pub unguarded: bool,
 }
 
 impl SimArgs {
@@ -91,6 +95,7 @@ impl SimArgs {
             chaos_ms: 6000,
             jobs: Some(1),
             verbose: false,
+            unguarded: false,
         }
     }
 }
@@ -222,6 +227,7 @@ struct World {
     stop: CancellationToken,
     workers: Vec<Option<SimWorker>>,
     started: tokio::time::Instant,
+    unguarded: bool,
 }
 
 fn sim_name(seed: u64) -> String {
@@ -238,7 +244,7 @@ impl World {
         let crash = CancellationToken::new();
         let stop = self.stop.child_token();
         let opts = WorkerOptions {
-            registry: workload::registry(Arc::clone(&self.provider)),
+            registry: workload::registry(Arc::clone(&self.provider), self.unguarded),
             failpoints: Some(Failpoints::default()),
             crash: crash.clone(),
             serve_http: false,
@@ -464,6 +470,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         stop: stop.clone(),
         workers: (0..args.workers).map(|_| None).collect(),
         started,
+        unguarded: args.unguarded,
     };
     for i in 0..args.workers {
         w.start_worker(i);
@@ -580,7 +587,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
     }
 
     // Final checks.
-    let registry = workload::registry(Arc::clone(&provider));
+    let registry = workload::registry(Arc::clone(&provider), args.unguarded);
     let cap = w.cfg.event_cap as usize;
     for (i, (t, _, _)) in runs.iter().enumerate() {
         let Some((h, journal)) = w.read(t).await else {

@@ -88,7 +88,8 @@ impl Provider {
 }
 
 /// `order`: step → effect `charge` (block) → sleep → step → effect `ship` (reconcile).
-struct Order(Arc<Provider>);
+/// Unguarded (the checker's own test): `charge` is a plain step, so it may repeat.
+struct Order(Arc<Provider>, bool);
 
 impl Workflow for Order {
     const NAME: &'static str = "order";
@@ -101,9 +102,22 @@ impl Workflow for Order {
         let price: u64 = ctx
             .step("price", || async move { Ok::<_, StepError>(100 + id) })
             .await?;
-        let charged: Value = ctx
-            .effect("charge", format!("charge:{id}"), |fx| async move { p.apply(&fx).await })
-            .await?;
+        let key = format!("charge:{id}");
+        let charged: Value = if self.1 {
+            ctx.step("charge", || {
+                let fx = EffectCtx {
+                    key: key.clone(),
+                    fence: u64::MAX,
+                    thread: ctx_thread(&input),
+                    index: 0,
+                    attempt: 1,
+                };
+                async move { p.apply(&fx).await }
+            })
+            .await?
+        } else {
+            ctx.effect("charge", key, |fx| async move { p.apply(&fx).await }).await?
+        };
         ctx.sleep("cool_off", Duration::from_millis(input["nap_ms"].as_u64().unwrap_or(0)))
             .await?;
         let label: String = ctx
@@ -156,9 +170,14 @@ impl Workflow for Approve {
     }
 }
 
+fn ctx_thread(input: &Value) -> savepoint::ids::ThreadId {
+    savepoint::ids::ThreadId::new(format!("sim-run-{}", input["id"].as_u64().unwrap_or(0)))
+        .unwrap_or_else(|_| savepoint::ids::ThreadId::generate("sim"))
+}
+
 /// The simulated workers' registry.
-pub(crate) fn registry(provider: Arc<Provider>) -> Registry {
+pub(crate) fn registry(provider: Arc<Provider>, unguarded: bool) -> Registry {
     let mut r = Registry::new();
-    r.register(Order(Arc::clone(&provider))).register(Approve(provider));
+    r.register(Order(Arc::clone(&provider), unguarded)).register(Approve(provider));
     r
 }
