@@ -132,7 +132,7 @@ impl World {
         let raw: Vec<String> = self
             .store
             .query(
-                &redis::cmd("LRANGE")
+                redis::cmd("LRANGE")
                     .arg(self.store.keys().demo_effects())
                     .arg(0)
                     .arg(-1),

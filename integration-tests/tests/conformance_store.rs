@@ -307,7 +307,7 @@ async fn finish_cancel_unblock_and_retention(s: ScriptStore) {
         (h.status, h.steps, h.output.clone()),
         (RunStatus::Completed, 1, Some(json!({"ok": true})))
     );
-    let ttl: i64 = s.query(&redis::cmd("PTTL").arg(&s.keys().run(&t).run)).await.unwrap();
+    let ttl: i64 = s.query(redis::cmd("PTTL").arg(&s.keys().run(&t).run)).await.unwrap();
     assert!(
         ttl > 0 && ttl <= s.config().retention.as_millis() as i64,
         "finished runs expire: ttl {ttl}"
@@ -344,7 +344,7 @@ async fn finish_cancel_unblock_and_retention(s: ScriptStore) {
     )
     .await
     .unwrap();
-    let ttl: i64 = s.query(&redis::cmd("PTTL").arg(&s.keys().run(&t3).run)).await.unwrap();
+    let ttl: i64 = s.query(redis::cmd("PTTL").arg(&s.keys().run(&t3).run)).await.unwrap();
     assert_eq!(ttl, -1, "blocked runs wait for an operator and do not expire");
     assert_eq!(
         s.unblock(&t3, "other", "").await.unwrap(),
@@ -405,7 +405,7 @@ async fn effect_records_intent_done_release(s: ScriptStore) {
     };
     assert_eq!(s.effect_intent(&key, &t1, 3, 1, false).await.unwrap(), EffectClaim::Won);
     // The intent never expires (an in-doubt effect must not silently become "absent").
-    let ttl: i64 = s.query(&redis::cmd("PTTL").arg(s.keys().effect(&key))).await.unwrap();
+    let ttl: i64 = s.query(redis::cmd("PTTL").arg(s.keys().effect(&key))).await.unwrap();
     assert_eq!(ttl, -1, "intent records have no TTL");
     // Same attempt asking again (a lost reply): still ours. Another run: busy. A later
     // attempt: in doubt, and only a higher fence takes it over.

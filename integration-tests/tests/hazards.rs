@@ -131,7 +131,7 @@ impl Workflow for FxProbe {
                 async move {
                     let begun: Option<String> = store
                         .query(
-                            &redis::cmd("HGET")
+                            redis::cmd("HGET")
                                 .arg(store.keys().run(&fx.thread).run)
                                 .arg(format!("x:{}", fx.index)),
                         )
@@ -199,7 +199,7 @@ async fn effect_function_gets_key_fence_thread_index_attempt_after_begin_and_int
     assert_eq!(record_result(&rec), run["output"]);
     let begun: Option<String> = w
         .store
-        .query(&redis::cmd("HGET").arg(w.store.keys().run(&t).run).arg("x:1"))
+        .query(redis::cmd("HGET").arg(w.store.keys().run(&t).run).arg("x:1"))
         .await
         .unwrap();
     assert_eq!(begun, None, "the journal commit settles x:1");
@@ -628,7 +628,7 @@ async fn held_key_of_a_run_that_expired_blocks_the_waiting_run() {
     // The holder's run record expires (retention) while its intent is unsettled.
     let n: i64 = w
         .store
-        .query(&redis::cmd("DEL").arg(w.store.keys().run(&h).run))
+        .query(redis::cmd("DEL").arg(w.store.keys().run(&h).run))
         .await
         .unwrap();
     assert_eq!(n, 1);
@@ -1233,7 +1233,7 @@ async fn a_retried_resume_or_signal_with_the_same_client_id_delivers_once() {
     );
     let pending: Option<String> = w
         .store
-        .query(&redis::cmd("HGET").arg(w.store.keys().run(&t).signals).arg("i:gate"))
+        .query(redis::cmd("HGET").arg(w.store.keys().run(&t).signals).arg("i:gate"))
         .await
         .unwrap();
     assert_eq!(pending, None, "no answer was stored for the second gate");
@@ -1306,7 +1306,7 @@ async fn blocked_and_waiting_runs_are_listed_after_the_creation_index_is_trimmed
     for p in 0..w.store.keys().partitions() {
         let n: i64 = w
             .store
-            .query(&redis::cmd("DEL").arg(w.store.keys().index(p)))
+            .query(redis::cmd("DEL").arg(w.store.keys().index(p)))
             .await
             .unwrap();
         deleted += n;

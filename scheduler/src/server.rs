@@ -5,13 +5,13 @@ use savepoint::broker::Broker;
 use savepoint::config::{Config, ConfigError};
 use savepoint::failpoints::Failpoints;
 use savepoint::metrics::Readiness;
-use savepoint::store::{ScriptStore, StoreError};
+use savepoint::store::{until_ok, ScriptStore};
 use std::future::IntoFuture;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::api::{self, ApiState, Services};
 use crate::publish::Publisher;
@@ -96,26 +96,19 @@ pub async fn serve(cfg: Config, listener: TcpListener, shutdown: CancellationTok
 /// (which retries on its own until the deadline).
 async fn connect(cfg: &Config) -> Result<(ScriptStore, Broker), SchedulerError> {
     let start = Instant::now();
-    let mut delay = Duration::from_millis(100);
-    let store = loop {
-        match ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store()).await {
-            Ok(store) => break store,
-            Err(e) if is_retryable(&e) && start.elapsed() + delay < CONNECT_DEADLINE => {
-                warn!(error = %e, ?delay, "connecting to Redis failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(2));
-            }
-            Err(e) => return Err(e.into()),
-        }
-    };
-    store.check_layout().await?;
+    let never = CancellationToken::new();
+    let store = until_ok("connecting to the store", Some(CONNECT_DEADLINE), &never, || {
+        ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
+    })
+    .await?;
+    let left = CONNECT_DEADLINE.saturating_sub(start.elapsed());
+    until_ok("checking the namespace layout", Some(left), &never, || {
+        store.check_layout()
+    })
+    .await?;
     let left = CONNECT_DEADLINE
         .saturating_sub(start.elapsed())
         .max(Duration::from_secs(1));
     let broker = Broker::connect(cfg.broker(), left).await?;
     Ok((store, broker))
-}
-
-fn is_retryable(e: &StoreError) -> bool {
-    matches!(e, StoreError::Redis(r) if r.is_io_error() || r.is_timeout() || r.is_connection_refusal() || r.is_connection_dropped())
 }

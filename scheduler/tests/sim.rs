@@ -10,7 +10,10 @@ fn a_seeded_slice_keeps_every_invariant() {
     assert!(
         failed.is_empty(),
         "{:?}",
-        failed.iter().map(|r| (r.seed, r.violations.clone())).collect::<Vec<_>>()
+        failed
+            .iter()
+            .map(|r| (r.seed, r.violations.clone()))
+            .collect::<Vec<_>>()
     );
 }
 
@@ -34,10 +37,14 @@ fn the_checker_catches_a_side_effect_without_a_key() {
     args.unguarded = true;
     let failed = sim::run(&args);
     assert!(
+        failed.iter().any(|r| r
+            .violations
+            .iter()
+            .any(|v| v.contains("charge:") && v.contains("applied"))),
+        "no double charge found in 200 seeds: {:?}",
         failed
             .iter()
-            .any(|r| r.violations.iter().any(|v| v.contains("charge:") && v.contains("applied"))),
-        "no double charge found in 200 seeds: {:?}",
-        failed.iter().map(|r| (r.seed, r.violations.clone())).collect::<Vec<_>>()
+            .map(|r| (r.seed, r.violations.clone()))
+            .collect::<Vec<_>>()
     );
 }

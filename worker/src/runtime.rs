@@ -11,7 +11,7 @@ use savepoint::config::Config;
 use savepoint::failpoints::{FailpointParseError, Failpoints};
 use savepoint::ids::Incarnation;
 use savepoint::metrics::{metrics, ops_router, Readiness};
-use savepoint::store::{ScriptStore, StoreError};
+use savepoint::store::{until_ok, ScriptStore, StoreError};
 use savepoint::store::{ServedSpec, WorkerInfo};
 use savepoint::workflow::Registry;
 
@@ -89,18 +89,12 @@ pub async fn run(cfg: Config, registry: Registry, shutdown: CancellationToken) -
 }
 
 async fn connect_store(cfg: &Config, shutdown: &CancellationToken) -> Result<ScriptStore, WorkerError> {
-    let mut delay = Duration::from_millis(100);
-    loop {
-        match ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store()).await {
-            Ok(s) => return Ok(s),
-            Err(e) if e.is_transient() && !shutdown.is_cancelled() => {
-                tracing::warn!(error = %e, ?delay, "redis not reachable, retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+    let store = until_ok("connecting to the store", None, shutdown, || {
+        ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
+    })
+    .await?;
+    until_ok("checking the namespace layout", None, shutdown, || store.check_layout()).await?;
+    Ok(store)
 }
 
 /// Refreshes the worker's registration every third of its TTL until aborted (or crashed),
@@ -161,7 +155,6 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
         });
     }
     let store = connect_store(&cfg, &shutdown).await?;
-    store.check_layout().await?;
     let broker = Broker::connect(cfg.broker(), Duration::from_secs(60)).await?;
     let incarnation = Incarnation::new(&cfg.worker.name);
     let catalog = opts.registry.catalog();
@@ -171,7 +164,10 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
         queue: cfg.queue.clone(),
         until: 0,
     };
-    store.register_worker(&info, cfg.store().worker_ttl).await?;
+    until_ok("registering the worker", None, &shutdown, || {
+        store.register_worker(&info, cfg.store().worker_ttl)
+    })
+    .await?;
     let fleet = store.live_workers().await.unwrap_or_default();
     tracing::info!(worker.id = %incarnation, workflows = ?opts.registry.names(), concurrency = cfg.worker.concurrency, "worker started");
     let consume_stop = CancellationToken::new();

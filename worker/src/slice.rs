@@ -13,6 +13,7 @@ use savepoint::metrics::{inc, metrics};
 use savepoint::protocol::{Task, TaskReason};
 use savepoint::store::Suspend;
 use savepoint::store::{Claimed, Finish, Lease, RunStatus};
+use savepoint::workflow::decide::{self, Body, SliceEnd};
 use savepoint::workflow::{busy_backoff, key_still_held, Ctx, CtxParts, SliceExit};
 
 use crate::handle::Shared;
@@ -181,26 +182,15 @@ async fn run_slice(shared: &Shared, c: Claimed) {
     let recorded = ctx.journal().len() as u32;
     let mut lease = ctx.lease().clone();
     let trace = c.header.trace.as_deref();
-    let end = match result {
-        Some(Err(panic)) => {
-            let reason = format!(
-                "workflow code panicked after entry {at}: {}; fix the code and retry the run",
-                savepoint::workflow::panic_message(&panic)
-            );
-            block(shared, &mut lease, &reason, "panic").await
-        }
-        // Code that returns while recorded entries remain did not take the recorded path.
-        Some(Ok(_)) if at < recorded => {
-            let next = &ctx.journal()[at as usize];
-            let reason = format!(
-                "non-determinism at entry {at}: the workflow returned but the journal recorded {} {:?} there \
-                 ({recorded} entries)",
-                next.kind.as_str(),
-                next.name
-            );
-            block(shared, &mut lease, &reason, "non_determinism").await
-        }
-        Some(Ok(Ok(output))) => {
+    let body = match &result {
+        Some(Err(panic)) => Body::Panicked(savepoint::workflow::panic_message(&**panic)),
+        Some(Ok(Ok(output))) => Body::Returned(output),
+        Some(Ok(Err(err))) => Body::Errored(err.to_string()),
+        None => Body::Stopped,
+    };
+    let end = match decide::slice_end(body, at, recorded, ctx.journal().get(at as usize)) {
+        SliceEnd::Block(reason, class) => block(shared, &mut lease, &reason, class).await,
+        SliceEnd::Complete(output) => {
             let r = shared
                 .store
                 .finish(&mut lease, None, Finish::Completed(&output), ("completed", ""))
@@ -213,8 +203,7 @@ async fn run_slice(shared: &Shared, c: Claimed) {
                 }
             }
         }
-        Some(Ok(Err(err))) => {
-            let msg = err.to_string();
+        SliceEnd::Fail(msg) => {
             let r = shared
                 .store
                 .finish(&mut lease, None, Finish::Failed(&msg), ("failed", &msg))
@@ -227,7 +216,7 @@ async fn run_slice(shared: &Shared, c: Claimed) {
                 }
             }
         }
-        None => match ctx.take_exit() {
+        SliceEnd::FollowExit => match ctx.take_exit() {
             Some(SliceExit::Yielded { rv }) => {
                 publish(shared, &lease, Some(ctx.next_index()), TaskReason::Continue, trace, rv).await;
                 "yielded"

@@ -155,7 +155,7 @@ pub(crate) async fn measure(store: &ScriptStore, threads: &[ThreadId], sample: u
     };
     let mut calls: BTreeMap<String, u32> = BTreeMap::new();
     let raw: Vec<String> = store
-        .query(&redis::cmd("LRANGE").arg(store.keys().demo_effects()).arg(0).arg(-1))
+        .query(redis::cmd("LRANGE").arg(store.keys().demo_effects()).arg(0).arg(-1))
         .await?;
     let ours: std::collections::HashSet<&str> = threads.iter().map(|t| t.as_str()).collect();
     for rec in raw

@@ -228,6 +228,8 @@ struct World {
     workers: Vec<Option<SimWorker>>,
     started: tokio::time::Instant,
     unguarded: bool,
+    /// Workers that stopped with an error (each one a violation).
+    exits: Arc<Mutex<Vec<String>>>,
 }
 
 fn sim_name(seed: u64) -> String {
@@ -253,8 +255,14 @@ impl World {
         let mut cfg = self.cfg.clone();
         cfg.worker.name = format!("w{i}");
         let s = stop.clone();
+        let exits = Arc::clone(&self.exits);
         let join = tokio::spawn(async move {
-            let _ = savepoint_worker::run_with(cfg, opts, s).await;
+            // A worker never exits on its own: an error here is a crash on a transient fault.
+            if let Err(e) = savepoint_worker::run_with(cfg, opts, s).await {
+                if let Ok(mut x) = exits.lock() {
+                    x.push(format!("worker w{i} exited on its own: {e}"));
+                }
+            }
         });
         self.workers[i] = Some(SimWorker {
             stop,
@@ -471,6 +479,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         workers: (0..args.workers).map(|_| None).collect(),
         started,
         unguarded: args.unguarded,
+        exits: Arc::default(),
     };
     for i in 0..args.workers {
         w.start_worker(i);
@@ -541,7 +550,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
                 }
             }
         }
-        if tick % 4 != 0 {
+        if !tick.is_multiple_of(4) {
             continue;
         }
         // Read every run: growth invariant; answer approvals (the client repeats itself).
@@ -637,6 +646,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
             ));
         }
     }
+    violations.extend(w.exits.lock().map(|x| x.clone()).unwrap_or_default());
     if provider.refused() > 0 {
         trace.line(
             w.now(),

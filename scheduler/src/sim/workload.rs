@@ -116,7 +116,8 @@ impl Workflow for Order {
             })
             .await?
         } else {
-            ctx.effect("charge", key, |fx| async move { p.apply(&fx).await }).await?
+            ctx.effect("charge", key, |fx| async move { p.apply(&fx).await })
+                .await?
         };
         ctx.sleep("cool_off", Duration::from_millis(input["nap_ms"].as_u64().unwrap_or(0)))
             .await?;
@@ -178,6 +179,7 @@ fn ctx_thread(input: &Value) -> savepoint::ids::ThreadId {
 /// The simulated workers' registry.
 pub(crate) fn registry(provider: Arc<Provider>, unguarded: bool) -> Registry {
     let mut r = Registry::new();
-    r.register(Order(Arc::clone(&provider), unguarded)).register(Approve(provider));
+    r.register(Order(Arc::clone(&provider), unguarded))
+        .register(Approve(provider));
     r
 }

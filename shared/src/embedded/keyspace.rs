@@ -60,10 +60,13 @@ impl ZSet {
     }
 }
 
+/// A hash's fields.
+type Fields = BTreeMap<Vec<u8>, Vec<u8>>;
+
 #[derive(Debug, Clone)]
 enum Data {
     Str(Vec<u8>),
-    Hash(BTreeMap<Vec<u8>, Vec<u8>>),
+    Hash(Fields),
     List(VecDeque<Vec<u8>>),
     ZSet(ZSet),
 }
@@ -242,7 +245,7 @@ impl Keyspace {
             .collect()
     }
 
-    fn hash(&mut self, key: &[u8], now_ms: u64) -> Result<Option<&mut BTreeMap<Vec<u8>, Vec<u8>>>, String> {
+    fn hash(&mut self, key: &[u8], now_ms: u64) -> Result<Option<&mut Fields>, String> {
         self.expire_if_due(key, now_ms);
         match self.data.get_mut(key) {
             None => Ok(None),
@@ -251,7 +254,7 @@ impl Keyspace {
         }
     }
 
-    fn hash_or_new(&mut self, key: &[u8], now_ms: u64) -> Result<&mut BTreeMap<Vec<u8>, Vec<u8>>, String> {
+    fn hash_or_new(&mut self, key: &[u8], now_ms: u64) -> Result<&mut Fields, String> {
         self.expire_if_due(key, now_ms);
         match self
             .data
@@ -365,7 +368,7 @@ impl Keyspace {
                 ))
             }
             "HSET" => {
-                if args.len() < 4 || args.len() % 2 != 0 {
+                if args.len() < 4 || !args.len().is_multiple_of(2) {
                     return Err("ERR wrong number of arguments for 'hset' command".into());
                 }
                 let h = self.hash_or_new(&args[1], now_ms)?;
@@ -445,7 +448,7 @@ impl Keyspace {
                 Ok(Value::Int(next))
             }
             "ZADD" => {
-                if args.len() < 4 || args.len() % 2 != 0 {
+                if args.len() < 4 || !args.len().is_multiple_of(2) {
                     return Err("ERR wrong number of arguments for 'zadd' command".into());
                 }
                 let pairs: Vec<(f64, Vec<u8>)> = args[2..]

@@ -98,7 +98,7 @@ impl Engine {
     /// Runs a script and converts its reply.
     pub(crate) async fn eval_as<T: FromRedisValue>(&self, inv: &Invocation<'_>) -> Result<T, StoreError> {
         let v = self.eval(inv).await?;
-        Ok(redis::from_redis_value(v).map_err(|e| StoreError::Reply(e.to_string()))?)
+        redis::from_redis_value(v).map_err(|e| StoreError::Reply(e.to_string()))
     }
 
     /// Runs one plain command and converts its reply.

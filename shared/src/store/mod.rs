@@ -104,3 +104,36 @@ impl StoreError {
         )
     }
 }
+
+/// Runs a store operation until it succeeds, retrying transient errors (Redis unreachable,
+/// timeouts, the embedded engine's injected faults) with a back-off of 100 ms doubling to 2 s,
+/// until `deadline` has passed (`None`: no deadline) or `stop` is cancelled. Start-up uses it:
+/// a store that is away for a moment means waiting, not exiting.
+pub async fn until_ok<T, F, Fut>(
+    what: &str,
+    deadline: Option<std::time::Duration>,
+    stop: &tokio_util::sync::CancellationToken,
+    mut op: F,
+) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let started = tokio::time::Instant::now();
+    let mut delay = std::time::Duration::from_millis(100);
+    loop {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e)
+                if e.is_transient()
+                    && !stop.is_cancelled()
+                    && deadline.is_none_or(|d| started.elapsed() + delay < d) =>
+            {
+                tracing::warn!(error = %e, ?delay, "{what} failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_secs(2));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}

@@ -270,19 +270,15 @@ impl Ctx {
 
     /// The recorded entry at the cursor if it matches; blocks the run on non-determinism.
     pub(super) async fn replayed(&mut self, name: &str, kind: EntryKind) -> Option<Entry> {
-        let idx = self.cursor;
-        let e = self.p.journal.get(idx as usize)?.clone();
-        if e.name == name && e.kind == kind {
-            self.cursor += 1;
-            return Some(e);
+        match super::decide::replay(&self.p.journal, self.cursor, name, kind) {
+            super::decide::Replay::Recorded(e) => {
+                let e = e.clone();
+                self.cursor += 1;
+                Some(e)
+            }
+            super::decide::Replay::Live => None,
+            super::decide::Replay::Diverged(reason) => self.block(&reason, None).await,
         }
-        let reason = format!(
-            "non-determinism at entry {idx}: the workflow called {} {name:?} but the journal recorded {} {:?}",
-            kind.as_str(),
-            e.kind.as_str(),
-            e.name
-        );
-        self.block(&reason, None).await
     }
 
     /// Stops the run as blocked with a reason (and the in-doubt effect key with the record it
@@ -320,45 +316,49 @@ impl Ctx {
     /// journal limit.
     pub(super) async fn before_live(&mut self, name: &str) {
         self.replay_span = None;
-        if self.p.replay_only {
-            self.stop::<()>(SliceExit::WouldRunLive(name.to_owned())).await;
-        }
-        if self.p.clock.expired() {
-            self.stop::<()>(SliceExit::DeadlinePassed(format!("before live call {name:?}")))
-                .await;
-        }
-        let over_budget = self.live_in_slice > 0
-            && (self.live_in_slice >= self.p.limits.max_steps || self.started.elapsed() >= self.p.limits.max_time);
-        if self.p.shutdown.is_cancelled() || over_budget {
-            let redeliver = self.p.store.config().redeliver;
-            let r = self
-                .p
-                .store
-                .suspend(
-                    &mut self.p.lease,
-                    None,
-                    Suspend::until(RunStatus::Pending, redeliver),
-                    ("yielded", name),
-                )
-                .await;
-            match r {
-                Ok(s) => self.stop::<()>(SliceExit::Yielded { rv: s.rv }).await,
-                Err(e) => self.store_failed::<()>(e).await,
+        let facts = super::decide::GateFacts {
+            replay_only: self.p.replay_only,
+            deadline_passed: self.p.clock.expired(),
+            shutting_down: self.p.shutdown.is_cancelled(),
+            live_in_slice: self.live_in_slice,
+            max_steps: self.p.limits.max_steps,
+            elapsed: self.started.elapsed(),
+            max_time: self.p.limits.max_time,
+            cursor: self.cursor,
+            max_entries: self.p.limits.max_entries,
+        };
+        match super::decide::gate(&facts) {
+            super::decide::Gate::Go => {}
+            super::decide::Gate::WouldRunLive => {
+                self.stop::<()>(SliceExit::WouldRunLive(name.to_owned())).await;
             }
-        }
-        if self.cursor >= self.p.limits.max_entries {
-            let reason = format!(
-                "journal would exceed the maximum of {} entries",
-                self.p.limits.max_entries
-            );
-            let r = self
-                .p
-                .store
-                .finish(&mut self.p.lease, None, Finish::Failed(&reason), ("failed", &reason))
-                .await;
-            match r {
-                Ok(()) => self.stop::<()>(SliceExit::Failed(reason)).await,
-                Err(e) => self.store_failed::<()>(e).await,
+            super::decide::Gate::DeadlinePassed => {
+                self.stop::<()>(SliceExit::DeadlinePassed(format!("before live call {name:?}")))
+                    .await;
+            }
+            super::decide::Gate::Yield => {
+                let redeliver = self.p.store.config().redeliver;
+                let how = Suspend::until(RunStatus::Pending, redeliver);
+                let r = self
+                    .p
+                    .store
+                    .suspend(&mut self.p.lease, None, how, ("yielded", name))
+                    .await;
+                match r {
+                    Ok(s) => self.stop::<()>(SliceExit::Yielded { rv: s.rv }).await,
+                    Err(e) => self.store_failed::<()>(e).await,
+                }
+            }
+            super::decide::Gate::JournalFull(reason) => {
+                let r = self
+                    .p
+                    .store
+                    .finish(&mut self.p.lease, None, Finish::Failed(&reason), ("failed", &reason))
+                    .await;
+                match r {
+                    Ok(()) => self.stop::<()>(SliceExit::Failed(reason)).await,
+                    Err(e) => self.store_failed::<()>(e).await,
+                }
             }
         }
         if self.p.crashes > 0 && !self.noted {
@@ -526,7 +526,7 @@ impl Ctx {
                 Some(stubs) => {
                     self.attempt_loop(name, policy, true, |attempt| {
                         let stubbed = stubs.attempt(name).map(|stub| stub(attempt));
-                        let real = stubbed.is_none().then(|| f());
+                        let real = stubbed.is_none().then(&mut f);
                         async move {
                             match (stubbed, real) {
                                 (Some(r), _) => super::stubs::decode_stub::<T>(name, r),

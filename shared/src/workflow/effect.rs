@@ -19,6 +19,7 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use super::ctx::{decode_outcome, Attempted, Ctx, HeldIntent, SliceExit};
+use super::decide::{self, Intent};
 use super::{RetryPolicy, StepError, WorkflowError};
 use crate::ids::{EffectKey, ThreadId};
 use crate::journal::{Entry, EntryKind, Outcome};
@@ -59,6 +60,17 @@ pub enum EffectPolicy {
     RetrySafe,
     /// Ask the provider what happened.
     Reconcile(ReconcileFn),
+}
+
+impl EffectPolicy {
+    /// The policy without its function (what [`decide::intent`] needs).
+    pub fn kind(&self) -> decide::PolicyKind {
+        match self {
+            EffectPolicy::Block => decide::PolicyKind::Block,
+            EffectPolicy::RetrySafe => decide::PolicyKind::RetrySafe,
+            EffectPolicy::Reconcile(_) => decide::PolicyKind::Reconcile,
+        }
+    }
 }
 
 impl std::fmt::Debug for EffectPolicy {
@@ -292,13 +304,13 @@ impl Ctx {
                     continue;
                 }
             }
-            match claim {
-                EffectClaim::Won => return None,
-                EffectClaim::Done(v) => {
+            match decide::intent(&claim, key.as_str(), thread.as_str(), idx, policy.kind()) {
+                Intent::Perform => return None,
+                Intent::Skip(v) => {
                     inc(&metrics().effects, &[("outcome", "skipped")]);
                     return Some(v);
                 }
-                EffectClaim::Busy(holder) => {
+                Intent::Busy(holder) => {
                     inc(&metrics().effects, &[("outcome", "busy")]);
                     if orphan_if_owner_ended(&store, key, &holder).await.unwrap_or(false) {
                         continue;
@@ -306,31 +318,17 @@ impl Ctx {
                     let tries = self.p.busy_tries;
                     return self.back_off(name, key, &holder, tries).await;
                 }
-                EffectClaim::Orphaned(holder, status) => {
+                Intent::Block(reason, holder) => {
+                    if holder.is_some() {
+                        inc(&metrics().effects, &[("outcome", "in_doubt")]);
+                    }
+                    let effect = holder.as_ref().map(|h| (key.as_str(), h));
+                    return self.block(&reason, effect).await;
+                }
+                Intent::Fenced(reason) => return self.stop(SliceExit::LeaseLost(reason)).await,
+                Intent::InDoubt(holder, rule) => {
                     inc(&metrics().effects, &[("outcome", "in_doubt")]);
-                    let reason = format!(
-                        "effect {key} outcome unknown: run {} held its intent at entry {} and was {status} before \
-                         settling it; settle it with `savepoint resolve {} {key} --applied true|false`",
-                        holder.thread, holder.index, thread
-                    );
-                    return self.block(&reason, Some((key.as_str(), &holder))).await;
-                }
-                EffectClaim::SelfHeld(other) => {
-                    let reason = format!(
-                        "effect key {key} is used at entries {other} and {idx} of this run at once; use one key per effect"
-                    );
-                    return self.block(&reason, None).await;
-                }
-                EffectClaim::Stale(newer) => {
-                    return self
-                        .stop(SliceExit::LeaseLost(format!(
-                            "effect {key}: a newer attempt (fence {newer}) holds the intent"
-                        )))
-                        .await
-                }
-                EffectClaim::InDoubt(holder) => {
-                    inc(&metrics().effects, &[("outcome", "in_doubt")]);
-                    match self.in_doubt(key, &thread, &holder, policy).await {
+                    match self.in_doubt(key, &thread, &holder, rule, policy).await {
                         Doubt::Applied(recorded) => return Some(recorded),
                         Doubt::Perform => takeover = true,
                         Doubt::Again => takeover = false,
@@ -510,17 +508,24 @@ impl Ctx {
     }
 
     /// Applies the in-doubt policy; blocks the run when it says so.
-    async fn in_doubt(&mut self, key: &EffectKey, thread: &ThreadId, holder: &Holder, policy: &EffectPolicy) -> Doubt {
-        match policy {
-            EffectPolicy::Block => {
+    async fn in_doubt(
+        &mut self,
+        key: &EffectKey,
+        thread: &ThreadId,
+        holder: &Holder,
+        rule: decide::DoubtRule,
+        policy: &EffectPolicy,
+    ) -> Doubt {
+        match (rule, policy) {
+            (decide::DoubtRule::Block, _) => {
                 let reason = format!("effect {key} outcome unknown");
                 self.block(&reason, Some((key.as_str(), holder))).await
             }
-            EffectPolicy::RetrySafe => {
+            (decide::DoubtRule::TakeOver, _) => {
                 tracing::warn!(thread.id = %thread, effect.key = %key, "in-doubt effect: retry_safe, calling again with the same key");
                 Doubt::Perform
             }
-            EffectPolicy::Reconcile(check) => {
+            (decide::DoubtRule::Reconcile, EffectPolicy::Reconcile(check)) => {
                 let check = check.clone();
                 match self.guarded(check(key.as_str().to_owned())).await {
                     Ok(Some(v)) => {
@@ -542,6 +547,11 @@ impl Ctx {
                         self.block(&reason, Some((key.as_str(), holder))).await
                     }
                 }
+            }
+            // (A reconcile rule comes only from a reconcile policy.)
+            (decide::DoubtRule::Reconcile, _) => {
+                let reason = format!("effect {key} outcome unknown");
+                self.block(&reason, Some((key.as_str(), holder))).await
             }
         }
     }

@@ -3,6 +3,7 @@
 //! repeating work.
 
 mod ctx;
+pub mod decide;
 mod effect;
 mod error;
 mod registry;

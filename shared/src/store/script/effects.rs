@@ -223,7 +223,7 @@ impl ScriptStore {
 
     /// The raw dedup record of an effect key (JSON), for the API and tests.
     pub async fn effect_record(&self, key: &EffectKey) -> Result<Option<Value>, StoreError> {
-        let raw: Option<String> = self.engine.query(&redis::cmd("GET").arg(self.keys.effect(key))).await?;
+        let raw: Option<String> = self.engine.query(redis::cmd("GET").arg(self.keys.effect(key))).await?;
         Ok(raw.map(|s| serde_json::from_str(&s).unwrap_or(Value::String(s))))
     }
 

@@ -81,7 +81,7 @@ impl ScriptStore {
             .arg(&worker.id)
             .arg(json)
             .arg(ms(ttl).max(1));
-        Ok(self.engine.eval_as(&inv).await?)
+        self.engine.eval_as(&inv).await
     }
 
     /// Removes a worker's registration (clean shutdown).
@@ -154,7 +154,7 @@ impl ScriptStore {
         let _: i64 = self
             .engine
             .query(
-                &redis::cmd("HSETNX")
+                redis::cmd("HSETNX")
                     .arg(self.keys.meta())
                     .arg(META_PARTITIONS)
                     .arg(want),
@@ -162,7 +162,7 @@ impl ScriptStore {
             .await?;
         let stored: Option<String> = self
             .engine
-            .query(&redis::cmd("HGET").arg(self.keys.meta()).arg(META_PARTITIONS))
+            .query(redis::cmd("HGET").arg(self.keys.meta()).arg(META_PARTITIONS))
             .await?;
         match stored.as_deref().and_then(|s| s.parse::<u16>().ok()) {
             Some(p) if p == want => Ok(()),

@@ -62,7 +62,7 @@ impl ScriptStore {
     pub async fn get(&self, thread: &ThreadId) -> Result<Option<(RunHeader, Vec<Entry>)>, StoreError> {
         let v: redis::Value = self
             .engine
-            .query(&redis::cmd("HGETALL").arg(&self.keys.run(thread).run))
+            .query(redis::cmd("HGETALL").arg(&self.keys.run(thread).run))
             .await?;
         let fields = flat_map(&v);
         if fields.is_empty() {
@@ -79,7 +79,7 @@ impl ScriptStore {
         let values: Vec<Option<Vec<u8>>> = self
             .engine
             .query(
-                &redis::cmd("HMGET")
+                redis::cmd("HMGET")
                     .arg(&self.keys.run(thread).run)
                     .arg(&HEADER_FIELDS[..]),
             )
@@ -100,7 +100,7 @@ impl ScriptStore {
         let raw: Vec<String> = self
             .engine
             .query(
-                &redis::cmd("LRANGE")
+                redis::cmd("LRANGE")
                     .arg(&self.keys.run(thread).events)
                     .arg(-(count.max(1) as i64))
                     .arg(-1),
@@ -108,7 +108,7 @@ impl ScriptStore {
             .await?;
         let len: i64 = self
             .engine
-            .query(&redis::cmd("LLEN").arg(&self.keys.run(thread).events))
+            .query(redis::cmd("LLEN").arg(&self.keys.run(thread).events))
             .await?;
         let first = len - raw.len() as i64;
         let out = raw
@@ -150,7 +150,7 @@ impl ScriptStore {
             let ids: Vec<(String, u64)> = self
                 .engine
                 .query(
-                    &redis::cmd("ZREVRANGE")
+                    redis::cmd("ZREVRANGE")
                         .arg(index(p))
                         .arg(0)
                         .arg(per.saturating_sub(1))
@@ -170,11 +170,11 @@ impl ScriptStore {
             };
             let v: redis::Value = self
                 .engine
-                .query(&redis::cmd("HGETALL").arg(self.keys.run_in(p, &id)))
+                .query(redis::cmd("HGETALL").arg(self.keys.run_in(p, &id)))
                 .await?;
             let fields: BTreeMap<String, Vec<u8>> = flat_map(&v);
             if fields.is_empty() {
-                let _: i64 = self.engine.query(&redis::cmd("ZREM").arg(index(p)).arg(&id)).await?;
+                let _: i64 = self.engine.query(redis::cmd("ZREM").arg(index(p)).arg(&id)).await?;
                 continue;
             }
             let h = RunHeader::from_fields(&thread, &fields)?;
@@ -206,7 +206,7 @@ impl ScriptStore {
             let (next, keys): (u64, Vec<String>) = self
                 .engine
                 .query(
-                    &redis::cmd("SCAN")
+                    redis::cmd("SCAN")
                         .arg(cursor)
                         .arg("MATCH")
                         .arg(&pattern)
@@ -215,7 +215,7 @@ impl ScriptStore {
                 )
                 .await?;
             if !keys.is_empty() {
-                let n: u64 = self.engine.query(&redis::cmd("UNLINK").arg(&keys)).await?;
+                let n: u64 = self.engine.query(redis::cmd("UNLINK").arg(&keys)).await?;
                 deleted += n;
             }
             if next == 0 {

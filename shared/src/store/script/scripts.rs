@@ -57,3 +57,44 @@ scripts!(
     live_workers,
     wake_unserved,
 );
+
+#[cfg(test)]
+mod tests {
+    use super::Scripts;
+    use std::collections::BTreeSet;
+
+    /// The embedded engine runs these very files: every command they send must be one the
+    /// embedded keyspace implements, and no other part of Redis's Lua API may creep in.
+    #[test]
+    fn every_command_the_scripts_send_is_implemented_by_the_embedded_keyspace() {
+        let scripts = Scripts::new();
+        let mut verbs = BTreeSet::new();
+        for s in scripts.all() {
+            assert_eq!(
+                s.body.matches("redis.call(").count(),
+                s.body.matches("redis.call('").count(),
+                "{}: every redis.call names its command as a literal",
+                s.name
+            );
+            for part in s.body.split("redis.call('").skip(1) {
+                verbs.insert(part.split('\'').next().unwrap_or_default().to_owned());
+            }
+            let other: Vec<&str> = s
+                .body
+                .match_indices("redis.")
+                .map(|(i, _)| &s.body[i..])
+                .filter(|rest| !rest.starts_with("redis.call("))
+                .collect();
+            assert!(other.is_empty(), "{} uses more of the Redis Lua API: {other:?}", s.name);
+        }
+        assert!(verbs.len() >= 20, "{verbs:?}");
+        let mut ks = crate::embedded::keyspace::Keyspace::default();
+        for v in &verbs {
+            let r = ks.exec(&[v.as_bytes().to_vec()], 0, 0);
+            assert!(
+                !matches!(&r, Err(e) if e.contains("unknown command")),
+                "{v} is sent by a script but not implemented by the embedded keyspace"
+            );
+        }
+    }
+}
