@@ -6,7 +6,8 @@
 //! was applied.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
@@ -228,7 +229,7 @@ async fn story(cfg: &Config, store: &ScriptStore, api: &str, fleet: &mut Fleet) 
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let invoice_id = format!("INV-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
+    let invoice_id = format!("INV-{}", &savepoint::entropy::uuid().simple().to_string()[..6]);
     let resp: Value = http
         .post(format!("{api}/v1/runs"))
         .json(&json!({"workflow": "invoice", "input": {"invoice_id": invoice_id}}))

@@ -8,8 +8,9 @@ use savepoint::metrics::Readiness;
 use savepoint::store::{until_ok, ScriptStore};
 use std::future::IntoFuture;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::net::TcpListener;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 

@@ -1,3 +1,4 @@
+#![allow(clippy::disallowed_methods)] // drives real processes in real time
 //! `savepoint dev` on the embedded backend: the story with nothing but this binary, the
 //! fallback when a service is unreachable, and the CLI driving a run through the API of an
 //! embedded dev server exactly as it does against RabbitMQ and Redis.

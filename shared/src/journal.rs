@@ -184,6 +184,9 @@ impl Entry {
 }
 
 /// Wall-clock milliseconds since the Unix epoch.
+// The one wall-clock read outside the store: callers that stamp informational records (the
+// demo effects log, replay-only contexts); a run's own time is the store server's.
+#[allow(clippy::disallowed_methods)]
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -22,7 +22,7 @@ use crate::handle::{handle_delivery, Shared};
 pub enum WorkerError {
     /// Bad configuration.
     #[error("config: {0}")]
-    Config(String),
+    Config(#[from] savepoint::config::ConfigError),
     /// Bad failpoint spec.
     #[error(transparent)]
     Failpoints(#[from] FailpointParseError),
@@ -120,7 +120,7 @@ async fn keep_registered(shared: Arc<Shared>, info: WorkerInfo, ttl: Duration, c
 
 /// [`run`] with explicit options.
 pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationToken) -> Result<(), WorkerError> {
-    cfg.validate().map_err(|e| WorkerError::Config(e.to_string()))?;
+    cfg.validate()?;
     let failpoints = match opts.failpoints.clone() {
         Some(f) => f,
         None => Failpoints::parse(&cfg.failpoints)?,

@@ -3,7 +3,8 @@
 
 use futures::FutureExt;
 use std::panic::AssertUnwindSafe;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 

@@ -1,3 +1,4 @@
+#![allow(clippy::disallowed_methods)] // a test: real ids and real time are what it wants
 //! In-process smoke test of the worker runtime against the real RabbitMQ and Redis:
 //! start runs of every demo workflow and watch them complete.
 #![allow(clippy::unwrap_used)]

@@ -7,7 +7,8 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::Value;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use super::extract::{ApiPath, ApiQuery};
 use super::runs::thread_id;

@@ -12,8 +12,9 @@ pub use stats::{Percentiles, Report};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use savepoint::config::Config;
@@ -68,7 +69,7 @@ fn input(args: &LoadgenArgs, i: usize, hook: &str) -> Result<Value, anyhow::Erro
             "url": hook, "steps": args.steps,
             "effect_at": args.effect_at.unwrap_or(args.steps / 2), "policy": args.policy,
         }),
-        "invoice" => json!({"invoice_id": format!("LG-{}-{i}", &uuid::Uuid::new_v4().simple().to_string()[..8])}),
+        "invoice" => json!({"invoice_id": format!("LG-{}-{i}", &savepoint::entropy::uuid().simple().to_string()[..8])}),
         other => bail!("unknown workflow {other:?}: use chain, webhook or invoice"),
     })
 }
@@ -90,14 +91,14 @@ pub async fn run(cfg: Config, api: &str, args: LoadgenArgs) -> anyhow::Result<Re
     let http = reqwest::Client::builder().pool_max_idle_per_host(64).build()?;
     let permits = Arc::new(Semaphore::new(args.inflight.max(1)));
     let tracker = track::Tracker::start(store.clone(), stop.clone());
-    let prefix = format!("lg-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let prefix = format!("lg-{}", &savepoint::entropy::uuid().simple().to_string()[..8]);
     let started = Instant::now();
     let interval = (args.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / args.rate));
     let mut submits = tokio::task::JoinSet::new();
     for i in 0..args.runs {
         if let Some(iv) = interval {
             let due = started + iv.mul_f64(i as f64);
-            tokio::time::sleep_until(due.into()).await;
+            tokio::time::sleep_until(due).await;
         }
         let permit = permits.clone().acquire_owned().await?;
         let thread = ThreadId::new(format!("{prefix}-{i}"))?;

@@ -3,8 +3,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use savepoint::ids::ThreadId;

@@ -1,5 +1,6 @@
 //! Integration tests against a running RabbitMQ (`SAVEPOINT_TEST_AMQP_URL`, default localhost).
 //! They fail, rather than skip, when the broker is unreachable.
+#![allow(clippy::disallowed_methods)] // real broker, real time, random namespaces
 
 use super::*;
 use futures::FutureExt;
