@@ -395,6 +395,44 @@ async fn scan_due_hands_each_run_out_once_per_period(s: ScriptStore) {
     assert_eq!(due, threads);
 }
 
+/// Found by the simulator (seed 39517): the scanner rang a running run whose worker was
+/// stalled, its publish was confirmed late, and by then the worker had put the run to sleep;
+/// marking that stale task queued pushed the run's due time out by the queued-redeliver
+/// delay (10 minutes), so its 1-second timer fired 10 minutes late. Every write that starts a
+/// new due regime raises the ring version, so the late mark is refused.
+async fn a_task_published_before_a_suspend_does_not_delay_the_wake_up(s: ScriptStore) {
+    let t = new_run(&s, json!(null)).await;
+    let mut c = claim(&s, &t, "w").await;
+    // A scanner rang the run under this lease (its worker looked stalled) and published a
+    // task: the publisher holds the ring version it read then.
+    let k = s.keys().run(&t);
+    let rv_seen: u64 = s.query(redis::cmd("HGET").arg(&k.run).arg("rv")).await.unwrap();
+    let slept = s
+        .suspend(
+            &mut c.lease,
+            None,
+            Suspend::until(RunStatus::Sleeping, Duration::from_secs(1)),
+            ("slept", ""),
+        )
+        .await
+        .unwrap();
+    let wake = slept.due.expect("a wake time");
+    // The stale confirm arrives now.
+    assert_eq!(
+        s.mark_queued(&[(t.clone(), rv_seen)]).await.unwrap(),
+        0,
+        "a stale task is not marked"
+    );
+    let score: Option<f64> = s.query(redis::cmd("ZSCORE").arg(&k.due).arg(t.as_str())).await.unwrap();
+    assert_eq!(
+        score.map(|x| x as u64),
+        Some(wake),
+        "the wake time stays the run's due time"
+    );
+    // A task published after the suspend (with its rv) is marked as before.
+    assert_eq!(s.mark_queued(&[(t.clone(), slept.rv)]).await.unwrap(), 1);
+}
+
 async fn effect_records_intent_done_release(s: ScriptStore) {
     let key = EffectKey::new(format!("charge:{}", uuid::Uuid::new_v4())).unwrap();
     let (t1, t2) = (ThreadId::generate("a"), ThreadId::generate("b"));
@@ -572,6 +610,7 @@ conformance!(
     sleeping_waiting_and_signals,
     finish_cancel_unblock_and_retention,
     scan_due_hands_each_run_out_once_per_period,
+    a_task_published_before_a_suspend_does_not_delay_the_wake_up,
     effect_records_intent_done_release,
     orphaned_intents_and_operator_settlement,
 );

@@ -230,6 +230,7 @@ struct World {
     unguarded: bool,
     /// Workers that stopped with an error (each one a violation).
     exits: Arc<Mutex<Vec<String>>>,
+    queue: Option<Arc<savepoint::embedded::MemQueue>>,
 }
 
 fn sim_name(seed: u64) -> String {
@@ -480,6 +481,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         started,
         unguarded: args.unguarded,
         exits: Arc::default(),
+        queue: publisher.broker().mem_queue().cloned(),
     };
     for i in 0..args.workers {
         w.start_worker(i);
@@ -618,7 +620,40 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
                 violations.push(format!("run {t} is blocked without a reason"));
             }
             RunStatus::Failed | RunStatus::Cancelled | RunStatus::Blocked => {}
-            other => violations.push(format!("run {t} is stranded in {other}")),
+            other => {
+                // What the store and the queue hold for it, for the report.
+                let k = w.store.keys().run(t);
+                let fields: Vec<Vec<u8>> = w
+                    .store
+                    .query(redis::cmd("HGETALL").arg(&k.run))
+                    .await
+                    .unwrap_or_default();
+                let fields: Vec<String> = fields
+                    .chunks(2)
+                    .map(|p| (String::from_utf8_lossy(&p[0]), String::from_utf8_lossy(&p[1])))
+                    .filter(|(f, _)| !f.starts_with("j:") && f != "input")
+                    .map(|(f, v)| format!("{f}={v}"))
+                    .collect();
+                let score: Option<String> = w
+                    .store
+                    .query(redis::cmd("ZSCORE").arg(&k.due).arg(t.as_str()))
+                    .await
+                    .unwrap_or_default();
+                let now = w.store.server_time().await.unwrap_or(0);
+                let queue = w.queue.as_ref().map(|q| {
+                    format!(
+                        "ready {} unacked {} dlq {} {:?}",
+                        q.depth(),
+                        q.unacked(),
+                        q.dlq_depth(),
+                        q.stats()
+                    )
+                });
+                violations.push(format!(
+                    "run {t} is stranded in {other}: due score {score:?} (now {now}), queue {queue:?}, {}",
+                    fields.join(" ")
+                ));
+            }
         }
         if journal.len() > w.cfg.worker.max_entries as usize {
             violations.push(format!("run {t}: {} journal entries over the cap", journal.len()));

@@ -16,5 +16,7 @@ redis.call('HDEL', KEYS[1], 'reason', 'finished', 'crashed_by', 'cstep', 'cur')
 redis.call('ZADD', KEYS[2], due, ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 event(KEYS[3], ARGV[3], 'retried_by_operator', ARGV[4], t)
-local w = redis.call('HMGET', KEYS[1], 'rv', 'trace')
+-- A new due regime: a task published before it (rv seen then) must not mark this run queued.
+local rv = redis.call('HINCRBY', KEYS[1], 'rv', 1)
+local w = { tostring(rv), redis.call('HGET', KEYS[1], 'trace') }
 return { 'ok', w[1] or '0', w[2] or '' }

@@ -33,7 +33,9 @@ if waiting and h[3] == name then
   redis.call('ZADD', KEYS[2], due, ARGV[1])
   redis.call('ZREM', KEYS[5], ARGV[1])
   event(KEYS[3], ARGV[6], kind == 'interrupt' and 'resumed' or 'signalled', name, t)
-  local w = redis.call('HMGET', KEYS[1], 'rv', 'trace')
+  -- A new due regime: a task published before it (rv seen then) must not mark this run queued.
+  local rv = redis.call('HINCRBY', KEYS[1], 'rv', 1)
+  local w = { tostring(rv), redis.call('HGET', KEYS[1], 'trace') }
   return { 'woke', name, w[1] or '0', w[2] or '' }
 end
 event(KEYS[3], ARGV[6], 'signal_buffered', name, t)

@@ -10,7 +10,8 @@
 --       16 effect key the run backs off on ('' = none), 17 back-off count for it
 -- Returns: {'ok', new_version, due_ms or '', rv} | {'woke', new_version, due_ms, rv} (the
 --          awaited value was already buffered: the run is pending again and needs a task);
---          rv is the ring version a publisher of the next task presents to mark_queued
+--          rv is the new ring version (raised here) a publisher of the next task presents to
+--          mark_queued
 --        | {'missing'} | {'fenced', ...} | {'conflict', version} | {'index', steps}
 local bad = check_lease(KEYS[1], ARGV[2], ARGV[3], ARGV[4])
 if bad then return bad end
@@ -55,4 +56,7 @@ if ARGV[16] ~= '' then
 end
 if status == 'waiting' then redis.call('ZADD', KEYS[6], t, ARGV[1]) end
 event(KEYS[3], ARGV[12], ARGV[13], ARGV[14], t)
-return { reply, ver, due, redis.call('HGET', KEYS[1], 'rv') or '0' }
+-- A new due regime (a wake time, a retry, no due at all): a task published under the lease
+-- (its rv) is stale now, so a late mark_queued for it must not move this run's due time.
+local rv = redis.call('HINCRBY', KEYS[1], 'rv', 1)
+return { reply, ver, due, tostring(rv) }
