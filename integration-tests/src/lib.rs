@@ -213,6 +213,11 @@ pub fn fresh_namespace(prefix: &str) -> String {
 /// (1.5 s lease, 0.3 s grace, 2 s redelivery), a 100 ms scan interval and an ephemeral HTTP
 /// port. Call [`services`] first (panics otherwise).
 pub fn test_config(ns: &str) -> Config {
+    // `SAVEPOINT_TEST_BACKEND=embedded` runs the in-process suites on the embedded backend
+    // (suites that spawn worker processes need the real services).
+    if std::env::var("SAVEPOINT_TEST_BACKEND").is_ok_and(|b| b == "embedded") {
+        return embedded_config(ns);
+    }
     SERVICES
         .get()
         .expect("call savepoint_integration_tests::services().await before test_config")

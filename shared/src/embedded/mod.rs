@@ -70,6 +70,25 @@ pub trait Faults: Send + Sync {
     fn decide(&self, op: Op<'_>) -> Fault;
 }
 
+/// Where an instance keeps its fault plan (none: every operation passes).
+#[derive(Default)]
+pub(crate) struct FaultSlot(RwLock<Option<Arc<dyn Faults>>>);
+
+impl FaultSlot {
+    pub(crate) fn set(&self, faults: Option<Arc<dyn Faults>>) {
+        if let Ok(mut f) = self.0.write() {
+            *f = faults;
+        }
+    }
+
+    pub(crate) fn decide(&self, op: Op<'_>) -> Fault {
+        match self.0.read() {
+            Ok(f) => f.as_ref().map_or(Fault::Pass, |f| f.decide(op)),
+            Err(_) => Fault::Pass,
+        }
+    }
+}
+
 /// The embedded store engine: one Lua state and keyspace behind a mutex (so a script is
 /// atomic), with a clock and an optional fault plan.
 pub struct MemEngine {
@@ -77,7 +96,7 @@ pub struct MemEngine {
     /// Server time at `epoch` (µs since the Unix epoch).
     base_us: u64,
     epoch: tokio::time::Instant,
-    faults: RwLock<Option<Arc<dyn Faults>>>,
+    faults: FaultSlot,
 }
 
 impl std::fmt::Debug for MemEngine {
@@ -112,7 +131,7 @@ impl MemEngine {
             host: Mutex::new(LuaHost::new().expect("creating the embedded Lua state")),
             base_us,
             epoch: tokio::time::Instant::now(),
-            faults: RwLock::new(None),
+            faults: FaultSlot::default(),
         })
     }
 
@@ -123,16 +142,11 @@ impl MemEngine {
 
     /// Installs (or removes) a fault plan.
     pub fn set_faults(&self, faults: Option<Arc<dyn Faults>>) {
-        if let Ok(mut f) = self.faults.write() {
-            *f = faults;
-        }
+        self.faults.set(faults);
     }
 
     fn decide(&self, op: Op<'_>) -> Fault {
-        match self.faults.read() {
-            Ok(f) => f.as_ref().map_or(Fault::Pass, |f| f.decide(op)),
-            Err(_) => Fault::Pass,
-        }
+        self.faults.decide(op)
     }
 
     fn host(&self) -> Result<std::sync::MutexGuard<'_, LuaHost>, StoreError> {

@@ -10,9 +10,9 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
-use super::{Fault, Faults, Op};
+use super::{Fault, FaultSlot, Faults, Op};
 use crate::broker::BrokerError;
 
 /// Header of an explicit dead-lettering's reason (the AMQP backend's name).
@@ -56,7 +56,7 @@ pub struct MemQueue {
     state: Mutex<State>,
     notify: tokio::sync::Notify,
     delivery_limit: u32,
-    faults: RwLock<Option<Arc<dyn Faults>>>,
+    faults: FaultSlot,
 }
 
 impl std::fmt::Debug for MemQueue {
@@ -80,7 +80,7 @@ impl MemQueue {
             state: Mutex::new(State::default()),
             notify: tokio::sync::Notify::new(),
             delivery_limit,
-            faults: RwLock::new(None),
+            faults: FaultSlot::default(),
         })
     }
 
@@ -90,16 +90,11 @@ impl MemQueue {
 
     /// Installs (or removes) a fault plan for publishes and settlements.
     pub fn set_faults(&self, faults: Option<Arc<dyn Faults>>) {
-        if let Ok(mut f) = self.faults.write() {
-            *f = faults;
-        }
+        self.faults.set(faults);
     }
 
     fn decide(&self, op: Op<'_>) -> Fault {
-        match self.faults.read() {
-            Ok(f) => f.as_ref().map_or(Fault::Pass, |f| f.decide(op)),
-            Err(_) => Fault::Pass,
-        }
+        self.faults.decide(op)
     }
 
     /// Runs `apply` under the fault plan for `op`.

@@ -525,15 +525,7 @@ impl Ctx {
             let attempted = match &stubs {
                 Some(stubs) => {
                     self.attempt_loop(name, policy, true, |attempt| {
-                        let stubbed = stubs.attempt(name).map(|stub| stub(attempt));
-                        let real = stubbed.is_none().then(&mut f);
-                        async move {
-                            match (stubbed, real) {
-                                (Some(r), _) => super::stubs::decode_stub::<T>(name, r),
-                                (None, Some(fut)) => fut.await.map_err(Into::into),
-                                (None, None) => Err(StepError::fatal("no function to call")),
-                            }
-                        }
+                        stubs.choose(name, attempt, &mut f).run::<T, E>(name)
                     })
                     .await
                 }

@@ -385,15 +385,8 @@ impl Ctx {
         let attempted = match &stubs {
             Some(stubs) => {
                 self.attempt_loop(name, policy, false, |attempt| {
-                    let stubbed = stubs.attempt(name).map(|stub| stub(attempt));
-                    let real = stubbed.is_none().then(|| f(EffectCtx { attempt, ..fx.clone() }));
-                    async move {
-                        match (stubbed, real) {
-                            (Some(r), _) => super::stubs::decode_stub::<T>(name, r),
-                            (None, Some(fut)) => fut.await.map_err(Into::into),
-                            (None, None) => Err(StepError::fatal("no function to call")),
-                        }
-                    }
+                    let fx = EffectCtx { attempt, ..fx.clone() };
+                    stubs.choose(name, attempt, || f(fx)).run::<T, E>(name)
                 })
                 .await
             }

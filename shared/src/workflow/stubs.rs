@@ -73,13 +73,36 @@ impl Stubs {
     }
 }
 
-/// The stubbed result as the call's type (a mismatch is a non-retryable failure).
-pub(crate) fn decode_stub<T: serde::de::DeserializeOwned>(
-    name: &str,
-    r: Result<Value, StepError>,
-) -> Result<T, StepError> {
-    r.and_then(|v| {
-        serde_json::from_value(v)
-            .map_err(|e| StepError::fatal(format!("stub of {name:?} returned a value of the wrong type: {e}")))
-    })
+/// One attempt of a step or effect function: the stub's result, or the real call.
+pub(crate) enum Attempt<Fut> {
+    Stubbed(Result<Value, StepError>),
+    Real(Fut),
+}
+
+impl Stubs {
+    /// Counts one attempt of `name` and picks what runs: its stub if it has one, else `real`.
+    pub(crate) fn choose<Fut>(&self, name: &str, attempt: u32, real: impl FnOnce() -> Fut) -> Attempt<Fut> {
+        match self.attempt(name) {
+            Some(stub) => Attempt::Stubbed(stub(attempt)),
+            None => Attempt::Real(real()),
+        }
+    }
+}
+
+impl<Fut> Attempt<Fut> {
+    /// Runs it: the stub's JSON as the call's type (a mismatch is a non-retryable failure).
+    pub(crate) async fn run<T, E>(self, name: &str) -> Result<T, StepError>
+    where
+        T: serde::de::DeserializeOwned,
+        Fut: std::future::Future<Output = Result<T, E>>,
+        E: Into<StepError>,
+    {
+        match self {
+            Attempt::Stubbed(r) => r.and_then(|v| {
+                serde_json::from_value(v)
+                    .map_err(|e| StepError::fatal(format!("stub of {name:?} returned a value of the wrong type: {e}")))
+            }),
+            Attempt::Real(fut) => fut.await.map_err(Into::into),
+        }
+    }
 }
