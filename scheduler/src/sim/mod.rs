@@ -607,6 +607,26 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         };
         check_growth(t, &mut seen[i], &h, &journal, &mut violations);
         trace.count(&format!("end.{}", h.status.as_str()));
+        if h.status == RunStatus::Blocked {
+            let reason = h.reason.as_deref().unwrap_or("");
+            let class = if reason.contains("outcome unknown") {
+                "in_doubt"
+            } else if reason.starts_with("crashed ") {
+                "poison"
+            } else if reason.starts_with("non-determinism") {
+                "non_determinism"
+            } else {
+                "other"
+            };
+            trace.count(&format!("blocked.{class}"));
+            // Only an effect in doubt (block policy) or a run that kept crashing may block here:
+            // the workload is deterministic code, so any other reason is an engine bug.
+            if !matches!(class, "in_doubt" | "poison") {
+                violations.push(format!(
+                    "run {t} blocked for a reason the workload cannot cause: {reason}"
+                ));
+            }
+        }
         match h.status {
             RunStatus::Completed => match savepoint_worker::replay::replay(&w.store, &registry, t).await {
                 Ok(savepoint_worker::replay::ReplayReport::Finished(Ok(out))) => {
