@@ -126,8 +126,21 @@ fn the_cli_drives_an_approval_through_an_embedded_dev_server() {
     };
     let v = wait_status(&api, &thread, "waiting");
     assert!(v.to_string().contains("gate"), "{v}");
+    // `wait` gives up at its timeout on a run that is still going: exit code 6.
+    let o = Command::new(BIN)
+        .args(["--api", &api, "wait", &thread, "--timeout", "0.3"])
+        .output()
+        .expect("cli runs");
+    assert_eq!(o.status.code(), Some(6), "{}", text(&o));
+    // Answered, it ends; `wait` prints it and exits 0.
+    let waiter = std::thread::spawn({
+        let (api, thread) = (api.clone(), thread.clone());
+        move || cli(&api, &["wait", &thread])
+    });
     let (ok, _, out) = cli(&api, &["resume", &thread, "true"]);
     assert!(ok, "{out}");
+    let (ok, v, out) = waiter.join().expect("wait thread");
+    assert!(ok && v["status"] == "completed", "{out}");
     let v = wait_status(&api, &thread, "completed");
     assert!(v["output"].to_string().contains("true"), "{v}");
     let (ok, v, out) = cli(&api, &["list"]);

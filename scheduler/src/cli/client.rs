@@ -165,6 +165,13 @@ impl ApiClient {
             .await
     }
 
+    /// `GET /v1/runs/{thread}/result?timeout=S`: the run once it has ended or is blocked, or
+    /// as it stands after `timeout_s` seconds.
+    pub async fn result(&self, thread: &str, timeout_s: f64) -> Result<Value, ClientError> {
+        let path = format!("/v1/runs/{}/result?timeout={timeout_s:.3}", encode(thread));
+        self.request(Method::GET, &path, None).await
+    }
+
     /// `GET /v1/runs/{thread}/history`.
     pub async fn history(&self, thread: &str) -> Result<Value, ClientError> {
         self.request(Method::GET, &format!("/v1/runs/{}/history", encode(thread)), None)

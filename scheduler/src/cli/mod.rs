@@ -13,6 +13,8 @@ use anyhow::Context;
 use clap::{ArgAction, Args, Parser, Subcommand};
 use serde_json::Value;
 use std::process::ExitCode;
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// Savepoint: durable workflows over RabbitMQ and Redis.
 #[derive(Debug, Parser)]
@@ -97,6 +99,16 @@ pub enum Command {
     /// Deterministic simulation: the real API, scanners and workers on the embedded backend
     /// under seeded faults and virtual time; prints failing seeds; non-zero exit on any.
     Sim(crate::sim::SimArgs),
+    /// Wait until a run has ended (completed, failed, cancelled) or is blocked, then print it.
+    /// Exit code by status: 0 completed, 3 failed, 4 cancelled, 5 blocked, 6 still going when
+    /// `--timeout` passed.
+    Wait {
+        /// Thread id of the run.
+        thread: String,
+        /// Give up after this many seconds (default: wait as long as it takes).
+        #[arg(long)]
+        timeout: Option<f64>,
+    },
     /// List recent runs, newest first.
     List {
         /// Only runs with this status (pending, running, sleeping, waiting, completed, failed,
@@ -154,6 +166,29 @@ pub fn parse_json_arg(what: &str, raw: &str) -> anyhow::Result<Value> {
         .with_context(|| format!("{what} is not valid JSON: {raw:?} (strings need quotes, e.g. '\"yes\"')"))
 }
 
+/// A command that ends with this exit code; what it had to say is printed already.
+#[derive(Debug)]
+pub struct ExitWith(pub u8);
+
+impl std::fmt::Display for ExitWith {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit code {}", self.0)
+    }
+}
+
+impl std::error::Error for ExitWith {}
+
+/// The exit code of `savepoint wait` for a run's status.
+fn wait_code(status: &str) -> Option<u8> {
+    match status {
+        "completed" => Some(0),
+        "failed" => Some(3),
+        "cancelled" => Some(4),
+        "blocked" => Some(5),
+        _ => None,
+    }
+}
+
 /// Runs the CLI: parses arguments, executes, prints; exit code 1 on any error.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -166,6 +201,9 @@ pub fn main() -> ExitCode {
     };
     match runtime.block_on(execute(cli)) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<ExitWith>().is_some() => {
+            ExitCode::from(e.downcast_ref::<ExitWith>().map_or(1, |x| x.0))
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
@@ -193,6 +231,27 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
             print(json, &v, |v| render::ack("started", v))
         }
         Command::Get { thread } => print(json, &client.get(&thread).await?, render::run),
+        Command::Wait { thread, timeout } => {
+            if timeout.is_some_and(|t| !(t >= 0.0 && t.is_finite())) {
+                anyhow::bail!("--timeout must be a number of seconds, 0 or more");
+            }
+            let deadline = timeout.map(|t| Instant::now() + Duration::from_secs_f64(t));
+            let v = loop {
+                // One long poll at a time, each shorter than the client's 30 s request timeout.
+                let left = deadline.map_or(25.0, |d| d.saturating_duration_since(Instant::now()).as_secs_f64());
+                let v = client.result(&thread, left.min(25.0)).await?;
+                let ended = wait_code(v["status"].as_str().unwrap_or("")).is_some();
+                if ended || deadline.is_some_and(|d| Instant::now() >= d) {
+                    break v;
+                }
+            };
+            print(json, &v, render::run)?;
+            match wait_code(v["status"].as_str().unwrap_or("")) {
+                Some(0) => Ok(()),
+                Some(code) => Err(ExitWith(code).into()),
+                None => Err(ExitWith(6).into()),
+            }
+        }
         Command::History { thread } => print(json, &client.history(&thread).await?, render::history),
         Command::Export { thread } => print(true, &client.export(&thread).await?, |_| String::new()),
         Command::Resume { thread, value, id } => {
