@@ -42,20 +42,9 @@ pub struct DevArgs {
 
 /// `host:port` of a service URL (`scheme://[user[:pass]@]host[:port][/…]`).
 fn endpoint(url: &str, default_port: u16) -> Option<String> {
-    let rest = url.split_once("://")?.1;
-    let authority = rest.split(['/', '?']).next()?;
-    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    if hostport.is_empty() {
-        return None;
-    }
-    let has_port = hostport
-        .rsplit_once(':')
-        .is_some_and(|(_, p)| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()) && !hostport.ends_with(']'));
-    Some(if has_port {
-        hostport.to_owned()
-    } else {
-        format!("{hostport}:{default_port}")
-    })
+    let u = url::Url::parse(url).ok()?;
+    let host = u.host_str().filter(|h| !h.is_empty())?;
+    Some(format!("{host}:{}", u.port().unwrap_or(default_port)))
 }
 
 /// Why a service cannot be reached (`None`: it accepts TCP connections).

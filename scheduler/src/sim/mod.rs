@@ -222,7 +222,6 @@ struct World {
     router: axum::Router,
     provider: Arc<Provider>,
     trace: Arc<Trace>,
-    plan: Arc<Plan>,
     rng: StdRng,
     stop: CancellationToken,
     workers: Vec<Option<SimWorker>>,
@@ -326,14 +325,11 @@ impl World {
 
     /// A run as the store has it; transient faults are retried (the driver is not under test).
     async fn read(&self, t: &ThreadId) -> Option<(savepoint::store::RunHeader, Vec<Entry>)> {
-        for _ in 0..50 {
-            match self.store.get(t).await {
-                Ok(r) => return r,
-                Err(e) if e.is_transient() => tokio::time::sleep(Duration::from_millis(10)).await,
-                Err(_) => return None,
-            }
-        }
-        None
+        let limit = Some(Duration::from_secs(10));
+        savepoint::store::until_ok("reading a run", limit, &self.stop, || self.store.get(t))
+            .await
+            .ok()
+            .flatten()
     }
 }
 
@@ -474,7 +470,6 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         router,
         provider: Arc::clone(&provider),
         trace: Arc::clone(&trace),
-        plan: Arc::clone(&plan),
         rng: StdRng::seed_from_u64(seed),
         stop: stop.clone(),
         workers: (0..args.workers).map(|_| None).collect(),
@@ -708,7 +703,6 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
             format!("provider refused {} stale token(s)", provider.refused()),
         );
     }
-    let _ = &w.plan;
     stop.cancel();
     for slot in w.workers.iter_mut() {
         if let Some(wk) = slot.take() {

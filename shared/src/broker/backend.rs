@@ -62,14 +62,6 @@ impl Broker {
         }
     }
 
-    /// Which backend this is (`rabbitmq` or `embedded`).
-    pub fn backend(&self) -> &'static str {
-        match self.kind {
-            Kind::Amqp(_) => "rabbitmq",
-            Kind::Mem { .. } => "embedded",
-        }
-    }
-
     /// Publishes one persistent message to the task queue and waits for the confirm. A nack or
     /// an unroutable return is an error. Broken channels or connections are repaired and the
     /// publish retried a few times (so a message may, rarely, be stored twice).

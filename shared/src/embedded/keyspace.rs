@@ -151,6 +151,18 @@ fn below(v: f64, (b, excl): (f64, bool)) -> bool {
     }
 }
 
+/// A range reply: members, each followed by its score `WITHSCORES`.
+fn members<'a>(items: impl Iterator<Item = &'a (Score, Vec<u8>)>, with: bool) -> Value {
+    let mut out = Vec::new();
+    for (score, m) in items {
+        out.push(bulk(m));
+        if with {
+            out.push(bulk(fmt_score(score.0).as_bytes()));
+        }
+    }
+    Value::Array(out)
+}
+
 fn bulk(v: &[u8]) -> Value {
     Value::BulkString(v.to_vec())
 }
@@ -216,33 +228,6 @@ impl Keyspace {
     pub(crate) fn len(&mut self, now_ms: u64) -> usize {
         self.sweep(now_ms);
         self.data.len()
-    }
-
-    /// A deterministic dump of the keyspace: key → rendered value (for diffs and simulation
-    /// bounds checks).
-    pub(crate) fn dump(&mut self, now_ms: u64) -> BTreeMap<String, String> {
-        self.sweep(now_ms);
-        self.data
-            .iter()
-            .map(|(k, v)| {
-                let body = match v {
-                    Data::Str(s) => text(s),
-                    Data::Hash(h) => h
-                        .iter()
-                        .map(|(f, v)| format!("{}={}", text(f), text(v)))
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                    Data::List(l) => l.iter().map(|v| text(v)).collect::<Vec<_>>().join("\n"),
-                    Data::ZSet(z) => z
-                        .order
-                        .iter()
-                        .map(|(s, m)| format!("{} {}", fmt_score(s.0), text(m)))
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                };
-                (text(k), body)
-            })
-            .collect()
     }
 
     fn hash(&mut self, key: &[u8], now_ms: u64) -> Result<Option<&mut Fields>, String> {
@@ -532,18 +517,7 @@ impl Keyspace {
                 let Some((s, e)) = span(start, stop, items.len()) else {
                     return Ok(Value::Array(vec![]));
                 };
-                Ok(Value::Array(
-                    items[s..=e]
-                        .iter()
-                        .flat_map(|(sc, m)| {
-                            let mut v = vec![bulk(m)];
-                            if with {
-                                v.push(bulk(fmt_score(sc.0).as_bytes()));
-                            }
-                            v
-                        })
-                        .collect(),
-                ))
+                Ok(members(items[s..=e].iter().copied(), with))
             }
             "RPUSH" => {
                 arity(args, 3)?;
@@ -688,21 +662,13 @@ impl Keyspace {
         let Some(z) = self.zset(&args[1], now_ms)? else {
             return Ok(Value::Array(vec![]));
         };
-        Ok(Value::Array(
-            z.order
-                .iter()
-                .filter(|(s, _)| above(s.0, lo) && below(s.0, hi))
-                .skip(offset)
-                .take(count)
-                .flat_map(|(s, m)| {
-                    let mut v = vec![bulk(m)];
-                    if with {
-                        v.push(bulk(fmt_score(s.0).as_bytes()));
-                    }
-                    v
-                })
-                .collect(),
-        ))
+        let hits = z
+            .order
+            .iter()
+            .filter(|(s, _)| above(s.0, lo) && below(s.0, hi))
+            .skip(offset)
+            .take(count);
+        Ok(members(hits, with))
     }
 }
 

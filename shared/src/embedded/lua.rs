@@ -283,14 +283,4 @@ impl LuaHost {
             .ok_or_else(|| "ERR no keyspace".to_owned())?;
         ks.exec(args, now_us / 1000, now_us)
     }
-
-    /// The keyspace, for dumps and bounds checks.
-    pub(crate) fn with_keyspace<T>(&self, f: impl FnOnce(&mut Keyspace) -> T) -> Option<T> {
-        self.lua.app_data_mut::<Keyspace>().map(|mut ks| f(&mut ks))
-    }
-
-    /// Replaces the keyspace (the simulator's crash of a non-persistent server).
-    pub(crate) fn replace_keyspace(&self, ks: Keyspace) {
-        self.lua.set_app_data(ks);
-    }
 }

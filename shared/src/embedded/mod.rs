@@ -20,7 +20,7 @@ mod queue;
 pub use queue::{MemConsumer, MemDelivery, MemQueue, QueueStats};
 
 use redis::Value;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
@@ -195,31 +195,6 @@ impl MemEngine {
             .map(|v| String::from_utf8_lossy(v).to_ascii_uppercase())
             .unwrap_or_default();
         self.run(Op::Command(&verb), &verb, |h, now| h.command(args, now)).await
-    }
-
-    /// The whole keyspace rendered as text, key by key (tests, diffs, bounds checks).
-    pub fn dump(&self) -> BTreeMap<String, String> {
-        let now = self.now_us() / 1000;
-        self.host()
-            .ok()
-            .and_then(|h| h.with_keyspace(|ks| ks.dump(now)))
-            .unwrap_or_default()
-    }
-
-    /// Number of live keys.
-    pub fn key_count(&self) -> usize {
-        let now = self.now_us() / 1000;
-        self.host()
-            .ok()
-            .and_then(|h| h.with_keyspace(|ks| ks.len(now)))
-            .unwrap_or(0)
-    }
-
-    /// Loses every key (a restart of a server without persistence).
-    pub fn wipe(&self) {
-        if let Ok(h) = self.host() {
-            h.replace_keyspace(keyspace::Keyspace::default());
-        }
     }
 }
 

@@ -170,15 +170,6 @@ impl MemQueue {
         self.lock().dlq.len() as u32
     }
 
-    /// The dead-lettered messages (body, headers), oldest first.
-    pub fn dlq_messages(&self) -> Vec<(Vec<u8>, BTreeMap<String, String>)> {
-        self.lock()
-            .dlq
-            .iter()
-            .map(|m| (m.data.clone(), m.headers.clone()))
-            .collect()
-    }
-
     /// The counters.
     pub fn stats(&self) -> QueueStats {
         self.lock().stats

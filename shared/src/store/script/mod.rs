@@ -195,14 +195,6 @@ impl ScriptStore {
         }
     }
 
-    /// Which backend this store runs on (`redis` or `embedded`), for logs and `/health`.
-    pub fn backend(&self) -> &'static str {
-        match self.engine {
-            Engine::Redis(_) => "redis",
-            Engine::Mem(_) => "embedded",
-        }
-    }
-
     /// Runs one plain command (demo effects, the load generator, tests).
     pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
         self.engine.query(cmd).await
