@@ -138,6 +138,7 @@ async fn claim_outcomes_and_fenced_commits(s: ScriptStore) {
             due_in: Some(Duration::from_secs(60)),
             wait: None,
             backoff_on: None,
+            drop_begin: None,
         },
         ("yielded", ""),
     )
@@ -174,6 +175,7 @@ async fn sleeping_waiting_and_signals(s: ScriptStore) {
             due_in: Some(Duration::from_secs(3600)),
             wait: None,
             backoff_on: None,
+            drop_begin: None,
         },
         ("slept", "nap"),
     )
@@ -194,6 +196,7 @@ async fn sleeping_waiting_and_signals(s: ScriptStore) {
             due_in: Some(Duration::from_millis(50)),
             wait: None,
             backoff_on: None,
+            drop_begin: None,
         },
         ("slept", "nap"),
     )
@@ -225,6 +228,7 @@ async fn sleeping_waiting_and_signals(s: ScriptStore) {
                 due_in: None,
                 wait: Some(&wait),
                 backoff_on: None,
+                drop_begin: None,
             },
             ("interrupted", "gate"),
         )
@@ -279,6 +283,7 @@ async fn sleeping_waiting_and_signals(s: ScriptStore) {
                 due_in: None,
                 wait: Some(&wait_go),
                 backoff_on: None,
+                drop_begin: None,
             },
             ("waiting_signal", "go"),
         )
@@ -368,6 +373,7 @@ async fn scan_due_hands_each_run_out_once_per_period(s: ScriptStore) {
                 due_in: Some(Duration::from_millis(1)),
                 wait: None,
                 backoff_on: None,
+                drop_begin: None,
             },
             ("slept", ""),
         )

@@ -31,6 +31,9 @@ pub const NAMES: &[&str] = &[
 pub enum Action {
     /// Die at once, like `kill -9` (in-process workers of `savepoint dev` use a crash hook).
     Abort,
+    /// Be killed by a real SIGKILL sent to this process by `kill -KILL <pid>` (in-process
+    /// workers use the crash hook, as for `abort`).
+    Kill,
     /// Fail the operation with a transient error.
     Error,
     /// Stop the task here for this long, then go on.
@@ -124,6 +127,7 @@ impl Failpoints {
             };
             let action = match verb {
                 "abort" => Action::Abort,
+                "kill" => Action::Kill,
                 "error" => Action::Error,
                 other => parse_pause(other).ok_or_else(|| FailpointParseError::UnknownAction(other.into()))?,
             };
@@ -186,7 +190,14 @@ impl Failpoints {
                 Ok(())
             }
             Action::Error => Err(Injected(name)),
-            Action::Abort => match &self.crash {
+            Action::Kill if self.crash.is_none() => {
+                eprintln!("savepoint: failpoint {name} fired: sending SIGKILL to this process");
+                let pid = std::process::id().to_string();
+                let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();
+                // (If kill is missing, die anyway.)
+                std::process::abort();
+            }
+            Action::Abort | Action::Kill => match &self.crash {
                 Some(hook) => {
                     tracing::warn!(failpoint = name, "failpoint: crashing this worker");
                     hook(name);

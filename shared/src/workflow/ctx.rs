@@ -135,8 +135,9 @@ pub struct Ctx {
     notify: Arc<Notify>,
     /// Open while recorded entries are being replayed; closed at the first live call.
     replay_span: Option<tracing::Span>,
-    /// The intent this slice holds, released if the slice stops before calling the effect.
-    pub(super) held: Option<HeldIntent>,
+    /// The intents this slice holds (several inside a parallel group), each released if the
+    /// slice stops before calling its effect.
+    pub(super) held: Vec<HeldIntent>,
     /// `patched` answers given so far (sticky: one run never mixes old and new paths).
     pub(super) patches: HashMap<String, bool>,
     /// The live call in flight was recorded in the run (after a crash).
@@ -155,7 +156,7 @@ impl Ctx {
             started: Instant::now(),
             exit: None,
             notify: Arc::new(Notify::new()),
-            held: None,
+            held: Vec::new(),
             patches: HashMap::new(),
             noted: false,
         }
@@ -222,7 +223,7 @@ impl Ctx {
     /// slice knows the effect did not happen.
     pub(super) async fn stop<T>(&mut self, exit: SliceExit) -> T {
         tracing::debug!(thread.id = %self.p.lease.thread, ?exit, "slice stops");
-        if let Some(h) = self.held.take().filter(|h| !h.called) {
+        for h in std::mem::take(&mut self.held).into_iter().filter(|h| !h.called) {
             if !self.p.replay_only {
                 let r = tokio::time::timeout(
                     self.p.store.config().command_timeout,
@@ -315,6 +316,13 @@ impl Ctx {
     /// Gate before every live call: replay-only refusal, shutdown and budget yields, the
     /// journal limit.
     pub(super) async fn before_live(&mut self, name: &str) {
+        self.before_live_at(name, self.cursor, false).await
+    }
+
+    /// [`Ctx::before_live`] for the call that will have journal index `index` (inside a
+    /// parallel group the index runs ahead of the commit cursor; `in_group`: a later call of a
+    /// group, which the budget does not split).
+    pub(super) async fn before_live_at(&mut self, name: &str, index: u32, in_group: bool) {
         self.replay_span = None;
         let facts = super::decide::GateFacts {
             replay_only: self.p.replay_only,
@@ -324,8 +332,9 @@ impl Ctx {
             max_steps: self.p.limits.max_steps,
             elapsed: self.started.elapsed(),
             max_time: self.p.limits.max_time,
-            cursor: self.cursor,
+            cursor: index,
             max_entries: self.p.limits.max_entries,
+            in_group,
         };
         match super::decide::gate(&facts) {
             super::decide::Gate::Go => {}
@@ -365,7 +374,7 @@ impl Ctx {
             // The previous attempts died at this position: name the call, for the reason a
             // poison run is blocked with.
             self.noted = true;
-            let cur = format!("{} {name}", self.cursor);
+            let cur = format!("{index} {name}");
             if let Err(e) = self.p.store.note(&self.p.lease, "cur", &cur).await {
                 return self.store_failed(e).await;
             }
@@ -451,44 +460,33 @@ impl Ctx {
         }
     }
 
-    /// Runs `f(attempt)` under the retry policy (each retry recorded as a `retried` event,
-    /// every attempt and back-off [`Ctx::guarded`]). A panic is a failed attempt when
-    /// `panic_is_failure` (steps), and ends the loop as [`Attempted::Panicked`] otherwise
-    /// (effects: whether it happened is unknown).
+    /// Runs `f(attempt)` under the retry policy (each retry recorded as a `retried` event),
+    /// [`Ctx::guarded`]. A panic is a failed attempt when `panic_is_failure` (steps), and ends
+    /// the loop as [`Attempted::Panicked`] otherwise (effects: whether it happened is unknown).
     pub(super) async fn attempt_loop<T, F, Fut, E>(
         &mut self,
         name: &str,
         policy: &RetryPolicy,
         panic_is_failure: bool,
-        mut f: F,
+        f: F,
     ) -> Attempted<T>
     where
         F: FnMut(u32) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: Into<StepError>,
     {
-        let mut attempt = 1;
-        loop {
-            let r = match self.guarded(AssertUnwindSafe(f(attempt)).catch_unwind()).await {
-                Ok(r) => r.map_err(Into::into),
-                Err(panic) if panic_is_failure => {
-                    Err(StepError::retryable(format!("panicked: {}", panic_message(&*panic))))
-                }
-                Err(panic) => return Attempted::Panicked(panic_message(&*panic)),
-            };
-            match r {
-                Err(e) if policy.should_retry(attempt, &e) => {
-                    let delay = policy.backoff(attempt);
-                    tracing::warn!(thread.id = %self.p.lease.thread, step.name = name, task.attempt = attempt, error = %e, ?delay, "call failed, retrying");
-                    let detail = format!("{name} attempt {attempt}: {e}");
-                    if let Err(err) = self.p.store.event(&self.p.lease, "retried", &detail).await {
-                        return self.store_failed(err).await;
-                    }
-                    self.guarded(tokio::time::sleep(delay)).await;
-                    attempt += 1;
-                }
-                other => return Attempted::Done(other, attempt),
-            }
+        let tools = self.call_tools();
+        match self.guarded(attempts(&tools, name, policy, panic_is_failure, f)).await {
+            Ok(a) => a,
+            Err(e) => self.store_failed(e).await,
+        }
+    }
+
+    /// What a call needs to run its attempts without borrowing the context.
+    pub(super) fn call_tools(&self) -> CallTools {
+        CallTools {
+            store: self.p.store.clone(),
+            lease: self.p.lease.clone(),
         }
     }
 
@@ -555,6 +553,51 @@ impl Ctx {
         .instrument(span)
         .await;
         decode_outcome("step", name, outcome)
+    }
+}
+
+/// The store and lease a call's attempts record their retries with (a retry event is fenced
+/// by owner and fence, which no commit of the slice changes).
+pub(super) struct CallTools {
+    pub store: ScriptStore,
+    pub lease: Lease,
+}
+
+/// Runs `f(attempt)` under the retry policy, each retry recorded as a `retried` event. Borrows
+/// nothing of the context, so the calls of a parallel group run their attempts at once; the
+/// caller guards it with the lease ([`Ctx::guarded`]).
+pub(super) async fn attempts<T, F, Fut, E>(
+    tools: &CallTools,
+    name: &str,
+    policy: &RetryPolicy,
+    panic_is_failure: bool,
+    mut f: F,
+) -> Result<Attempted<T>, StoreError>
+where
+    F: FnMut(u32) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: Into<StepError>,
+{
+    let mut attempt = 1;
+    loop {
+        let r = match AssertUnwindSafe(f(attempt)).catch_unwind().await {
+            Ok(r) => r.map_err(Into::into),
+            Err(panic) if panic_is_failure => {
+                Err(StepError::retryable(format!("panicked: {}", panic_message(&*panic))))
+            }
+            Err(panic) => return Ok(Attempted::Panicked(panic_message(&*panic))),
+        };
+        match r {
+            Err(e) if policy.should_retry(attempt, &e) => {
+                let delay = policy.backoff(attempt);
+                tracing::warn!(step.name = name, task.attempt = attempt, error = %e, ?delay, "call failed, retrying");
+                let detail = format!("{name} attempt {attempt}: {e}");
+                tools.store.event(&tools.lease, "retried", &detail).await?;
+                tokio::time::sleep(delay).await;
+                attempt += 1;
+            }
+            other => return Ok(Attempted::Done(other, attempt)),
+        }
     }
 }
 

@@ -56,6 +56,10 @@ pub struct GateFacts {
     pub cursor: u32,
     /// Journal entries allowed per run.
     pub max_entries: u32,
+    /// A later call of a parallel group whose first call passed the gate: the budget and
+    /// shutdown do not split a group (a group split at the budget would start over, whole,
+    /// every slice).
+    pub in_group: bool,
 }
 
 /// Whether a live call may start.
@@ -84,7 +88,7 @@ pub fn gate(f: &GateFacts) -> Gate {
         return Gate::DeadlinePassed;
     }
     let over_budget = f.live_in_slice > 0 && (f.live_in_slice >= f.max_steps || f.elapsed >= f.max_time);
-    if f.shutting_down || over_budget {
+    if !f.in_group && (f.shutting_down || over_budget) {
         return Gate::Yield;
     }
     if f.cursor >= f.max_entries {
@@ -253,6 +257,7 @@ mod tests {
             max_time: Duration::from_secs(10),
             cursor: 0,
             max_entries: 5,
+            in_group: false,
         }
     }
 
@@ -295,6 +300,27 @@ mod tests {
         assert_eq!(gate(&f), Gate::Yield);
         let f = GateFacts { cursor: 5, ..facts() };
         assert!(matches!(gate(&f), Gate::JournalFull(r) if r.contains('5')));
+        // A parallel group is never split by the budget or shutdown, but it is by the deadline
+        // and the journal cap.
+        let f = GateFacts {
+            live_in_slice: 2,
+            shutting_down: true,
+            in_group: true,
+            ..facts()
+        };
+        assert_eq!(gate(&f), Gate::Go);
+        let f = GateFacts {
+            in_group: true,
+            deadline_passed: true,
+            ..facts()
+        };
+        assert_eq!(gate(&f), Gate::DeadlinePassed);
+        let f = GateFacts {
+            in_group: true,
+            cursor: 5,
+            ..facts()
+        };
+        assert!(matches!(gate(&f), Gate::JournalFull(_)));
     }
 
     fn holder() -> Holder {

@@ -191,9 +191,11 @@ impl Ctx {
         let idx = self.cursor;
         let intent_span =
             tracing::debug_span!("effect.intent", effect.name = name, effect.key = %key, step.index = idx);
-        self.begin(name, &key).instrument(intent_span.clone()).await;
-        if let Some(recorded) = self.acquire(name, &key, &opts.policy).instrument(intent_span).await {
-            self.held = None;
+        if let Some(recorded) = self
+            .take_intent(name, &key, &opts.policy, idx)
+            .instrument(intent_span)
+            .await
+        {
             let entry = effect_entry(name, &key, Outcome::Ok(recorded.clone()), 0);
             self.commit(entry, "effect_skipped", None).await;
             return decode_outcome("effect", name, Outcome::Ok(recorded));
@@ -216,11 +218,15 @@ impl Ctx {
                 let reason = format!("effect {key} outcome unknown: the effect function panicked: {msg}");
                 return self.block(&reason, Some((key.as_str(), &holder))).await;
             }
-            Called::Failed(e, attempts) => return self.failed(name, &key, e, attempts).await,
+            Called::Failed(e, attempts) => {
+                let (entry, event) = self.failed(name, &key, e, attempts, idx).await;
+                let outcome = entry.outcome.clone();
+                self.commit(entry, event, None).await;
+                return decode_outcome("effect", name, outcome);
+            }
         };
         let done_span = tracing::debug_span!("effect.done", effect.key = %key, step.index = idx);
-        let value = self.mark_done(&key, value).instrument(done_span).await;
-        self.held = None;
+        let value = self.mark_done(&key, value, idx).instrument(done_span).await;
         self.commit(
             effect_entry(name, &key, Outcome::Ok(value.0.clone()), value.1),
             "effect_done",
@@ -228,6 +234,35 @@ impl Ctx {
         )
         .await;
         decode_outcome("effect", name, Outcome::Ok(value.0))
+    }
+
+    /// Records the key at `idx` in the run and takes its intent: `Some(result)` when the effect
+    /// is already applied (skip it), `None` when this slice holds the intent and performs it.
+    pub(super) async fn take_intent(
+        &mut self,
+        name: &str,
+        key: &EffectKey,
+        policy: &EffectPolicy,
+        idx: u32,
+    ) -> Option<Value> {
+        self.begin(name, key, idx).await;
+        let recorded = self.acquire(name, key, policy, idx).await;
+        if recorded.is_some() {
+            self.unhold(idx);
+        }
+        recorded
+    }
+
+    /// Forgets the intent held at `idx` (settled).
+    pub(super) fn unhold(&mut self, idx: u32) {
+        self.held.retain(|h| h.index != idx);
+    }
+
+    /// Marks the intent at `idx` as acted on: its outcome is unknown if the slice stops now.
+    pub(super) fn mark_called(&mut self, idx: u32) {
+        for h in self.held.iter_mut().filter(|h| h.index == idx) {
+            h.called = true;
+        }
     }
 
     fn holder(&self, index: u32) -> Holder {
@@ -266,8 +301,8 @@ impl Ctx {
 
     /// Records the key at this index in the run (cancel settles it from there; a resumed run
     /// that derives another key for the same call is non-determinism).
-    async fn begin(&mut self, name: &str, key: &EffectKey) {
-        let (store, lease, idx) = (self.p.store.clone(), self.p.lease.clone(), self.cursor);
+    async fn begin(&mut self, name: &str, key: &EffectKey, idx: u32) {
+        let (store, lease) = (self.p.store.clone(), self.p.lease.clone());
         // The first send is the conservative start of the extension (a retry was sent later).
         let sent = tokio::time::Instant::now();
         let changed = self.durable(|| store.effect_begin(&lease, idx, key)).await;
@@ -283,9 +318,9 @@ impl Ctx {
     }
 
     /// Takes the key's intent. `Some(result)` when the effect is already applied (skip it).
-    async fn acquire(&mut self, name: &str, key: &EffectKey, policy: &EffectPolicy) -> Option<Value> {
+    async fn acquire(&mut self, name: &str, key: &EffectKey, policy: &EffectPolicy, idx: u32) -> Option<Value> {
         let thread = self.thread_id().clone();
-        let (idx, fence) = (self.cursor, self.p.lease.fence);
+        let fence = self.p.lease.fence;
         let store = self.p.store.clone();
         let (mut takeover, mut injected) = (false, 0);
         loop {
@@ -293,7 +328,8 @@ impl Ctx {
                 .durable(|| store.effect_intent(key, &thread, idx, fence, takeover))
                 .await;
             if claim == EffectClaim::Won {
-                self.held = Some(HeldIntent {
+                self.unhold(idx);
+                self.held.push(HeldIntent {
                     key: key.clone(),
                     index: idx,
                     called: false,
@@ -316,7 +352,7 @@ impl Ctx {
                         continue;
                     }
                     let tries = self.p.busy_tries;
-                    return self.back_off(name, key, &holder, tries).await;
+                    return self.back_off(name, key, &holder, tries, idx).await;
                 }
                 Intent::Block(reason, holder) => {
                     if holder.is_some() {
@@ -341,11 +377,12 @@ impl Ctx {
     /// Another run holds the key: sleep with a growing back-off. The worker that claims the
     /// run again checks the key before replaying (see the runtime), so waiting costs one
     /// claim and one read per try, not a replay.
-    pub(super) async fn back_off<T>(&mut self, name: &str, key: &EffectKey, holder: &Holder, n: u32) -> T {
+    pub(super) async fn back_off<T>(&mut self, name: &str, key: &EffectKey, holder: &Holder, n: u32, idx: u32) -> T {
         let delay = busy_backoff(n);
         let detail = format!("{name}: key {key} held by {holder}; next try in {delay:?}");
         let how = Suspend {
             backoff_on: Some((key.as_str(), n + 1)),
+            drop_begin: Some(idx),
             ..Suspend::until(RunStatus::Sleeping, delay)
         };
         let r = self
@@ -371,9 +408,7 @@ impl Ctx {
             self.stop::<()>(SliceExit::DeadlinePassed(format!("before effect {name:?}")))
                 .await;
         }
-        if let Some(h) = self.held.as_mut() {
-            h.called = true;
-        }
+        self.mark_called(self.cursor);
         let fx = EffectCtx {
             key: key.as_str().to_owned(),
             fence: self.p.lease.fence,
@@ -402,32 +437,25 @@ impl Ctx {
         }
     }
 
-    /// The function promised the effect did not happen: free the key and journal the
-    /// failure, or, if the key turns out done (another attempt or an operator applied it),
-    /// journal the recorded result.
-    async fn failed<T: DeserializeOwned>(
+    /// The function promised the effect did not happen: free the key; the entry to journal is
+    /// the failure, or, if the key turns out done (another attempt or an operator applied it),
+    /// the recorded result.
+    pub(super) async fn failed(
         &mut self,
         name: &str,
         key: &EffectKey,
         e: StepError,
         attempts: u32,
-    ) -> Result<T, WorkflowError> {
-        let (store, thread, idx, fence) = (
-            self.p.store.clone(),
-            self.thread_id().clone(),
-            self.cursor,
-            self.p.lease.fence,
-        );
+        idx: u32,
+    ) -> (Entry, &'static str) {
+        let (store, thread, fence) = (self.p.store.clone(), self.thread_id().clone(), self.p.lease.fence);
         let released = self.durable(|| store.effect_release(key, &thread, idx, fence)).await;
-        self.held = None;
+        self.unhold(idx);
         if let EffectRelease::Done(recorded) = released {
-            self.commit(
-                effect_entry(name, key, Outcome::Ok(recorded.clone()), attempts),
+            return (
+                effect_entry(name, key, Outcome::Ok(recorded), attempts),
                 "effect_skipped",
-                None,
-            )
-            .await;
-            return decode_outcome("effect", name, Outcome::Ok(recorded));
+            );
         }
         if let EffectRelease::NotOwner(holder) = released {
             return self
@@ -437,24 +465,16 @@ impl Ctx {
                 .await;
         }
         inc(&metrics().effects, &[("outcome", "failed")]);
-        self.commit(
-            effect_entry(name, key, Outcome::Err(e.message.clone()), attempts),
+        (
+            effect_entry(name, key, Outcome::Err(e.message), attempts),
             "effect_failed",
-            None,
         )
-        .await;
-        decode_outcome("effect", name, Outcome::Err(e.message))
     }
 
     /// Marks the key done with the result (retrying lost replies); returns the result to
     /// journal (the first recorded one if the key was done before) and the attempts.
-    async fn mark_done(&mut self, key: &EffectKey, value: Value) -> (Value, u32) {
-        let (store, thread, idx, fence) = (
-            self.p.store.clone(),
-            self.thread_id().clone(),
-            self.cursor,
-            self.p.lease.fence,
-        );
+    pub(super) async fn mark_done(&mut self, key: &EffectKey, value: Value, idx: u32) -> (Value, u32) {
+        let (store, thread, fence) = (self.p.store.clone(), self.thread_id().clone(), self.p.lease.fence);
         // An injected error before the write stands for a failed write, after it for a lost
         // reply: both are retried.
         let mut injected = 0;
@@ -469,6 +489,7 @@ impl Ctx {
                 self.injected(&mut injected, "effect.after_done").await;
                 continue;
             }
+            self.unhold(idx);
             return match done {
                 EffectDone::Recorded => {
                     inc(&metrics().effects, &[("outcome", "applied")]);
@@ -590,7 +611,7 @@ pub async fn key_still_held(
     }
 }
 
-fn effect_entry(name: &str, key: &EffectKey, outcome: Outcome, attempts: u32) -> Entry {
+pub(super) fn effect_entry(name: &str, key: &EffectKey, outcome: Outcome, attempts: u32) -> Entry {
     let mut e = Entry::new(name, EntryKind::Effect, outcome, attempts);
     e.key = Some(key.as_str().to_owned());
     e

@@ -6,6 +6,7 @@ mod ctx;
 pub mod decide;
 mod effect;
 mod error;
+mod group;
 mod registry;
 mod retry;
 mod stubs;
@@ -16,6 +17,7 @@ pub use effect::{
     busy_backoff, key_still_held, orphan_if_owner_ended, EffectCtx, EffectOptions, EffectPolicy, ReconcileFn,
 };
 pub use error::{StepError, WorkflowError};
+pub use group::{Call, Selected};
 pub use registry::{DynWorkflow, Registry, RunError};
 pub use retry::RetryPolicy;
 pub use stubs::{StubFn, Stubs};

@@ -110,7 +110,7 @@ impl Ctx {
         }
     }
 
-    async fn recorded(&mut self, name: &str, make: impl FnOnce() -> Value) -> Value {
+    pub(super) async fn recorded(&mut self, name: &str, make: impl FnOnce() -> Value) -> Value {
         if let Some(e) = self.replayed(name, EntryKind::Value).await {
             if let Outcome::Ok(v) = e.outcome {
                 return v;

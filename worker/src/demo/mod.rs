@@ -1,6 +1,7 @@
 //! The demo workflows hosted by the `savepoint-worker` binary: `invoice` (the seed's story),
 //! `approval` (human in the loop), `webhook` (an HTTP effect with an idempotency key) and
-//! `chain` (trivial steps, for benchmarks).
+//! `chain` (trivial steps, for benchmarks) and `fanout` (parallel steps and effects, a race
+//! with a timeout).
 //!
 //! Every demo effect call, real or repeated, appends one JSON record
 //! `{"thread_id","effect","key","at"}` to the Redis list `<namespace>:demo:effects`, so a
@@ -8,11 +9,13 @@
 
 mod approval;
 mod chain;
+mod fanout;
 mod invoice;
 mod webhook;
 
 pub use approval::Approval;
 pub use chain::Chain;
+pub use fanout::Fanout;
 pub use invoice::Invoice;
 pub use webhook::Webhook;
 
@@ -85,9 +88,10 @@ pub fn registry_from_spec(store: &ScriptStore, spec: &str) -> Result<Registry, S
             "approval" => r.register_versions(Approval, v, min),
             "webhook" => r.register_versions(Webhook::new(log.clone()), v, min),
             "chain" => r.register_versions(Chain, v, min),
+            "fanout" => r.register_versions(Fanout::new(log.clone()), v, min),
             other => {
                 return Err(format!(
-                    "unknown demo workflow {other:?}: invoice, approval, webhook, chain"
+                    "unknown demo workflow {other:?}: invoice, approval, webhook, chain, fanout"
                 ))
             }
         };
@@ -101,7 +105,8 @@ pub fn registry(store: &ScriptStore) -> Registry {
     let mut r = Registry::new();
     r.register(Invoice::new(log.clone()))
         .register(Approval)
-        .register(Webhook::new(log))
-        .register(Chain);
+        .register(Webhook::new(log.clone()))
+        .register(Chain)
+        .register(Fanout::new(log));
     r
 }

@@ -116,6 +116,9 @@ pub struct Suspend<'a> {
     pub wait: Option<&'a Wait>,
     /// The effect key a run backs off on and the back-off count, for a busy effect.
     pub backoff_on: Option<(&'a str, u32)>,
+    /// The journal index whose begin record (`x:<index>`) to drop: the run backing off never
+    /// took that key's intent.
+    pub drop_begin: Option<u32>,
 }
 
 impl<'a> Suspend<'a> {
@@ -126,6 +129,7 @@ impl<'a> Suspend<'a> {
             due_in: Some(due_in),
             wait: None,
             backoff_on: None,
+            drop_begin: None,
         }
     }
 
@@ -136,6 +140,7 @@ impl<'a> Suspend<'a> {
             due_in: None,
             wait: Some(wait),
             backoff_on: None,
+            drop_begin: None,
         }
     }
 }
@@ -437,6 +442,7 @@ impl ScriptStore {
             Some((key, n)) => inv.arg(key).arg(n),
             None => inv.arg("").arg(""),
         };
+        inv.arg(how.drop_begin.map(|i| i.to_string()).unwrap_or_default());
         let r = self.invoke(&inv).await?;
         match r.tag().as_str() {
             tag @ ("ok" | "woke") => {

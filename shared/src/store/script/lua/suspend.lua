@@ -7,7 +7,8 @@
 --       8 due delay ms from server now ('' = no due time), 9 wait kind ('' | interrupt | signal),
 --       10 wait name, 11 wait payload (JSON), 12 event cap, 13 event type, 14 event detail,
 --       15 redeliver_ms (used when a waited-for value is already buffered),
---       16 effect key the run backs off on ('' = none), 17 back-off count for it
+--       16 effect key the run backs off on ('' = none), 17 back-off count for it,
+--       18 journal index whose begin record x:<index> to drop ('' = none)
 -- Returns: {'ok', new_version, due_ms or '', rv} | {'woke', new_version, due_ms, rv} (the
 --          awaited value was already buffered: the run is pending again and needs a task);
 --          rv is the new ring version (raised here) a publisher of the next task presents to
@@ -50,9 +51,12 @@ else
 end
 if ARGV[16] ~= '' then
   redis.call('HSET', KEYS[1], 'wait_fx', ARGV[16], 'wait_fx_n', ARGV[17])
+end
+if ARGV[18] ~= '' then
   -- Backing off, the run never took the key's intent: its begin record (x:<index>) does not
   -- mean it holds one, so cancel must not settle (or list) another run's intent as its own.
-  redis.call('HDEL', KEYS[1], 'x:' .. redis.call('HGET', KEYS[1], 'steps'))
+  -- (The index is the call's, which inside a parallel group runs ahead of the journal.)
+  redis.call('HDEL', KEYS[1], 'x:' .. ARGV[18])
 end
 if status == 'waiting' then redis.call('ZADD', KEYS[6], t, ARGV[1]) end
 event(KEYS[3], ARGV[12], ARGV[13], ARGV[14], t)
