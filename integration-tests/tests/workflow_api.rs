@@ -41,6 +41,11 @@ async fn durable_timer_and_recorded_values() {
     let sleeping = w.wait_status(&t, &["sleeping"], LONG).await;
     assert!(sleeping["due_at"].as_u64().is_some(), "{sleeping}");
     assert_eq!(sleeping["step"], 2);
+    // Where it is: in the sleep at entry 1 (two entries recorded), with its wake time.
+    assert_eq!(sleeping["at"]["entry"], 1, "{sleeping}");
+    assert_eq!(sleeping["at"]["name"], "nap", "{sleeping}");
+    assert_eq!(sleeping["at"]["wake_at"], sleeping["due_at"], "{sleeping}");
+    assert!(sleeping.get("finished_at").is_none(), "{sleeping}");
     let done = w.wait_status(&t, &["completed"], LONG).await;
     assert_eq!(done["step"], 4);
     // Replay sees the recorded time and uuid, not fresh ones.
@@ -315,4 +320,78 @@ async fn heartbeat_keeps_a_long_step_and_cancel_drops_it() {
     assert_eq!(w.run(&t).await["status"], "cancelled");
     a.stop().await;
     b.stop().await;
+}
+
+/// An answer of the wrong shape, with no schema declared: the worker cannot decode it, so the
+/// run is blocked with the decode error (not failed) and keeps its wait; the next answer, of
+/// the right shape, resumes it. Same for a signal.
+#[derive(serde::Deserialize, serde::Serialize)]
+struct Approval {
+    approved: bool,
+    carrier: String,
+}
+
+struct Ship;
+impl Workflow for Ship {
+    const NAME: &'static str = "ship";
+    type Input = Value;
+    type Output = Value;
+    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let a: Approval = ctx.interrupt("shipping_approval", json!({"question": "ship?"})).await?;
+        let n: u32 = ctx.wait_signal("count").await?;
+        Ok(json!({"approved": a.approved, "carrier": a.carrier, "count": n}))
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_shaped_answer_blocks_the_run_which_still_takes_the_right_one() {
+    let w = World::new("wa", |_| {}).await;
+    let mut reg = Registry::new();
+    reg.register(Ship);
+    let wk = InProc::start(&w.cfg, reg);
+    w.wait_registered("ship").await;
+    let t = w.start("ship", json!({})).await;
+    w.wait_status(&t, &["waiting"], LONG).await;
+    let (code, body) = w.post(&format!("/v1/runs/{t}/resume"), json!({"value": "yes"})).await;
+    assert_eq!(code, 202, "no schema is declared: the API accepts it: {body}");
+    let blocked = w.wait_status(&t, &["blocked"], LONG).await;
+    let reason = blocked["blocked_reason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("shipping_approval") && reason.contains("does not decode") && reason.contains("still waits"),
+        "{blocked}"
+    );
+    assert_eq!(blocked["wait"]["name"], "shipping_approval", "{blocked}");
+    assert!(blocked.get("finished_at").is_none(), "{blocked}");
+    let (code, body) = w
+        .post(
+            &format!("/v1/runs/{t}/resume"),
+            json!({"value": {"approved": true, "carrier": "DHL"}}),
+        )
+        .await;
+    assert_eq!(code, 202, "{body}");
+    let waiting = w.wait_status(&t, &["waiting"], LONG).await;
+    assert_eq!(waiting["wait"]["name"], "count", "{waiting}");
+    assert!(waiting.get("blocked_reason").is_none(), "{waiting}");
+    let (code, _) = w
+        .post(&format!("/v1/runs/{t}/signals/count"), json!({"value": "three"}))
+        .await;
+    assert_eq!(code, 202);
+    let blocked = w.wait_status(&t, &["blocked"], LONG).await;
+    assert!(
+        blocked["blocked_reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("signal \"count\""),
+        "{blocked}"
+    );
+    let (code, _) = w
+        .post(&format!("/v1/runs/{t}/signals/count"), json!({"value": 3}))
+        .await;
+    assert_eq!(code, 202);
+    let done = w.wait_status(&t, &["completed"], LONG).await;
+    assert_eq!(done["output"], json!({"approved": true, "carrier": "DHL", "count": 3}));
+    assert!(done["finished_at"].as_u64().is_some(), "{done}");
+    let events = w.event_types(&t).await;
+    assert_eq!(events.iter().filter(|e| *e == "blocked").count(), 2, "{events:?}");
+    wk.stop().await;
 }

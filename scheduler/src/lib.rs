@@ -11,6 +11,7 @@
 
 mod api;
 pub mod cli;
+pub mod client;
 pub mod dev;
 pub mod loadgen;
 mod marker;

@@ -113,6 +113,12 @@ impl Keys {
         format!("{}:workers", self.ns)
     }
 
+    /// JSON Schemas of the values workflows take from outside, by `workflow@version`,
+    /// published by the workers that serve them (the API validates against them).
+    pub fn schemas(&self) -> String {
+        format!("{}:schemas", self.ns)
+    }
+
     /// Namespace metadata fixed at first use (the partition count).
     pub fn meta(&self) -> String {
         format!("{}:meta", self.ns)

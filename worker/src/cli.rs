@@ -1,4 +1,5 @@
-//! The `savepoint-worker` command line (the binary is a one-line call to [`main`]).
+//! The worker command line: what [`crate::main`] runs (the `savepoint-worker` binary and
+//! every worker of your own).
 
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
@@ -6,7 +7,8 @@ use tokio_util::sync::CancellationToken;
 use savepoint::config::{Config, ProcessEnv};
 use savepoint::store::ScriptStore;
 
-/// Savepoint worker hosting the demo workflows (invoice, approval, webhook, chain).
+/// A Savepoint worker: runs the workflows it registers, taking their step tasks from
+/// RabbitMQ and checkpointing every call in Redis.
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
@@ -24,19 +26,25 @@ struct Args {
     http_addr: Option<String>,
 }
 
-/// Parses arguments, loads the config, starts logging and runs the demo worker until
-/// SIGTERM/SIGINT. Exit code 0 on a clean stop, 2 on bad config, 1 on failure.
-pub async fn main() -> std::process::ExitCode {
-    main_with(|store| Ok(crate::demo::registry(store))).await
-}
-
-/// [`main`] with the workflows `make` registers (given the connected store, e.g. for an
-/// effect log): a worker binary of your own is this one call.
+/// Parses arguments, loads the config, starts logging and runs a worker with the workflows
+/// `make` registers (given the connected store) until SIGTERM/SIGINT. Exit code 0 on a
+/// clean stop, 2 on bad config, 1 on failure.
 pub async fn main_with<F>(make: F) -> std::process::ExitCode
 where
     F: FnOnce(&ScriptStore) -> Result<savepoint::workflow::Registry, String>,
 {
-    let args = Args::parse();
+    let mut cmd = <Args as clap::CommandFactory>::command();
+    // (A user's worker binary shows its own name in --help and errors.)
+    if let Some(name) = std::env::args().next().as_deref().and_then(binary_name) {
+        cmd = cmd.bin_name(name);
+    }
+    let args = match cmd
+        .try_get_matches()
+        .and_then(|m| <Args as clap::FromArgMatches>::from_arg_matches(&m))
+    {
+        Ok(a) => a,
+        Err(e) => e.exit(),
+    };
     let mut cfg = match Config::load(args.config.as_deref(), &ProcessEnv) {
         Ok(c) => c,
         Err(e) => {
@@ -85,4 +93,12 @@ where
             }
         }
     }
+}
+
+/// The file name of the running binary.
+fn binary_name(argv0: &str) -> Option<String> {
+    std::path::Path::new(argv0)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .map(str::to_owned)
 }

@@ -109,7 +109,15 @@ async fn settle(d: &Delivery) {
 /// Handles one task message inside a `task` span whose parent is the publisher's span
 /// (the `traceparent` header), so the run's trace continues across processes.
 pub(crate) async fn handle_delivery(shared: &Shared, d: Delivery) {
-    let span = tracing::info_span!("task", worker.id = %shared.incarnation);
+    // Every line logged while handling the task carries the worker and the run once, from
+    // this span (the thread id is recorded once the message decodes). WARN level, so the ids
+    // stay on the warnings (a block, a lost lease) even under `RUST_LOG=warn`.
+    let span = tracing::span!(
+        tracing::Level::WARN,
+        "task",
+        worker.id = %shared.incarnation,
+        thread.id = tracing::field::Empty
+    );
     if let Some(tp) = d.headers.get("traceparent") {
         savepoint::telemetry::set_parent(&span, tp);
     }
@@ -121,6 +129,7 @@ async fn handle(shared: &Shared, d: Delivery) {
         Ok(t) => t,
         Err(e) => return dead_letter(shared, &d, &e.to_string(), "undecodable").await,
     };
+    tracing::Span::current().record("thread.id", tracing::field::display(&task.thread));
     let expected = shared.store.keys().partition(&task.thread);
     if task.partition != expected {
         let reason = format!(
@@ -129,7 +138,7 @@ async fn handle(shared: &Shared, d: Delivery) {
         );
         return dead_letter(shared, &d, &reason, "partition").await;
     }
-    let claim_span = tracing::info_span!("claim", thread.id = %task.thread, task.reason = task.reason.as_str());
+    let claim_span = tracing::info_span!("claim", task.reason = task.reason.as_str());
     let claimed = match shared
         .store
         .claim(&task.thread, shared.incarnation.as_str(), task.step, &shared.served)
@@ -138,7 +147,7 @@ async fn handle(shared: &Shared, d: Delivery) {
     {
         Ok(c) => c,
         Err(e) if e.is_transient() => {
-            tracing::warn!(thread.id = %task.thread, error = %e, "claim failed (transient); requeueing");
+            tracing::warn!(error = %e, "claim failed (transient); requeueing");
             inc(&metrics().claims, &[("outcome", "error")]);
             tokio::time::sleep(Duration::from_millis(200)).await;
             if let Err(e) = d.requeue().await {
@@ -169,7 +178,7 @@ async fn handle(shared: &Shared, d: Delivery) {
             rv,
             tries,
         } => {
-            tracing::info!(thread.id = %task.thread, %reason, retry_in_ms, "not served here: given back untouched");
+            tracing::info!(%reason, retry_in_ms, "not served here: given back untouched");
             inc(&metrics().unserved, &[]);
             // A few immediate hops find a serving consumer fast; past that (e.g. the serving
             // worker just died and its registration has not expired) the back-off applies,
@@ -179,14 +188,14 @@ async fn handle(shared: &Shared, d: Delivery) {
             }
         }
         ClaimOutcome::Poison(reason) => {
-            tracing::warn!(thread.id = %task.thread, %reason, "poison run blocked");
+            tracing::warn!(%reason, "poison run blocked");
             inc(&metrics().blocks, &[("reason", "poison")]);
         }
         _ => {}
     }
     inc(&metrics().claims, &[("outcome", outcome)]);
     let ClaimOutcome::Claimed(c) = claimed else {
-        tracing::debug!(thread.id = %task.thread, outcome, "task needs no work; dropped");
+        tracing::debug!(outcome, "task needs no work; dropped");
         return settle(&d).await;
     };
     if shared.failpoints.check("worker.after_claim").await.is_err() {

@@ -5,6 +5,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use savepoint::lease::LeaseClock;
 use savepoint::store::{Lease, ScriptStore, StoreError};
@@ -18,31 +19,34 @@ pub(crate) struct Heartbeat(JoinHandle<()>);
 impl Heartbeat {
     pub(crate) fn start(store: ScriptStore, lease: Lease, clock: LeaseClock, lost: CancellationToken) -> Self {
         let every = (store.config().lease / 3).max(Duration::from_millis(50));
-        Self(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.tick().await;
-            loop {
+        Self(tokio::spawn(
+            async move {
+                let mut tick = tokio::time::interval(every);
                 tick.tick().await;
-                if clock.stalled() {
-                    continue;
-                }
-                let sent = Instant::now();
-                match store.heartbeat(&lease).await {
-                    Ok(_) => clock.confirmed(sent),
-                    Err(e) if e.is_lease_lost() || matches!(e, StoreError::Missing(_)) => {
-                        tracing::warn!(thread.id = %lease.thread, error = %e, "lease lost: cancelling the step in flight");
-                        lost.cancel();
-                        return;
+                loop {
+                    tick.tick().await;
+                    if clock.stalled() {
+                        continue;
                     }
-                    Err(e) => tracing::warn!(
-                        thread.id = %lease.thread,
-                        error = %e,
-                        left_ms = clock.remaining().as_millis() as u64,
-                        "heartbeat failed; retrying until the local lease deadline"
-                    ),
+                    let sent = Instant::now();
+                    match store.heartbeat(&lease).await {
+                        Ok(_) => clock.confirmed(sent),
+                        Err(e) if e.is_lease_lost() || matches!(e, StoreError::Missing(_)) => {
+                            tracing::warn!(error = %e, "lease lost: cancelling the step in flight");
+                            lost.cancel();
+                            return;
+                        }
+                        Err(e) => tracing::warn!(
+                            error = %e,
+                            left_ms = clock.remaining().as_millis() as u64,
+                            "heartbeat failed; retrying until the local lease deadline"
+                        ),
+                    }
                 }
             }
-        }))
+            // (In the slice's span: its lines carry the run's and worker's ids once.)
+            .instrument(tracing::Span::current()),
+        ))
     }
 }
 

@@ -2,7 +2,21 @@
 //! live steps with a fenced commit each, and finishes, suspends or yields (DESIGN §5).
 //!
 //! Users build their own worker binary: register workflows in a
-//! [`savepoint::workflow::Registry`] and call [`run`].
+//! [`savepoint::workflow::Registry`] and hand it to [`main`]:
+//!
+//! ```no_run
+//! # use savepoint::workflow::Registry;
+//! fn main() -> std::process::ExitCode {
+//!     let mut registry = Registry::new();
+//!     // registry.register(MyWorkflow);
+//!     savepoint_worker::main(registry)
+//! }
+//! ```
+//!
+//! [`main`] does what the `savepoint-worker` binary does: flags and config (file and
+//! `SAVEPOINT_*` variables), logging and traces, SIGTERM/SIGINT, the health and metrics port,
+//! and the worker until it is told to stop. [`run`] is the same worker without the process
+//! around it.
 #![forbid(unsafe_code)]
 
 pub mod cli;
@@ -16,3 +30,30 @@ mod slice;
 pub mod testing;
 
 pub use runtime::{run, run_with, WorkerError, WorkerOptions};
+
+use savepoint::store::ScriptStore;
+use savepoint::workflow::Registry;
+
+/// A whole worker process serving `registry`: parses the flags, loads the config, starts
+/// logging, handles SIGTERM/SIGINT (in-flight runs yield and are resumed elsewhere), serves
+/// `/healthz`, `/readyz` and `/metrics`, and runs until stopped. Returns the process exit
+/// code: 0 after a clean stop, 2 for a bad config, 1 for a failure (printed on stderr).
+pub fn main(registry: Registry) -> std::process::ExitCode {
+    main_with(move |_| Ok(registry))
+}
+
+/// [`main`] for workflows that need the connected store to be built (e.g. an effect log in
+/// the same Redis): `make` gets it and returns the registry, or an error printed with exit
+/// code 2.
+pub fn main_with<F>(make: F) -> std::process::ExitCode
+where
+    F: FnOnce(&ScriptStore) -> Result<Registry, String>,
+{
+    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt.block_on(cli::main_with(make)),
+        Err(e) => {
+            eprintln!("savepoint-worker: cannot start the async runtime: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

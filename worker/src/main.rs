@@ -1,6 +1,6 @@
-//! `savepoint-worker`: hosts the demo workflows. Thin: everything is in the library.
+//! `savepoint-worker`: hosts the demo workflows. A worker of your own is the same one call
+//! with your registry (see `examples/custom_worker`).
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    savepoint_worker::cli::main().await
+fn main() -> std::process::ExitCode {
+    savepoint_worker::main_with(|store| Ok(savepoint_worker::demo::registry(store)))
 }

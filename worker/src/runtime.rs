@@ -164,6 +164,12 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
         queue: cfg.queue.clone(),
         until: 0,
     };
+    // Schemas first: once the worker is registered, the API may start and answer its runs.
+    let schemas = opts.registry.schemas();
+    until_ok("publishing the workflows' schemas", None, &shutdown, || {
+        store.publish_schemas(&schemas)
+    })
+    .await?;
     until_ok("registering the worker", None, &shutdown, || {
         store.register_worker(&info, cfg.store().worker_ttl)
     })

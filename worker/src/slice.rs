@@ -15,7 +15,7 @@ use savepoint::protocol::{Task, TaskReason};
 use savepoint::store::Suspend;
 use savepoint::store::{Claimed, Finish, Lease, RunStatus};
 use savepoint::workflow::decide::{self, Body, SliceEnd};
-use savepoint::workflow::{busy_backoff, key_still_held, Ctx, CtxParts, SliceExit};
+use savepoint::workflow::{busy_backoff, key_still_held, Ctx, CtxParts, RunError, SliceExit, WorkflowError};
 
 use crate::handle::Shared;
 use crate::heartbeat::Heartbeat;
@@ -74,9 +74,9 @@ pub(crate) async fn execute(shared: &Shared, c: Claimed) {
         .as_deref()
         .map(savepoint::telemetry::trace_id_of)
         .unwrap_or_default();
+    // (The enclosing task span carries the worker and thread ids.)
     let span = tracing::info_span!(
         "slice",
-        thread.id = %c.lease.thread,
         workflow = %c.header.workflow,
         task.attempt = c.header.attempt,
         trace.id = %trace_id,
@@ -186,6 +186,7 @@ async fn run_slice(shared: &Shared, c: Claimed) {
     let body = match &result {
         Some(Err(panic)) => Body::Panicked(savepoint::workflow::panic_message(&**panic)),
         Some(Ok(Ok(output))) => Body::Returned(output),
+        Some(Ok(Err(err @ RunError::Workflow(WorkflowError::Decode { .. })))) => Body::Undecodable(err.to_string()),
         Some(Ok(Err(err))) => Body::Errored(err.to_string()),
         None => Body::Stopped,
     };

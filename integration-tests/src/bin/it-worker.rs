@@ -3,13 +3,10 @@
 //! (`name[@version[:min]],…`, see `demo::registry_from_spec`) makes it serve only those
 //! workflows at those versions, standing in for another build in a mixed fleet.
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    match std::env::var("IT_WORKFLOWS").ok().filter(|s| !s.trim().is_empty()) {
-        Some(spec) => {
-            savepoint_worker::cli::main_with(move |store| savepoint_worker::demo::registry_from_spec(store, &spec))
-                .await
-        }
-        None => savepoint_worker::cli::main().await,
-    }
+fn main() -> std::process::ExitCode {
+    let spec = std::env::var("IT_WORKFLOWS").ok().filter(|s| !s.trim().is_empty());
+    savepoint_worker::main_with(move |store| match spec {
+        Some(spec) => savepoint_worker::demo::registry_from_spec(store, &spec),
+        None => Ok(savepoint_worker::demo::registry(store)),
+    })
 }

@@ -108,6 +108,75 @@ fn ended(status: RunStatus, what: &str) -> ApiError {
     ApiError::conflict(format!("run is {status}; it can no longer {what}"))
 }
 
+/// What a value is checked against: a workflow's published schema of one kind and name.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Expects<'a> {
+    Input,
+    Interrupt(&'a str),
+    Signal(&'a str),
+    Effect(&'a str),
+}
+
+/// The schema the workflow `workflow` at `version` published for `what`, if any.
+pub(crate) async fn schema_for(
+    svc: &Services,
+    workflow: &str,
+    version: u32,
+    what: Expects<'_>,
+) -> Result<Option<Value>, ApiError> {
+    let Some(s) = svc.store.schemas(workflow, version).await? else {
+        return Ok(None);
+    };
+    Ok(match what {
+        Expects::Input => s.input,
+        Expects::Interrupt(n) => s.interrupts.get(n).cloned(),
+        Expects::Signal(n) => s.signals.get(n).cloned(),
+        Expects::Effect(n) => s.effects.get(n).cloned(),
+    })
+}
+
+/// Refuses (422, nothing changed) a value that breaks its published schema.
+pub(crate) fn check_value(
+    schema: Option<&Value>,
+    value: &Value,
+    what: Expects<'_>,
+    workflow: &str,
+) -> Result<(), ApiError> {
+    let Some(schema) = schema else { return Ok(()) };
+    savepoint::workflow::schema::validate(schema, value).map_err(|e| {
+        let of = match what {
+            Expects::Input => "the input".to_owned(),
+            Expects::Interrupt(n) => format!("the answer to interrupt {n:?}"),
+            Expects::Signal(n) => format!("signal {n:?}"),
+            Expects::Effect(n) => format!("the result of effect {n:?}"),
+        };
+        ApiError::unprocessable(format!(
+            "{of} does not match the schema {workflow} published: {e}; nothing was changed"
+        ))
+    })
+}
+
+/// Checks a value sent to a run against the schema its workflow published for `what`.
+async fn check_for_run(svc: &Services, thread: &ThreadId, what: Expects<'_>, value: &Value) -> Result<(), ApiError> {
+    let Some(h) = svc.store.header(thread).await? else {
+        return Err(ApiError::run_not_found(thread));
+    };
+    // For a resume, the interrupt is the one the run waits at (if it waits at one).
+    let waited;
+    let what = match what {
+        Expects::Interrupt(_) => match h.wait.as_ref().filter(|w| w.kind == "interrupt") {
+            Some(w) => {
+                waited = w.name.clone();
+                Expects::Interrupt(&waited)
+            }
+            None => return Ok(()),
+        },
+        other => other,
+    };
+    let schema = schema_for(svc, &h.workflow, h.workflow_version, what).await?;
+    check_value(schema.as_ref(), value, what, &h.workflow)
+}
+
 /// `POST /v1/runs/{thread_id}/resume` `{"value"}`: answers the pending interrupt.
 pub(crate) async fn resume(
     State(st): State<ApiState>,
@@ -117,6 +186,7 @@ pub(crate) async fn resume(
     let thread = thread_id(raw)?;
     let id = body.client_id()?;
     let svc = st.services()?;
+    check_for_run(svc, &thread, Expects::Interrupt(""), &body.value).await?;
     match svc.store.signal(&thread, "interrupt", "", &body.value, id).await? {
         SignalOutcome::Woke(r) => {
             info!(thread.id = %thread, "run resumed");
@@ -157,6 +227,7 @@ pub(crate) async fn signal(
     }
     let id = body.client_id()?;
     let svc = st.services()?;
+    check_for_run(svc, &thread, Expects::Signal(&name), &body.value).await?;
     match svc.store.signal(&thread, "signal", &name, &body.value, id).await? {
         SignalOutcome::Woke(r) => {
             info!(thread.id = %thread, signal = %name, "run woken by signal");
@@ -267,7 +338,30 @@ pub(crate) async fn resolve(
         ))
     };
     let effect = if body.applied {
-        let result = body.result.unwrap_or(Value::Null);
+        // The effect's name (recorded with its key at its index) finds its result schema.
+        let name = match holder.as_ref().and_then(|h| u32::try_from(h.index).ok()) {
+            Some(index) => svc.store.effect_name(&thread, index).await?,
+            None => None,
+        };
+        let schema = match &name {
+            Some(n) => schema_for(svc, &header.workflow, header.workflow_version, Expects::Effect(n)).await?,
+            None => None,
+        };
+        let result = match body.result {
+            Some(r) => r,
+            None if schema.as_ref().is_some_and(savepoint::workflow::schema::is_unit) => Value::Null,
+            None => {
+                let of = name.as_deref().map(|n| format!(" {n:?}")).unwrap_or_default();
+                return Err(ApiError::unprocessable(format!(
+                    "applied: true needs the effect's result: the run journals it as the result of effect{of} \
+                     (savepoint resolve {thread} {key} --applied true --result '<json>'); only an effect whose \
+                     result type is () may omit it"
+                )));
+            }
+        };
+        if let Some(n) = &name {
+            check_value(schema.as_ref(), &result, Expects::Effect(n), &header.workflow)?;
+        }
         match svc.store.settle_done(&key, &thread, &result, holder.as_ref()).await? {
             EffectDone::Recorded => json!({ "state": "applied", "result": result }),
             // Marked done earlier: the first recorded result stands.

@@ -38,6 +38,11 @@ impl ApiError {
     pub(crate) fn conflict(message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, message)
     }
+
+    /// 422: well-formed, but the value does not match what the workflow takes.
+    pub(crate) fn unprocessable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, message)
+    }
 }
 
 impl From<StoreError> for ApiError {

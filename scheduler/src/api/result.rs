@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::extract::{ApiPath, ApiQuery};
 use super::runs::thread_id;
-use super::{views, ApiError, ApiState};
+use super::{ApiError, ApiState};
 use savepoint::store::RunStatus;
 
 /// Longest accepted wait.
@@ -61,11 +61,11 @@ pub(crate) async fn result(
             .await?
             .ok_or_else(|| ApiError::run_not_found(&thread))?;
         if header.status.is_final() || header.status == RunStatus::Blocked {
-            return Ok((StatusCode::OK, Json(views::run_view(&header))));
+            return Ok((StatusCode::OK, Json(super::runs::run_view(store, &header).await?)));
         }
         let now = Instant::now();
         if now >= deadline {
-            return Ok((StatusCode::ACCEPTED, Json(views::run_view(&header))));
+            return Ok((StatusCode::ACCEPTED, Json(super::runs::run_view(store, &header).await?)));
         }
         tokio::time::sleep(every.min(deadline - now)).await;
         every = (every * 2).min(Duration::from_millis(250));

@@ -7,7 +7,7 @@ use savepoint::ids::ThreadId;
 use savepoint::metrics::{inc, metrics};
 use savepoint::protocol::TaskReason;
 use savepoint::store::CreateOutcome;
-use savepoint::store::{RunStatus, ScriptStore, StoreError};
+use savepoint::store::{RunHeader, RunStatus, ScriptStore, StoreError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tracing::info;
@@ -105,6 +105,12 @@ pub(crate) async fn start(State(st): State<ApiState>, ApiJson(req): ApiJson<Star
             ),
         ));
     }
+    let what = super::control::Expects::Input;
+    let schema = super::control::schema_for(svc, &req.workflow, entry.version, what).await?;
+    if let Err(e) = super::control::check_value(schema.as_ref(), &req.input, what, &req.workflow) {
+        inc(&metrics().runs_started, &[("outcome", "invalid_input")]);
+        return Err(e);
+    }
     // The run's trace starts at this request's span when traces are exported.
     let trace = savepoint::telemetry::current_traceparent().unwrap_or_else(new_traceparent);
     match svc
@@ -142,13 +148,22 @@ pub(crate) async fn start(State(st): State<ApiState>, ApiJson(req): ApiJson<Star
 /// `GET /v1/runs/{thread_id}`.
 pub(crate) async fn get_run(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Reply {
     let thread = thread_id(raw)?;
-    let header = st
-        .services()?
-        .store
+    let store = &st.services()?.store;
+    let header = store
         .header(&thread)
         .await?
         .ok_or_else(|| ApiError::run_not_found(&thread))?;
-    Ok((StatusCode::OK, Json(views::run_view(&header))))
+    Ok((StatusCode::OK, Json(run_view(store, &header).await?)))
+}
+
+/// The run view with where the run is: the store's time, and the entry it sleeps in.
+pub(crate) async fn run_view(store: &ScriptStore, h: &RunHeader) -> Result<Value, ApiError> {
+    let now = store.server_time().await?;
+    let last = match (h.status, h.steps.checked_sub(1)) {
+        (RunStatus::Sleeping, Some(i)) if h.wait_effect.is_none() => store.entry(&h.thread, i).await?,
+        _ => None,
+    };
+    Ok(views::run_view(h, &views::Facts { now, last }))
 }
 
 /// `GET /v1/runs/{thread_id}/history`: journal entries and events.

@@ -40,13 +40,34 @@ pub enum ClientError {
         #[source]
         source: reqwest::Error,
     },
-    /// The answer was not JSON.
+    /// The answer was not JSON (or, for the typed client, not of the expected type).
     #[error("invalid response from {url}: {message}")]
     Decode {
         /// URL requested.
         url: String,
         /// What was wrong.
         message: String,
+    },
+    /// (Typed client) a value to send does not encode as JSON.
+    #[error("the value does not encode as JSON: {0}")]
+    Encode(String),
+    /// (Typed client) the run ended without an output, or is blocked for an operator.
+    #[error("run {thread} is {status}: {detail}")]
+    Run {
+        /// The run.
+        thread: String,
+        /// `failed`, `cancelled` or `blocked`.
+        status: String,
+        /// Its error or blocked reason.
+        detail: String,
+    },
+    /// (Typed client) the run was still going when the wait ended.
+    #[error("run {thread} was still going after {waited:?}")]
+    Timeout {
+        /// The run.
+        thread: String,
+        /// How long it was waited for.
+        waited: Duration,
     },
 }
 

@@ -62,8 +62,16 @@ pub fn run(v: &Value) -> String {
             format!("{}@{}", text(&v["workflow"]), text(&v["workflow_version"])),
         ),
         ("status", text(&v["status"])),
-        ("step", text(&v["step"])),
     ];
+    // Where it is, in words (the entry it waits at, its wake time, how overdue), then how
+    // many entries it has recorded.
+    if let Some(at) = v["at"]["text"].as_str() {
+        rows.push(("at", at.to_owned()));
+    }
+    if let Some(t) = time_field(&v["at"], "wake_at") {
+        rows.push(("wakes", t));
+    }
+    rows.push(("entries", text(&v["step"])));
     let next: Vec<String> = v["next"]
         .as_array()
         .map(|a| a.iter().map(text).collect())
@@ -208,9 +216,15 @@ mod tests {
     fn run_lines_are_aligned() {
         let v = json!({"thread_id": "t-1", "workflow": "invoice", "workflow_version": 1, "status": "waiting",
             "step": 3, "attempt": 1, "next": ["approve"], "interrupts": [{"name": "approve", "payload": {"q": 1}}],
+            "at": {"entry": 3, "text": "waiting at entry 3 for interrupt \"approve\""},
             "created_at": 1_700_000_000_000u64, "updated_at": 1_700_000_000_000u64});
         let out = run(&v);
         assert!(out.contains("status     waiting\n"), "{out}");
+        assert!(
+            out.contains("at         waiting at entry 3 for interrupt \"approve\"\n"),
+            "{out}"
+        );
+        assert!(out.contains("entries    3\n"), "{out}");
         assert!(out.contains("interrupt  approve: {\"q\":1}\n"), "{out}");
         assert!(out.contains("next       approve\n"), "{out}");
         assert!(!out.contains("output"));

@@ -343,6 +343,16 @@ pub enum Finish<'a> {
         /// The effect key and its holder, when an effect's outcome is unknown.
         effect: Option<(&'a str, &'a Holder)>,
     },
+    /// Blocked because a delivered value (`consumed`, its signal field, dropped) did not
+    /// decode; the run keeps its `wait`, so a new answer resumes it.
+    Rejected {
+        /// Why (the decode error).
+        reason: &'a str,
+        /// The wait it still waits on.
+        wait: &'a Wait,
+        /// The signal field of the rejected value.
+        consumed: &'a str,
+    },
 }
 
 impl Finish<'_> {
@@ -351,7 +361,7 @@ impl Finish<'_> {
         match self {
             Finish::Completed(_) => RunStatus::Completed,
             Finish::Failed(_) => RunStatus::Failed,
-            Finish::Blocked { .. } => RunStatus::Blocked,
+            Finish::Blocked { .. } | Finish::Rejected { .. } => RunStatus::Blocked,
         }
     }
 }

@@ -222,7 +222,7 @@ impl Ctx {
     /// the workflow future). An intent taken but not yet acted on is released first: this
     /// slice knows the effect did not happen.
     pub(super) async fn stop<T>(&mut self, exit: SliceExit) -> T {
-        tracing::debug!(thread.id = %self.p.lease.thread, ?exit, "slice stops");
+        tracing::debug!(?exit, "slice stops");
         for h in std::mem::take(&mut self.held).into_iter().filter(|h| !h.called) {
             if !self.p.replay_only {
                 let r = tokio::time::timeout(
@@ -285,27 +285,27 @@ impl Ctx {
     /// Stops the run as blocked with a reason (and the in-doubt effect key with the record it
     /// waits on, if any).
     pub(super) async fn block<T>(&mut self, reason: &str, effect: Option<(&str, &Holder)>) -> T {
+        self.block_as(reason, Finish::Blocked { reason, effect }).await
+    }
+
+    /// Blocks the run as `how` says ([`Finish::Blocked`] or [`Finish::Rejected`]).
+    pub(super) async fn block_as<T>(&mut self, reason: &str, how: Finish<'_>) -> T {
         if self.p.replay_only {
             return self.stop(SliceExit::Blocked(reason.to_owned())).await;
         }
-        tracing::warn!(thread.id = %self.p.lease.thread, %reason, "run blocked");
-        let class = if effect.is_some() {
-            "effect_in_doubt"
-        } else if reason.starts_with("non-determinism") {
-            "non_determinism"
-        } else {
-            "other"
+        // (The slice's span carries the thread and worker ids.)
+        tracing::warn!(%reason, "run blocked");
+        let class = match how {
+            Finish::Blocked { effect: Some(_), .. } => "effect_in_doubt",
+            Finish::Rejected { .. } => "bad_value",
+            _ if reason.starts_with("non-determinism") => "non_determinism",
+            _ => "other",
         };
         inc(&metrics().blocks, &[("reason", class)]);
         let r = self
             .p
             .store
-            .finish(
-                &mut self.p.lease,
-                None,
-                Finish::Blocked { reason, effect },
-                ("blocked", reason),
-            )
+            .finish(&mut self.p.lease, None, how, ("blocked", reason))
             .await;
         match r {
             Ok(()) => self.stop(SliceExit::Blocked(reason.to_owned())).await,

@@ -180,6 +180,9 @@ pub enum Body<'a> {
     Returned(&'a Value),
     /// It returned an error.
     Errored(String),
+    /// It returned the error that a recorded value does not decode into the type the code
+    /// asks for.
+    Undecodable(String),
     /// The context stopped it (the exit says why).
     Stopped,
 }
@@ -217,6 +220,12 @@ pub fn slice_end(body: Body<'_>, at: u32, recorded: u32, next: Option<&Entry>) -
         ),
         Body::Returned(v) => SliceEnd::Complete(v.clone()),
         Body::Errored(e) => SliceEnd::Fail(e),
+        // A decode error is a mismatch between code and data, which a fix can mend: the run
+        // waits for it instead of failing for good.
+        Body::Undecodable(e) => SliceEnd::Block(
+            format!("{e}; fix the type in the code (or answer again where the run waits) and retry the run"),
+            "bad_value",
+        ),
         Body::Stopped => SliceEnd::FollowExit,
     }
 }
@@ -379,6 +388,14 @@ mod tests {
             slice_end(Body::Returned(&out), 2, 2, None),
             SliceEnd::Complete(out.clone())
         );
+        assert_eq!(
+            slice_end(Body::Errored("bad".into()), 2, 2, None),
+            SliceEnd::Fail("bad".into())
+        );
+        assert!(matches!(
+            slice_end(Body::Undecodable("value of \"x\" does not decode".into()), 2, 2, None),
+            SliceEnd::Block(r, "bad_value") if r.contains("does not decode")
+        ));
         assert_eq!(
             slice_end(Body::Errored("bad".into()), 2, 2, None),
             SliceEnd::Fail("bad".into())

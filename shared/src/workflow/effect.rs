@@ -284,7 +284,7 @@ impl Ctx {
             match op().await {
                 Ok(v) => return v,
                 Err(e) if e.is_transient() && !self.p.clock.expired() => {
-                    tracing::debug!(thread.id = %self.p.lease.thread, error = %e, "effect write failed; retrying");
+                    tracing::debug!(error = %e, "effect write failed; retrying");
                     let left = self.p.clock.remaining();
                     tokio::time::sleep(pause.min(left)).await;
                     pause = (pause * 2).min(Duration::from_millis(400));
@@ -305,7 +305,7 @@ impl Ctx {
         let (store, lease) = (self.p.store.clone(), self.p.lease.clone());
         // The first send is the conservative start of the extension (a retry was sent later).
         let sent = tokio::time::Instant::now();
-        let changed = self.durable(|| store.effect_begin(&lease, idx, key)).await;
+        let changed = self.durable(|| store.effect_begin(&lease, idx, key, name)).await;
         self.p.clock.confirmed(sent);
         if let Some(old) = changed {
             let reason = format!(
@@ -536,14 +536,14 @@ impl Ctx {
                 self.block(&reason, Some((key.as_str(), holder))).await
             }
             (decide::DoubtRule::TakeOver, _) => {
-                tracing::warn!(thread.id = %thread, effect.key = %key, "in-doubt effect: retry_safe, calling again with the same key");
+                tracing::warn!(effect.key = %key, "in-doubt effect: retry_safe, calling again with the same key");
                 Doubt::Perform
             }
             (decide::DoubtRule::Reconcile, EffectPolicy::Reconcile(check)) => {
                 let check = check.clone();
                 match self.guarded(check(key.as_str().to_owned())).await {
                     Ok(Some(v)) => {
-                        tracing::info!(thread.id = %thread, effect.key = %key, "in-doubt effect reconciled: it was applied");
+                        tracing::info!(effect.key = %key, "in-doubt effect reconciled: it was applied");
                         let store = self.p.store.clone();
                         match self.durable(|| store.settle_done(key, thread, &v, Some(holder))).await {
                             EffectDone::Already(first) => Doubt::Applied(first),
@@ -553,7 +553,7 @@ impl Ctx {
                         }
                     }
                     Ok(None) => {
-                        tracing::info!(thread.id = %thread, effect.key = %key, "in-doubt effect reconciled: not applied, performing it");
+                        tracing::info!(effect.key = %key, "in-doubt effect reconciled: not applied, performing it");
                         Doubt::Perform
                     }
                     Err(e) => {

@@ -49,11 +49,21 @@ impl fmt::Display for StepError {
     }
 }
 
-impl<E: std::error::Error + Send + Sync + 'static> From<E> for StepError {
+/// Any error `anyhow` takes (every `std::error::Error + Send + Sync + 'static`, and
+/// `anyhow::Error` itself) converts into a retryable step error with `?`; the message keeps
+/// the whole cause chain (`outer: inner: root`).
+///
+/// (Through `anyhow` rather than `std::error::Error` directly: `anyhow::Error` is not a
+/// `std::error::Error`, and a second impl for it would overlap this one.)
+impl<E: Into<anyhow::Error>> From<E> for StepError {
     fn from(e: E) -> Self {
-        StepError::retryable(e.to_string())
+        StepError::retryable(format!("{:#}", e.into()))
     }
 }
+
+/// What step and effect functions return: `StepResult::Ok(value)` (or `anyhow::Ok(value)`)
+/// at the end of an `async` block names the error type, so no `Ok::<_, StepError>` is needed.
+pub type StepResult<T> = Result<T, StepError>;
 
 /// An error returned to (and from) workflow code.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -9,6 +9,7 @@ mod error;
 mod group;
 mod registry;
 mod retry;
+pub mod schema;
 mod stubs;
 mod wait;
 
@@ -16,10 +17,11 @@ pub use ctx::{panic_message, Ctx, CtxParts, SliceExit, SliceLimits};
 pub use effect::{
     busy_backoff, key_still_held, orphan_if_owner_ended, EffectCtx, EffectOptions, EffectPolicy, ReconcileFn,
 };
-pub use error::{StepError, WorkflowError};
+pub use error::{StepError, StepResult, WorkflowError};
 pub use group::{Call, Selected};
 pub use registry::{DynWorkflow, Registry, RunError};
 pub use retry::RetryPolicy;
+pub use schema::Schemas;
 pub use stubs::{StubFn, Stubs};
 
 use serde::de::DeserializeOwned;
@@ -64,5 +66,13 @@ pub trait Workflow: Send + Sync + 'static {
     /// Retry policy of the workflow's steps unless a call gives its own.
     fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy::default()
+    }
+
+    /// JSON Schemas of the values the workflow takes from outside (input, interrupt answers,
+    /// signal values, effect results), from their Rust types. The worker publishes them; the
+    /// API refuses (422) a start, resume, signal or resolve whose value does not match,
+    /// before anything changes. None by default.
+    fn schemas(&self) -> Schemas {
+        Schemas::default()
     }
 }

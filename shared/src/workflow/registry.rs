@@ -32,6 +32,8 @@ pub trait DynWorkflow: Send + Sync {
     fn min_version(&self) -> u32;
     /// Default retry policy.
     fn retry_policy(&self) -> RetryPolicy;
+    /// Schemas of the values it takes from outside.
+    fn schemas(&self) -> super::Schemas;
     /// Runs the body on JSON input.
     fn run<'a>(&'a self, ctx: &'a mut Ctx, input: Value) -> BoxFuture<'a, Result<Value, RunError>>;
 }
@@ -54,6 +56,9 @@ impl<W: Workflow> DynWorkflow for Erased<W> {
     }
     fn retry_policy(&self) -> RetryPolicy {
         self.w.retry_policy()
+    }
+    fn schemas(&self) -> super::Schemas {
+        self.w.schemas()
     }
     fn run<'a>(&'a self, ctx: &'a mut Ctx, input: Value) -> BoxFuture<'a, Result<Value, RunError>> {
         Box::pin(async move {
@@ -108,6 +113,21 @@ impl Registry {
     /// Names served.
     pub fn names(&self) -> Vec<String> {
         self.map.keys().cloned().collect()
+    }
+
+    /// The served workflows' schemas, by `name@version` for every version each serves.
+    pub fn schemas(&self) -> Vec<(String, super::Schemas)> {
+        let mut out = Vec::new();
+        for w in self.map.values() {
+            let s = w.schemas();
+            if s.is_empty() {
+                continue;
+            }
+            for v in w.min_version()..=w.version() {
+                out.push((format!("{}@{v}", w.name()), s.clone()));
+            }
+        }
+        out
     }
 
     /// Catalog entries for the fleet's workflow catalog.

@@ -8,7 +8,7 @@ use super::ctx::{decode_outcome, Ctx, SliceExit};
 use super::WorkflowError;
 use crate::journal::{Entry, EntryKind, Outcome};
 use crate::store::Suspend;
-use crate::store::{RunStatus, Wait};
+use crate::store::{Finish, RunStatus, Wait};
 
 impl Ctx {
     /// A durable timer: the run sleeps in Redis (no worker holds it) and resumes after `d`.
@@ -80,6 +80,26 @@ impl Ctx {
         };
         if let Some((f, v)) = found {
             self.p.signals.remove(&f);
+            if let Err(e) = serde_json::from_value::<T>(v.clone()) {
+                // A wrong-shaped answer must not end the run: it is dropped and the run is
+                // blocked, still waiting, so the next answer resumes it.
+                let reason = format!(
+                    "the value sent to {} {name:?} does not decode: {e}; send it again with the right shape (the run \
+                     still waits for it)",
+                    kind.as_str()
+                );
+                let wait = Wait {
+                    kind: kind.as_str().to_owned(),
+                    name: name.to_owned(),
+                    payload,
+                };
+                let how = Finish::Rejected {
+                    reason: &reason,
+                    wait: &wait,
+                    consumed: &f,
+                };
+                return self.block_as(&reason, how).await;
+            }
             let event = if kind == EntryKind::Interrupt {
                 "interrupt_answered"
             } else {

@@ -68,7 +68,8 @@ impl ScriptStore {
             .key(&k.due)
             .key(&k.events)
             .key(&k.signals)
-            .key(&k.waiting);
+            .key(&k.waiting)
+            .key(&k.blocked);
         inv.arg(thread.as_str()).arg(kind).arg(name).arg(value.to_string());
         inv.arg(ms(self.cfg.redeliver))
             .arg(self.cfg.event_cap)

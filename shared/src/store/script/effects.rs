@@ -64,19 +64,33 @@ impl ScriptStore {
     /// Records in the run that journal `index` performs the effect `key` (before taking its
     /// intent), extending the lease. `Ok(Some(old))` when the index already recorded another
     /// key: the code now derives a different key for the same call (non-determinism).
-    pub async fn effect_begin(&self, lease: &Lease, index: u32, key: &EffectKey) -> Result<Option<String>, StoreError> {
+    pub async fn effect_begin(
+        &self,
+        lease: &Lease,
+        index: u32,
+        key: &EffectKey,
+        name: &str,
+    ) -> Result<Option<String>, StoreError> {
         let k = &lease.keys;
         let mut inv = self.scripts.effect_begin.prepare_invoke();
         inv.key(&k.run).key(&k.due);
         inv.arg(lease.thread.as_str()).arg(&lease.owner).arg(lease.fence);
         inv.arg(index).arg(key.as_str());
-        inv.arg(ms(self.cfg.lease)).arg(ms(self.cfg.grace));
+        inv.arg(ms(self.cfg.lease)).arg(ms(self.cfg.grace)).arg(name);
         let r = self.invoke(&inv).await?;
         match r.tag().as_str() {
             "ok" => Ok(None),
             "key_changed" => Ok(Some(r.text(1))),
             _ => Err(self.rejected(lease, &r)),
         }
+    }
+
+    /// The name of the effect whose key the run recorded at `index` (see [`Self::effect_begin`]).
+    pub async fn effect_name(&self, thread: &ThreadId, index: u32) -> Result<Option<String>, StoreError> {
+        let k = self.keys.run(thread);
+        self.engine
+            .query(redis::cmd("HGET").arg(&k.run).arg(format!("n:{index}")))
+            .await
     }
 
     /// Records the intent to perform the effect `key` at journal `index` of `thread` under

@@ -142,6 +142,35 @@ impl ScriptStore {
         Ok(out)
     }
 
+    /// Publishes the schemas of the workflows a worker serves (`name@version` → schemas): the
+    /// newest registration of a version wins.
+    pub async fn publish_schemas(&self, schemas: &[(String, crate::workflow::Schemas)]) -> Result<(), StoreError> {
+        if schemas.is_empty() {
+            return Ok(());
+        }
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(self.keys.schemas());
+        for (at, s) in schemas {
+            let json = serde_json::to_string(s).map_err(|e| StoreError::Reply(e.to_string()))?;
+            cmd.arg(at).arg(json);
+        }
+        let _: i64 = self.engine.query(&cmd).await?;
+        Ok(())
+    }
+
+    /// The published schemas of `workflow` at `version`, if a worker published any.
+    pub async fn schemas(&self, workflow: &str, version: u32) -> Result<Option<crate::workflow::Schemas>, StoreError> {
+        let raw: Option<String> = self
+            .engine
+            .query(
+                redis::cmd("HGET")
+                    .arg(self.keys.schemas())
+                    .arg(format!("{workflow}@{version}")),
+            )
+            .await?;
+        Ok(raw.and_then(|s| serde_json::from_str(&s).ok()))
+    }
+
     /// The catalog entry of a workflow, if a live worker serves it.
     pub async fn catalog_entry(&self, name: &str) -> Result<Option<CatalogEntry>, StoreError> {
         Ok(self.catalog().await?.remove(name))

@@ -418,7 +418,7 @@ impl ScriptStore {
     }
 
     /// Ends a slice without ending the run: sleeping, waiting or pending (yield / retry later).
-    #[tracing::instrument(level = "debug", name = "suspend", skip_all, fields(thread.id = %lease.thread, run.status = how.status.as_str()))]
+    #[tracing::instrument(level = "debug", name = "suspend", skip_all, fields(run.status = how.status.as_str()))]
     pub async fn suspend(
         &self,
         lease: &mut Lease,
@@ -459,7 +459,7 @@ impl ScriptStore {
     }
 
     /// Ends the run (completed, failed) or stops it (blocked), optionally with a last entry.
-    #[tracing::instrument(level = "debug", name = "finish", skip_all, fields(thread.id = %lease.thread, run.status = how.status().as_str()))]
+    #[tracing::instrument(level = "debug", name = "finish", skip_all, fields(run.status = how.status().as_str()))]
     pub async fn finish(
         &self,
         lease: &mut Lease,
@@ -473,6 +473,7 @@ impl ScriptStore {
             Finish::Completed(o) => (o.to_string(), "", "", None),
             Finish::Failed(e) => (String::new(), e, "", None),
             Finish::Blocked { reason, effect } => (String::new(), "", reason, effect),
+            Finish::Rejected { reason, .. } => (String::new(), "", reason, None),
         };
         inv.arg(how.status().as_str()).arg(output);
         inv.arg(error).arg(reason).arg(effect.map(|e| e.0).unwrap_or(""));
@@ -481,6 +482,14 @@ impl ScriptStore {
             .arg(event.0)
             .arg(event.1);
         inv.arg(effect.map(|e| e.1.token()).unwrap_or_default());
+        match how {
+            Finish::Rejected { wait, consumed, .. } => inv
+                .arg(consumed)
+                .arg(&wait.kind)
+                .arg(&wait.name)
+                .arg(wait.payload.to_string()),
+            _ => inv.arg("").arg("").arg("").arg(""),
+        };
         let r = self.invoke(&inv).await?;
         if r.tag() == "ok" {
             lease.version = r.num(1);

@@ -95,6 +95,20 @@ impl ScriptStore {
         RunHeader::from_fields(thread, &fields).map(Some)
     }
 
+    /// One journal entry of a run (`None` if the run or the entry does not exist).
+    pub async fn entry(&self, thread: &ThreadId, index: u32) -> Result<Option<Entry>, StoreError> {
+        let raw: Option<Vec<u8>> = self
+            .engine
+            .query(
+                redis::cmd("HGET")
+                    .arg(&self.keys.run(thread).run)
+                    .arg(format!("j:{index}")),
+            )
+            .await?;
+        raw.map(|r| Entry::decode(&r).map_err(|e| StoreError::Corrupt(format!("run {thread}: entry {index}: {e}"))))
+            .transpose()
+    }
+
     /// The last `count` events of a run, oldest first.
     pub async fn events(&self, thread: &ThreadId, count: usize) -> Result<Vec<RunEvent>, StoreError> {
         let raw: Vec<String> = self

@@ -5,7 +5,10 @@
 --       6 entry (MessagePack), 7 status (completed | failed | blocked), 8 output (JSON or ''),
 --       9 error ('' = none), 10 blocked reason, 11 blocked effect key, 12 retention_ms,
 --       13 event cap, 14 event type, 15 event detail,
---       16 the in-doubt record the block waits on, 'thread\31index\31fence' ('' = none)
+--       16 the in-doubt record the block waits on, 'thread\31index\31fence' ('' = none),
+--       17 blocked on a delivered value that did not decode: its signal field, consumed
+--          ('' = none), 18 wait kind, 19 wait name, 20 wait payload: the wait is kept, so the
+--          run takes a new answer (see signal.lua)
 -- Returns: {'ok', new_version} | {'missing'} | {'fenced', ...} | {'conflict', v} | {'index', steps}
 -- Completed and failed runs expire after the retention; blocked runs wait for an operator.
 local bad = check_lease(KEYS[1], ARGV[2], ARGV[3], ARGV[4])
@@ -17,9 +20,14 @@ if ARGV[5] ~= '' then
   redis.call('HSET', KEYS[1], 'j:' .. ARGV[5], ARGV[6], 'steps', steps + 1)
 end
 local ver = tonumber(ARGV[4]) + 1
-redis.call('HSET', KEYS[1], 'status', ARGV[7], 'owner', '', 'lease', 0, 'ver', ver,
-  'updated', t, 'finished', t)
+redis.call('HSET', KEYS[1], 'status', ARGV[7], 'owner', '', 'lease', 0, 'ver', ver, 'updated', t)
+-- (Only a run that ended has a finish time: a blocked one is resumed.)
+if ARGV[7] ~= 'blocked' then redis.call('HSET', KEYS[1], 'finished', t) end
 redis.call('HDEL', KEYS[1], 'due', 'wait_kind', 'wait_name', 'wait_payload')
+if ARGV[17] ~= '' then
+  redis.call('HDEL', KEYS[4], ARGV[17])
+  redis.call('HSET', KEYS[1], 'wait_kind', ARGV[18], 'wait_name', ARGV[19], 'wait_payload', ARGV[20])
+end
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'output', ARGV[8]) end
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[9]) end
 if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'reason', ARGV[10]) end

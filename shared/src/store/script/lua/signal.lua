@@ -1,6 +1,8 @@
 -- signal: deliver a resume value (answer to the pending interrupt) or a named signal.
 -- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 run signals hash,
---       5 partition waiting index
+--       5 partition waiting index, 6 partition blocked index
+-- A run blocked because the value it was given did not decode keeps its wait and takes a new
+-- one like a waiting run (it leaves the blocked index and loses its reason).
 -- ARGV: 1 thread id, 2 kind (interrupt | signal), 3 name ('' = the pending interrupt),
 --       4 value (JSON), 5 redeliver_ms, 6 event cap, 7 client id ('' = none: not deduplicated)
 -- Returns: {'woke', name, rv, trace} (run is pending again: publish a task) | {'buffered', name}
@@ -9,12 +11,13 @@
 -- Client ids are kept in the signals hash as d:<id> for the run's life.
 local h = redis.call('HMGET', KEYS[1], 'status', 'wait_kind', 'wait_name', 'ver')
 if not h[1] then return { 'missing' } end
-if terminal[h[1]] then return { 'terminal', h[1] } end
+-- (A blocked run that kept its wait still takes an answer, below.)
+if terminal[h[1]] and not (h[1] == 'blocked' and h[2]) then return { 'terminal', h[1] } end
 local kind, name = ARGV[2], ARGV[3]
 if ARGV[7] ~= '' and redis.call('HEXISTS', KEYS[4], 'd:' .. ARGV[7]) == 1 then
   return { 'duplicate', redis.call('HGET', KEYS[4], 'd:' .. ARGV[7]) }
 end
-local waiting = h[1] == 'waiting' and h[2] == kind
+local waiting = (h[1] == 'waiting' or h[1] == 'blocked') and h[2] == kind
 if kind == 'interrupt' then
   if not waiting or (name ~= '' and name ~= h[3]) then
     return { 'not_waiting', h[1], h[2] or '', h[3] or '' }
@@ -32,6 +35,10 @@ if waiting and h[3] == name then
   redis.call('HSET', KEYS[1], 'status', 'pending', 'ver', tonumber(h[4]) + 1, 'updated', t, 'due', due)
   redis.call('ZADD', KEYS[2], due, ARGV[1])
   redis.call('ZREM', KEYS[5], ARGV[1])
+  if h[1] == 'blocked' then
+    redis.call('ZREM', KEYS[6], ARGV[1])
+    redis.call('HDEL', KEYS[1], 'reason')
+  end
   event(KEYS[3], ARGV[6], kind == 'interrupt' and 'resumed' or 'signalled', name, t)
   -- A new due regime: a task published before it (rv seen then) must not mark this run queued.
   local rv = redis.call('HINCRBY', KEYS[1], 'rv', 1)

@@ -1,0 +1,179 @@
+//! `fulfil`: an order-fulfilment workflow of the kind a new user writes first.
+//!
+//! reserve stock and quote shipping at once → charge the card under `charge:<order_id>` →
+//! a cooling-off sleep (a durable timer) → wait for a person to approve the shipment →
+//! ship (or refund).
+//!
+//! The effects stand in for a payment provider and a warehouse: each records itself in the
+//! demo effects log (a Redis list), so a test can count at the "provider" that nothing
+//! happened twice.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::time::Duration;
+
+use savepoint::workflow::{Call, Ctx, Schemas, StepResult, Workflow, WorkflowError};
+use savepoint_worker::demo::EffectLog;
+
+/// The order to fulfil (the run's input).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Order {
+    /// Order id: every effect key is derived from it.
+    pub order_id: String,
+    /// What was ordered.
+    pub sku: String,
+    /// How many.
+    pub qty: u32,
+    /// What to charge, in cents.
+    pub amount_cents: u64,
+    /// Length of the cooling-off period, ms.
+    #[serde(default = "default_cooling_off_ms")]
+    pub cooling_off_ms: u64,
+}
+
+fn default_cooling_off_ms() -> u64 {
+    1000
+}
+
+/// What the person approving the shipment answers.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct ShippingApproval {
+    /// Ship it (false: refund the charge).
+    pub approved: bool,
+    /// Which carrier.
+    pub carrier: String,
+}
+
+/// The card charge the payment provider confirmed.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct Charge {
+    /// The provider's charge id.
+    pub charge_id: String,
+    /// Amount charged, in cents.
+    pub amount_cents: u64,
+}
+
+/// The shipment the warehouse confirmed.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct Shipment {
+    /// Tracking number.
+    pub tracking: String,
+    /// Carrier.
+    pub carrier: String,
+}
+
+/// The run's output.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Fulfilled {
+    /// The order.
+    pub order_id: String,
+    /// The charge.
+    pub charge: Charge,
+    /// The shipment, when approved.
+    pub shipment: Option<Shipment>,
+    /// True when the shipment was refused and the charge refunded.
+    pub refunded: bool,
+    /// The shipping quote, cents.
+    pub quote_cents: u64,
+}
+
+/// The workflow.
+pub struct Fulfil {
+    shop: EffectLog,
+}
+
+impl Fulfil {
+    /// Recording its effects in `shop`.
+    pub fn new(shop: EffectLog) -> Self {
+        Self { shop }
+    }
+}
+
+impl Workflow for Fulfil {
+    const NAME: &'static str = "fulfil";
+    type Input = Order;
+    type Output = Fulfilled;
+
+    fn schemas(&self) -> Schemas {
+        Schemas::new()
+            .input::<Order>()
+            .interrupt::<ShippingApproval>("shipping_approval")
+            .effect::<bool>("stock.reserve")
+            .effect::<Charge>("card.charge")
+            .effect::<Shipment>("ship")
+            .effect::<()>("refund")
+    }
+
+    async fn run(&self, ctx: &mut Ctx, order: Order) -> Result<Fulfilled, WorkflowError> {
+        let (shop, thread) = (&self.shop, ctx.thread_id().to_string());
+        let t = &thread;
+        // Two independent calls at once: the journal keeps their order, whatever finishes first.
+        let (reserved, quote) = ctx
+            .join(
+                Call::effect("stock.reserve", format!("stock:{}", order.order_id), |fx| async move {
+                    shop.record(t, "stock.reserve", &fx.key).await?;
+                    StepResult::Ok(true)
+                }),
+                Call::step("shipping.quote", || async {
+                    // Any error type works with `?` (anyhow's included): it is a retryable failure.
+                    let cents: u64 = format!("{}", 450 + 50 * u64::from(order.qty)).parse()?;
+                    anyhow::Ok(cents)
+                }),
+            )
+            .await;
+        let (_reserved, quote_cents): (bool, u64) = (reserved?, quote?);
+        // The key comes from the input, never from the clock: a resumed run derives the same
+        // key and the provider is not charged twice.
+        let charge: Charge = ctx
+            .effect("card.charge", format!("charge:{}", order.order_id), |fx| async move {
+                shop.record(t, "card.charge", &fx.key).await?;
+                StepResult::Ok(Charge {
+                    charge_id: format!("ch_{}", fx.key),
+                    amount_cents: order.amount_cents,
+                })
+            })
+            .await?;
+        ctx.sleep("cooling_off", Duration::from_millis(order.cooling_off_ms))
+            .await?;
+        let question = json!({
+            "question": format!("Ship order {} ({} x {})?", order.order_id, order.qty, order.sku),
+            "charge": charge,
+        });
+        let approval: ShippingApproval = ctx.interrupt("shipping_approval", question).await?;
+        if !approval.approved {
+            ctx.effect("refund", format!("refund:{}", order.order_id), |fx| async move {
+                shop.record(t, "refund", &fx.key).await?;
+                StepResult::Ok(())
+            })
+            .await?;
+            return Ok(Fulfilled {
+                order_id: order.order_id.clone(),
+                charge,
+                shipment: None,
+                refunded: true,
+                quote_cents,
+            });
+        }
+        let carrier = approval.carrier.clone();
+        let shipment: Shipment = ctx
+            .effect("ship", format!("ship:{}", order.order_id), |fx| {
+                let carrier = carrier.clone();
+                async move {
+                    shop.record(t, "ship", &fx.key).await?;
+                    StepResult::Ok(Shipment {
+                        tracking: format!("TRK-{}", fx.key),
+                        carrier,
+                    })
+                }
+            })
+            .await?;
+        Ok(Fulfilled {
+            order_id: order.order_id.clone(),
+            charge,
+            shipment: Some(shipment),
+            refunded: false,
+            quote_cents,
+        })
+    }
+}

@@ -1,0 +1,187 @@
+//! A typed Rust client of the scheduler's HTTP API: start a workflow by its type with its
+//! typed input, await its typed output, and send it typed resume values and signals. The HTTP
+//! API stays the contract; this wraps [`ApiClient`] (which the CLI uses) with the workflow's
+//! Rust types, so a caller written against `Fulfil` cannot send `Fulfil` the wrong input.
+//!
+//! ```no_run
+//! # use savepoint::workflow::{Ctx, Workflow, WorkflowError};
+//! # struct Fulfil;
+//! # impl Workflow for Fulfil {
+//! #     const NAME: &'static str = "fulfil";
+//! #     type Input = String;
+//! #     type Output = u32;
+//! #     async fn run(&self, _: &mut Ctx, _: String) -> Result<u32, WorkflowError> { Ok(1) }
+//! # }
+//! # async fn demo() -> Result<(), savepoint_scheduler::client::ClientError> {
+//! use savepoint_scheduler::client::Client;
+//! use std::time::Duration;
+//!
+//! let client = Client::new("http://127.0.0.1:7070");
+//! let run = client.start::<Fulfil>(&"order-7".to_owned()).await?;
+//! let shipped: u32 = run.output(Duration::from_secs(60)).await?;
+//! # Ok(()) }
+//! ```
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+use std::marker::PhantomData;
+use std::time::Duration;
+use tokio::time::Instant;
+
+use savepoint::workflow::Workflow;
+
+pub use crate::cli::client::{ApiClient, ClientError};
+
+/// Longest single long-poll of [`Run::output`] (the API caps a wait at 30 s).
+const POLL: Duration = Duration::from_secs(25);
+
+/// A typed client of one scheduler. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Client {
+    api: ApiClient,
+}
+
+impl Client {
+    /// A client of the API at `base` (e.g. `http://127.0.0.1:7070`).
+    pub fn new(base: impl Into<String>) -> Self {
+        Self {
+            api: ApiClient::new(base),
+        }
+    }
+
+    /// The untyped client underneath (every endpoint, JSON in and out).
+    pub fn api(&self) -> &ApiClient {
+        &self.api
+    }
+
+    /// Starts a run of `W` with its input; the thread id is generated.
+    pub async fn start<W>(&self, input: &W::Input) -> Result<Run<W>, ClientError>
+    where
+        W: Workflow,
+        W::Input: Serialize,
+    {
+        self.start_at::<W>(None, input).await
+    }
+
+    /// Starts a run of `W` under the thread id `thread` (idempotent: starting the same id
+    /// again answers the existing run, or 409 if its input differs).
+    pub async fn start_as<W>(&self, thread: &str, input: &W::Input) -> Result<Run<W>, ClientError>
+    where
+        W: Workflow,
+        W::Input: Serialize,
+    {
+        self.start_at::<W>(Some(thread), input).await
+    }
+
+    async fn start_at<W>(&self, thread: Option<&str>, input: &W::Input) -> Result<Run<W>, ClientError>
+    where
+        W: Workflow,
+        W::Input: Serialize,
+    {
+        let input = encode(input)?;
+        let v = self.api.start(W::NAME, Some(input), thread).await?;
+        let thread = v["thread_id"].as_str().unwrap_or_default().to_owned();
+        Ok(self.run::<W>(&thread))
+    }
+
+    /// The run `thread` of `W` (no request is made).
+    pub fn run<W: Workflow>(&self, thread: &str) -> Run<W> {
+        Run {
+            api: self.api.clone(),
+            thread: thread.to_owned(),
+            _w: PhantomData,
+        }
+    }
+}
+
+/// A run of the workflow `W`.
+#[derive(Debug)]
+pub struct Run<W> {
+    api: ApiClient,
+    thread: String,
+    _w: PhantomData<fn() -> W>,
+}
+
+impl<W> Clone for Run<W> {
+    fn clone(&self) -> Self {
+        Self {
+            api: self.api.clone(),
+            thread: self.thread.clone(),
+            _w: PhantomData,
+        }
+    }
+}
+
+impl<W: Workflow> Run<W> {
+    /// The run's thread id.
+    pub fn thread_id(&self) -> &str {
+        &self.thread
+    }
+
+    /// The run as the API shows it (`GET /v1/runs/{thread}`): status, where it is, why.
+    pub async fn view(&self) -> Result<Value, ClientError> {
+        self.api.get(&self.thread).await
+    }
+
+    /// Waits up to `timeout` for the run to complete and returns its output. A run that
+    /// fails, is cancelled or is blocked answers [`ClientError::Run`] with its status and
+    /// reason; one still going after `timeout` answers [`ClientError::Timeout`].
+    pub async fn output(&self, timeout: Duration) -> Result<W::Output, ClientError>
+    where
+        W::Output: DeserializeOwned,
+    {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let v = self.api.result(&self.thread, left.min(POLL).as_secs_f64()).await?;
+            match v["status"].as_str().unwrap_or("") {
+                "completed" => {
+                    return serde_json::from_value(v["output"].clone()).map_err(|e| ClientError::Decode {
+                        url: format!("{}/v1/runs/{}/result", self.api.base_url(), self.thread),
+                        message: format!("the output of {} does not decode into its Output type: {e}", W::NAME),
+                    })
+                }
+                status @ ("failed" | "cancelled" | "blocked") => {
+                    let detail = ["error", "blocked_reason", "reason"]
+                        .iter()
+                        .find_map(|k| v[*k].as_str())
+                        .unwrap_or("")
+                        .to_owned();
+                    return Err(ClientError::Run {
+                        thread: self.thread.clone(),
+                        status: status.to_owned(),
+                        detail,
+                    });
+                }
+                _ if left.is_zero() => {
+                    return Err(ClientError::Timeout {
+                        thread: self.thread.clone(),
+                        waited: timeout,
+                    })
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Answers the interrupt the run waits at with a typed value (checked by the API against
+    /// the schema the worker published: a wrong shape is refused with 422).
+    pub async fn resume<T: Serialize>(&self, value: &T) -> Result<Value, ClientError> {
+        self.api.resume(&self.thread, encode(value)?, None).await
+    }
+
+    /// Sends the signal `name` with a typed value.
+    pub async fn signal<T: Serialize>(&self, name: &str, value: &T) -> Result<Value, ClientError> {
+        self.api.signal(&self.thread, name, encode(value)?, None).await
+    }
+
+    /// Cancels the run.
+    pub async fn cancel(&self, reason: Option<&str>) -> Result<Value, ClientError> {
+        self.api.cancel(&self.thread, reason).await
+    }
+}
+
+fn encode<T: Serialize>(v: &T) -> Result<Value, ClientError> {
+    serde_json::to_value(v).map_err(|e| ClientError::Encode(e.to_string()))
+}
