@@ -13,6 +13,7 @@ use savepoint_worker::WorkerOptions;
 /// A worker running in this process; [`InProc::stop`] stops it gracefully.
 pub struct InProc {
     stop: CancellationToken,
+    crash: CancellationToken,
     join: JoinHandle<()>,
 }
 
@@ -22,14 +23,21 @@ impl InProc {
         Self::with_failpoints(cfg, registry, "")
     }
 
-    /// [`InProc::start`] with failpoints (`name=action;…`, empty for none).
+    /// [`InProc::start`] with failpoints (`name=action;…`, empty for none). An `abort` or
+    /// `kill` failpoint crashes this worker as `kill -9` would (it drops everything at once,
+    /// settling nothing), not the test process; [`InProc::crashed`] waits for it.
     pub fn with_failpoints(cfg: &Config, registry: Registry, spec: &str) -> Self {
-        let stop = CancellationToken::new();
-        let failpoints = (!spec.is_empty()).then(|| Failpoints::parse(spec).expect("failpoint spec"));
+        let (stop, crash) = (CancellationToken::new(), CancellationToken::new());
+        let hook = crash.clone();
+        let failpoints = (!spec.is_empty()).then(|| {
+            Failpoints::parse(spec)
+                .expect("failpoint spec")
+                .with_crash_hook(move |_| hook.cancel())
+        });
         let opts = WorkerOptions {
             registry,
             failpoints,
-            crash: CancellationToken::new(),
+            crash: crash.clone(),
             serve_http: false,
             stubs: None,
         };
@@ -37,7 +45,14 @@ impl InProc {
         let join = tokio::spawn(async move {
             savepoint_worker::run_with(cfg, opts, s).await.expect("worker");
         });
-        Self { stop, join }
+        Self { stop, crash, join }
+    }
+
+    /// Waits until a failpoint crashed the worker (up to 30 s; panics otherwise).
+    pub async fn crashed(&self) {
+        tokio::time::timeout(Duration::from_secs(30), self.crash.cancelled())
+            .await
+            .expect("the worker should have crashed at its failpoint");
     }
 
     /// Stops it (in-flight runs yield) and waits up to 30 s.

@@ -395,3 +395,68 @@ async fn a_wrong_shaped_answer_blocks_the_run_which_still_takes_the_right_one() 
     assert_eq!(events.iter().filter(|e| *e == "blocked").count(), 2, "{events:?}");
     wk.stop().await;
 }
+
+/// The new user's mistake: an effect key built from the wall clock. The worker dies right
+/// after the charge; the resumed run computes another key for the same call. The engine knows
+/// the key it recorded at that journal index, so the run is blocked as non-determinism,
+/// naming both keys, instead of charging the card a second time.
+struct ClockKey {
+    charges: Arc<AtomicU32>,
+}
+impl Workflow for ClockKey {
+    const NAME: &'static str = "clock_key";
+    type Input = Value;
+    type Output = Value;
+    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+        let order = input["order_id"].as_str().unwrap_or("").to_owned();
+        #[allow(clippy::disallowed_methods)] // the mistake under test
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        let charges = self.charges.clone();
+        let v: Value = ctx
+            .effect("card.charge", format!("charge:{order}:{ms}"), |fx| {
+                let charges = charges.clone();
+                async move {
+                    charges.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, StepError>(json!({"charged": fx.key}))
+                }
+            })
+            .await?;
+        Ok(v)
+    }
+}
+
+#[tokio::test]
+async fn an_effect_key_from_the_clock_blocks_instead_of_charging_twice() {
+    let w = World::new("wk", |_| {}).await;
+    let charges = Arc::new(AtomicU32::new(0));
+    let reg = || {
+        let mut r = Registry::new();
+        r.register(ClockKey {
+            charges: charges.clone(),
+        });
+        r
+    };
+    let a = InProc::with_failpoints(&w.cfg, reg(), "effect.after_call=abort@1");
+    w.wait_registered("clock_key").await;
+    let t = w.start("clock_key", json!({"order_id": "O-1"})).await;
+    a.crashed().await;
+    assert_eq!(charges.load(Ordering::SeqCst), 1, "charged once before the crash");
+    tokio::time::sleep(Duration::from_millis(5)).await; // (a later clock reading)
+    let b = InProc::start(&w.cfg, reg());
+    let run = w.wait_status(&t, &["blocked", "completed"], LONG).await;
+    assert_eq!(run["status"], "blocked", "{run}");
+    let reason = run["blocked_reason"].as_str().unwrap_or("");
+    assert!(
+        reason.starts_with("non-determinism at entry 0: effect \"card.charge\" now has the key \"charge:O-1:")
+            && reason.contains("but this run recorded the key \"charge:O-1:")
+            && reason.contains("never from the clock or randomness"),
+        "{reason}"
+    );
+    // Counted at the provider: one charge, not two.
+    assert_eq!(charges.load(Ordering::SeqCst), 1, "{run}");
+    b.stop().await;
+    a.stop().await;
+}

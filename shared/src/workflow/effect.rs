@@ -309,9 +309,10 @@ impl Ctx {
         self.p.clock.confirmed(sent);
         if let Some(old) = changed {
             let reason = format!(
-                "non-determinism at entry {idx}: effect {name:?} now has the key {key:?} but this run recorded the \
+                "non-determinism at entry {idx}: effect {name:?} now has the key {:?} but this run recorded the \
                  key {old:?} for it; effect keys must be derived from the input and recorded values, never from \
-                 the clock or randomness"
+                 the clock or randomness",
+                key.as_str()
             );
             self.block::<()>(&reason, None).await;
         }

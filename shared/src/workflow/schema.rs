@@ -110,12 +110,14 @@ pub fn validate(schema: &Value, value: &Value) -> Result<(), SchemaError> {
     }
 }
 
-/// True when the schema admits only `null` (the schema of `()`): an effect whose result is
-/// `()` may be resolved as applied without a result.
+/// True when the schema is that of `()` (`"type": "null"` and nothing else to match): an
+/// effect whose result is `()` may be resolved as applied without a result. (Read from the
+/// schema, not by probing values: `Option<Struct>` admits `null` too, yet needs a result.)
 pub fn is_unit(schema: &Value) -> bool {
-    validate(schema, &Value::Null).is_ok()
-        && validate(schema, &Value::Bool(false)).is_err()
-        && validate(schema, &serde_json::json!({})).is_err()
+    schema.get("type") == Some(&Value::String("null".into()))
+        && ["anyOf", "oneOf", "allOf", "$ref", "enum", "const"]
+            .iter()
+            .all(|k| schema.get(*k).is_none())
 }
 
 #[cfg(test)]
@@ -150,10 +152,12 @@ mod tests {
         let s = Schemas::new()
             .effect::<()>("noop")
             .effect::<Approval>("ship")
-            .effect::<Option<u32>>("maybe");
-        assert!(is_unit(&s.effects["noop"]));
+            .effect::<Option<u32>>("maybe")
+            .effect::<Option<Approval>>("maybe_ship");
+        assert!(is_unit(&s.effects["noop"]), "{}", s.effects["noop"]);
         assert!(!is_unit(&s.effects["ship"]));
-        assert!(!is_unit(&s.effects["maybe"]));
+        assert!(!is_unit(&s.effects["maybe"]), "{}", s.effects["maybe"]);
+        assert!(!is_unit(&s.effects["maybe_ship"]), "{}", s.effects["maybe_ship"]);
     }
 
     #[test]
