@@ -70,6 +70,7 @@ pub async fn serve(cfg: Config, listener: TcpListener, shutdown: CancellationTok
         publisher: publisher.clone(),
         marker: crate::marker::Marker::spawn(store.clone(), stop.clone()),
         catalog: Default::default(),
+        schemas: Default::default(),
     });
     readiness.set(true);
     info!(namespace = %cfg.namespace, partitions = cfg.partitions, "scheduler ready");

@@ -104,6 +104,13 @@ pub fn init(format: &str, service: &str) -> Telemetry {
     Telemetry { provider }
 }
 
+/// True when no span is enabled here (a filter such as `RUST_LOG=warn` disabled the worker's
+/// `task` span): a warning that must name its run (a block) then carries the ids itself, and
+/// otherwise leaves them to the span, so each line has each field once.
+pub fn outside_spans() -> bool {
+    tracing::Span::current().is_disabled()
+}
+
 /// W3C `traceparent` of the current span, if tracing is exporting and the span is sampled.
 pub fn current_traceparent() -> Option<String> {
     let cx = tracing::Span::current().context();

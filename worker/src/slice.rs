@@ -258,7 +258,11 @@ async fn run_slice(shared: &Shared, c: Claimed) {
 }
 
 async fn block(shared: &Shared, lease: &mut Lease, reason: &str, class: &str) -> &'static str {
-    tracing::warn!(%reason, "run blocked");
+    if savepoint::telemetry::outside_spans() {
+        tracing::warn!(thread.id = %lease.thread, worker.id = %lease.owner, %reason, "run blocked");
+    } else {
+        tracing::warn!(%reason, "run blocked");
+    }
     inc(&metrics().blocks, &[("reason", class)]);
     let how = Finish::Blocked { reason, effect: None };
     match shared.store.finish(lease, None, how, ("blocked", reason)).await {

@@ -7,7 +7,8 @@ use axum::Json;
 use savepoint::ids::{EffectKey, ThreadId};
 use savepoint::protocol::TaskReason;
 use savepoint::store::{EffectDone, EffectRelease, Rerun, RetryOutcome, SignalOutcome};
-use savepoint::store::{Holder, RunStatus, StoreError};
+use savepoint::store::{Holder, RunStatus, ScriptStore, StoreError};
+use savepoint::workflow::Schemas;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tracing::{info, warn};
@@ -117,6 +118,34 @@ pub(crate) enum Expects<'a> {
     Effect(&'a str),
 }
 
+/// The schemas workers published, as the API last read them: a start or an answer reads
+/// Redis at most every [`SCHEMAS_FRESH`] per workflow version, not once per request. (A
+/// worker publishes before it registers, and the API starts only registered workflows, so a
+/// new version's schemas are never missed; a changed schema under the same version is seen
+/// within that time.)
+#[derive(Default)]
+pub(crate) struct SchemaCache(std::sync::Mutex<SchemaMap>);
+
+type SchemaMap = std::collections::HashMap<(String, u32), (tokio::time::Instant, Option<Schemas>)>;
+
+/// How long the API trusts its copy of a workflow version's schemas.
+const SCHEMAS_FRESH: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl SchemaCache {
+    async fn get(&self, store: &ScriptStore, workflow: &str, version: u32) -> Result<Option<Schemas>, StoreError> {
+        let at = (workflow.to_owned(), version);
+        if let Some((read, s)) = self.0.lock().unwrap_or_else(|p| p.into_inner()).get(&at) {
+            if read.elapsed() < SCHEMAS_FRESH {
+                return Ok(s.clone());
+            }
+        }
+        let s = store.schemas(workflow, version).await?;
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.insert(at, (tokio::time::Instant::now(), s.clone()));
+        Ok(s)
+    }
+}
+
 /// The schema the workflow `workflow` at `version` published for `what`, if any.
 pub(crate) async fn schema_for(
     svc: &Services,
@@ -124,7 +153,7 @@ pub(crate) async fn schema_for(
     version: u32,
     what: Expects<'_>,
 ) -> Result<Option<Value>, ApiError> {
-    let Some(s) = svc.store.schemas(workflow, version).await? else {
+    let Some(s) = svc.schemas.get(&svc.store, workflow, version).await? else {
         return Ok(None);
     };
     Ok(match what {

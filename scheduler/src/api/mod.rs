@@ -35,6 +35,8 @@ pub(crate) struct Services {
     pub marker: crate::marker::Marker,
     /// The fleet's catalog, read at most once a second.
     pub catalog: runs::CatalogCache,
+    /// Published schemas, read at most every two seconds per workflow version.
+    pub schemas: control::SchemaCache,
 }
 
 /// Shared state of the API handlers.

@@ -447,6 +447,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         publisher: publisher.clone(),
         marker: crate::marker::Marker::spawn(store.clone(), stop.clone()),
         catalog: Default::default(),
+        schemas: Default::default(),
     });
     let router = api::router(ApiState::new(slot, cfg.scheduler.max_input_bytes), Readiness::default());
     // Two scanner replicas race for the same due runs.

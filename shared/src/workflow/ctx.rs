@@ -293,8 +293,13 @@ impl Ctx {
         if self.p.replay_only {
             return self.stop(SliceExit::Blocked(reason.to_owned())).await;
         }
-        // (The slice's span carries the thread and worker ids.)
-        tracing::warn!(%reason, "run blocked");
+        // (The task span carries the thread and worker ids, unless a filter disabled it.)
+        if crate::telemetry::outside_spans() {
+            let (thread, worker) = (&self.p.lease.thread, &self.p.lease.owner);
+            tracing::warn!(thread.id = %thread, worker.id = %worker, %reason, "run blocked");
+        } else {
+            tracing::warn!(%reason, "run blocked");
+        }
         let class = match how {
             Finish::Blocked { effect: Some(_), .. } => "effect_in_doubt",
             Finish::Rejected { .. } => "bad_value",
