@@ -41,14 +41,14 @@ async fn blocked_run_logged(filter: &str) -> (String, String) {
         .with_writer(sink.clone())
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
-    let mut env = TestEnv::new(registry).await.unwrap();
+    let mut env = TestEnv::new(registry).await.expect("test env");
     // Killed between the email's call and its record: the email is in doubt (policy block).
-    env.crash_at("effect.after_call=abort@2").await.unwrap();
-    let run = env.start("invoice", json!({"invoice_id": "INV-9"})).await.unwrap();
-    let done = env.settle(&run).await.unwrap();
+    env.crash_at("effect.after_call=abort@2").await.expect("crash_at");
+    let run = env.start("invoice", json!({"invoice_id": "INV-9"})).await.expect("start");
+    let done = env.settle(&run).await.expect("settle");
     assert_eq!(done.header.status, RunStatus::Blocked, "{:?}", done.header);
     env.shutdown().await;
-    let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+    let text = String::from_utf8(sink.0.lock().expect("sink").clone()).expect("utf-8");
     (text, run.to_string())
 }
 
