@@ -588,6 +588,100 @@ async fn orphaned_intents_and_operator_settlement(s: ScriptStore) {
     );
 }
 
+/// A delivered answer that did not decode: `finish` with `Rejected` blocks the run, drops the
+/// answer, keeps the wait and sets no finish time; `signal` takes a new answer for it, which
+/// unblocks it. An operator's result that did not decode is taken back by `effect_reopen`
+/// (only an operator's record), so the run can be resolved again.
+async fn rejected_answers_and_reopened_results(s: ScriptStore) {
+    let t = new_run(&s, json!({})).await;
+    let c = claim(&s, &t, "w1").await;
+    let mut lease = c.lease.clone();
+    let wait = Wait {
+        kind: "interrupt".into(),
+        name: "gate".into(),
+        payload: json!({"q": 1}),
+    };
+    s.suspend(&mut lease, None, Suspend::waiting(&wait), ("interrupted", "gate"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.signal(&t, "interrupt", "", &json!("yes"), None).await.unwrap(),
+        SignalOutcome::Woke(_)
+    ));
+    let c = claim(&s, &t, "w1").await;
+    assert_eq!(c.signals.get("i:gate"), Some(&json!("yes")));
+    let mut lease = c.lease.clone();
+    let how = Finish::Rejected {
+        reason: "the value sent to interrupt \"gate\" does not decode",
+        wait: &wait,
+        consumed: "i:gate",
+    };
+    s.finish(&mut lease, None, how, ("blocked", "bad answer"))
+        .await
+        .unwrap();
+    let h = s.header(&t).await.unwrap().unwrap();
+    assert_eq!(h.status, RunStatus::Blocked);
+    assert_eq!(h.wait.as_ref().map(|w| w.name.as_str()), Some("gate"), "{h:?}");
+    assert_eq!(h.finished_at, None, "a blocked run has not finished");
+    assert!(h.reason.as_deref().unwrap_or("").contains("does not decode"));
+    assert_eq!(s.list(Some(RunStatus::Blocked), 10).await.unwrap().len(), 1);
+    // A signal of another kind is only buffered; the answer unblocks it.
+    assert!(matches!(
+        s.signal(&t, "signal", "other", &json!(1), None).await.unwrap(),
+        SignalOutcome::Buffered
+    ));
+    assert!(matches!(
+        s.signal(&t, "interrupt", "", &json!({"ok": true}), None).await.unwrap(),
+        SignalOutcome::Woke(_)
+    ));
+    let h = s.header(&t).await.unwrap().unwrap();
+    assert_eq!((h.status, h.reason.clone()), (RunStatus::Pending, None), "{h:?}");
+    assert!(s.list(Some(RunStatus::Blocked), 10).await.unwrap().is_empty());
+    let c = claim(&s, &t, "w1").await;
+    assert_eq!(
+        c.signals.get("i:gate"),
+        Some(&json!({"ok": true})),
+        "the rejected answer is gone"
+    );
+
+    let key = EffectKey::new(format!("charge:{}", uuid::Uuid::new_v4())).unwrap();
+    // A worker's done record is not reopened.
+    assert_eq!(s.effect_intent(&key, &t, 3, 5, false).await.unwrap(), EffectClaim::Won);
+    assert_eq!(
+        s.effect_done(&key, &t, 3, 5, &json!({"id": 1})).await.unwrap(),
+        EffectDone::Recorded
+    );
+    assert!(!s.effect_reopen(&key, &t, 3, 6).await.unwrap());
+    // An operator's is: it becomes this run's in-doubt intent, which a resolver naming that
+    // holder settles again.
+    let key = EffectKey::new(format!("charge:{}", uuid::Uuid::new_v4())).unwrap();
+    assert_eq!(s.effect_intent(&key, &t, 3, 5, false).await.unwrap(), EffectClaim::Won);
+    assert_eq!(
+        s.settle_done(&key, &t, &json!({"id": 1}), None).await.unwrap(),
+        EffectDone::Recorded
+    );
+    assert!(s.effect_reopen(&key, &t, 3, 6).await.unwrap());
+    let holder = Holder {
+        thread: t.to_string(),
+        index: 3,
+        fence: 6,
+    };
+    assert_eq!(
+        s.effect_intent(&key, &t, 3, 7, false).await.unwrap(),
+        EffectClaim::InDoubt(holder.clone())
+    );
+    assert_eq!(
+        s.settle_done(&key, &t, &json!({"charge_id": "c"}), Some(&holder))
+            .await
+            .unwrap(),
+        EffectDone::Recorded
+    );
+    assert!(matches!(
+        s.effect_intent(&key, &t, 3, 7, false).await.unwrap(),
+        EffectClaim::Done(v) if v == json!({"charge_id": "c"})
+    ));
+}
+
 /// Each contract test, once per backend.
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
@@ -618,5 +712,6 @@ conformance!(
     scan_due_hands_each_run_out_once_per_period,
     a_task_published_before_a_suspend_does_not_delay_the_wake_up,
     effect_records_intent_done_release,
+    rejected_answers_and_reopened_results,
     orphaned_intents_and_operator_settlement,
 );

@@ -460,3 +460,75 @@ async fn an_effect_key_from_the_clock_blocks_instead_of_charging_twice() {
     b.stop().await;
     a.stop().await;
 }
+
+/// An operator resolves an in-doubt charge as applied with a result of the wrong shape, and no
+/// schema is declared to refuse it: the code cannot decode it, so the run is not failed but
+/// blocked on the key again (the operator's record taken back), and a second resolve with
+/// the right shape lets it finish. The provider was charged once.
+#[derive(serde::Deserialize, serde::Serialize)]
+struct Charged {
+    charge_id: String,
+}
+
+struct Pay {
+    charges: Arc<AtomicU32>,
+}
+impl Workflow for Pay {
+    const NAME: &'static str = "pay";
+    type Input = Value;
+    type Output = Value;
+    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let charges = self.charges.clone();
+        let c: Charged = ctx
+            .effect("card.charge", "charge:P-1", |fx| {
+                let charges = charges.clone();
+                async move {
+                    charges.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, StepError>(Charged { charge_id: fx.key })
+                }
+            })
+            .await?;
+        Ok(json!({"charge_id": c.charge_id}))
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_shaped_resolve_result_blocks_on_the_key_again_instead_of_failing() {
+    let w = World::new("wr", |_| {}).await;
+    let charges = Arc::new(AtomicU32::new(0));
+    let reg = || {
+        let mut r = Registry::new();
+        r.register(Pay {
+            charges: charges.clone(),
+        });
+        r
+    };
+    let a = InProc::with_failpoints(&w.cfg, reg(), "effect.after_call=abort@1");
+    w.wait_registered("pay").await;
+    let t = w.start("pay", json!({})).await;
+    a.crashed().await;
+    let b = InProc::start(&w.cfg, reg());
+    let run = w.wait_status(&t, &["blocked"], LONG).await;
+    assert_eq!(run["blocked_reason"], "effect charge:P-1 outcome unknown", "{run}");
+    let path = format!("/v1/runs/{t}/effects/charge:P-1/resolve");
+    let (code, body) = w.post(&path, json!({"applied": true, "result": {"id": 7}})).await;
+    assert_eq!(code, 202, "no schema: accepted: {body}");
+    let run = w.wait_status(&t, &["blocked", "failed", "completed"], LONG).await;
+    assert_eq!(run["status"], "blocked", "{run}");
+    let reason = run["blocked_reason"].as_str().unwrap_or("");
+    assert!(
+        reason.starts_with("effect charge:P-1 outcome unknown: the result an operator recorded")
+            && reason.contains("charge_id"),
+        "{run}"
+    );
+    assert_eq!(run["blocked_effect"], "charge:P-1", "{run}");
+    let (code, body) = w
+        .post(&path, json!({"applied": true, "result": {"charge_id": "ch_1"}}))
+        .await;
+    assert_eq!(code, 202, "{body}");
+    let done = w.wait_status(&t, &["completed", "failed"], LONG).await;
+    assert_eq!(done["output"], json!({"charge_id": "ch_1"}), "{done}");
+    assert_eq!(charges.load(Ordering::SeqCst), 1, "charged once");
+    b.stop().await;
+    a.stop().await;
+}

@@ -44,7 +44,10 @@ async fn blocked_run_logged(filter: &str) -> (String, String) {
     let mut env = TestEnv::new(registry).await.expect("test env");
     // Killed between the email's call and its record: the email is in doubt (policy block).
     env.crash_at("effect.after_call=abort@2").await.expect("crash_at");
-    let run = env.start("invoice", json!({"invoice_id": "INV-9"})).await.expect("start");
+    let run = env
+        .start("invoice", json!({"invoice_id": "INV-9"}))
+        .await
+        .expect("start");
     let done = env.settle(&run).await.expect("settle");
     assert_eq!(done.header.status, RunStatus::Blocked, "{:?}", done.header);
     env.shutdown().await;

@@ -196,6 +196,9 @@ impl Ctx {
             .instrument(intent_span)
             .await
         {
+            if let Err(e) = serde_json::from_value::<T>(recorded.clone()) {
+                return self.undecodable_result(name, &key, idx, &e.to_string()).await;
+            }
             let entry = effect_entry(name, &key, Outcome::Ok(recorded.clone()), 0);
             self.commit(entry, "effect_skipped", None).await;
             return decode_outcome("effect", name, Outcome::Ok(recorded));
@@ -251,6 +254,28 @@ impl Ctx {
             self.unhold(idx);
         }
         recorded
+    }
+
+    /// The key's recorded result does not decode into the code's type. An operator's result
+    /// is taken back (the key is in doubt again) and the run is blocked on the key, to be
+    /// resolved again with the right shape; a result a worker recorded blocks the run for a
+    /// fix in the code. Never journaled, never failed.
+    pub(super) async fn undecodable_result<T>(&mut self, name: &str, key: &EffectKey, idx: u32, err: &str) -> T {
+        let (store, thread, fence) = (self.p.store.clone(), self.thread_id().clone(), self.p.lease.fence);
+        let reopened = self.durable(|| store.effect_reopen(key, &thread, idx, fence)).await;
+        if reopened {
+            let holder = self.holder(idx);
+            let reason = format!(
+                "effect {key} outcome unknown: the result an operator recorded for effect {name:?} does not decode: \
+                 {err}; resolve it again with a result of the right shape"
+            );
+            return self.block(&reason, Some((key.as_str(), &holder))).await;
+        }
+        let reason = format!(
+            "the result recorded for effect {name:?} (key {key}) does not decode: {err}; fix the type in the code \
+             and retry the run"
+        );
+        self.block(&reason, None).await
     }
 
     /// Forgets the intent held at `idx` (settled).

@@ -51,7 +51,14 @@ pub struct Call<'a, T> {
     name: String,
     kind: CallKind,
     run: ErasedFn<'a>,
+    /// Whether a recorded result decodes into the call's type (checked before an effect that
+    /// is already done is journaled).
+    decodes: fn(&Value) -> Result<(), String>,
     _t: PhantomData<fn() -> T>,
+}
+
+fn decodes<T: DeserializeOwned>(v: &Value) -> Result<(), String> {
+    T::deserialize(v).map(|_| ()).map_err(|e| e.to_string())
 }
 
 impl<T> std::fmt::Debug for Call<'_, T> {
@@ -94,6 +101,7 @@ impl<'a, T: Serialize + DeserializeOwned> Call<'a, T> {
             name: name.to_owned(),
             kind: CallKind::Step { retry: None },
             run: erase(move |_| f()),
+            decodes: decodes::<T>,
             _t: PhantomData,
         }
     }
@@ -131,6 +139,7 @@ impl<'a, T: Serialize + DeserializeOwned> Call<'a, T> {
             name: name.to_owned(),
             kind: CallKind::Effect { key: key.into(), opts },
             run: erase(f),
+            decodes: decodes::<T>,
             _t: PhantomData,
         }
     }
@@ -141,6 +150,7 @@ impl<'a, T: Serialize + DeserializeOwned> Call<'a, T> {
             name: self.name,
             kind: self.kind,
             run: self.run,
+            decodes: self.decodes,
             _t: PhantomData,
         }
     }
@@ -368,6 +378,9 @@ impl Ctx {
                         Err(e) => return self.block(&format!("effect {:?}: {e}", call.name), None).await,
                     };
                     if let Some(v) = self.take_intent(&call.name, &key, &opts.policy, idx).await {
+                        if let Err(e) = (call.decodes)(&v) {
+                            return self.undecodable_result(&call.name, &key, idx, &e).await;
+                        }
                         ready.insert(
                             pos,
                             (effect_entry(&call.name, &key, Outcome::Ok(v), 0), "effect_skipped"),

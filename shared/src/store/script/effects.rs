@@ -235,6 +235,22 @@ impl ScriptStore {
         Ok(self.invoke(&inv).await?.tag() == "ok")
     }
 
+    /// Takes back an operator's "applied" record whose result the code cannot decode: it
+    /// becomes an in-doubt intent of `thread` at `index` under `fence`, for the operator to
+    /// resolve again. True when it changed (false: not an operator's done record).
+    pub async fn effect_reopen(
+        &self,
+        key: &EffectKey,
+        thread: &ThreadId,
+        index: u32,
+        fence: u64,
+    ) -> Result<bool, StoreError> {
+        let mut inv = self.scripts.effect_reopen.prepare_invoke();
+        inv.key(self.keys.effect(key));
+        inv.arg(thread.as_str()).arg(index).arg(fence);
+        Ok(self.invoke(&inv).await?.tag() == "ok")
+    }
+
     /// The raw dedup record of an effect key (JSON), for the API and tests.
     pub async fn effect_record(&self, key: &EffectKey) -> Result<Option<Value>, StoreError> {
         let raw: Option<String> = self.engine.query(redis::cmd("GET").arg(self.keys.effect(key))).await?;

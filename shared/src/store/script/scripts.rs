@@ -53,6 +53,7 @@ scripts!(
     effect_done,
     effect_release,
     effect_orphan,
+    effect_reopen,
     register_worker,
     live_workers,
     wake_unserved,
