@@ -532,3 +532,57 @@ async fn a_wrong_shaped_resolve_result_blocks_on_the_key_again_instead_of_failin
     b.stop().await;
     a.stop().await;
 }
+
+/// A wait with a deadline on real Redis and RabbitMQ: the run waits in Redis with the
+/// deadline as its due time (no worker holds it), the scanner hands it to a worker when the
+/// deadline passes, and the timeout is journaled; an answer in time is returned instead.
+struct Escalate;
+impl Workflow for Escalate {
+    const NAME: &'static str = "escalate";
+    type Input = Value;
+    type Output = Value;
+    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+        let ms = input["timeout_ms"].as_u64().unwrap_or(500);
+        let answer: Option<String> = ctx
+            .interrupt_within("approve", json!({"question": "approve?"}), Duration::from_millis(ms))
+            .await?;
+        Ok(json!({"answer": answer}))
+    }
+}
+
+#[tokio::test]
+async fn a_wait_with_a_deadline_times_out_in_redis_or_takes_the_answer() {
+    let w = World::new("wd", |_| {}).await;
+    let mut reg = Registry::new();
+    reg.register(Escalate);
+    let wk = InProc::start(&w.cfg, reg);
+    w.wait_registered("escalate").await;
+    let t = w.start("escalate", json!({"timeout_ms": 800})).await;
+    let waiting = w.wait_status(&t, &["waiting"], LONG).await;
+    assert!(waiting["at"]["wake_at"].as_u64().is_some(), "{waiting}");
+    assert!(
+        waiting["at"]["text"].as_str().unwrap().contains("until its deadline"),
+        "{waiting}"
+    );
+    let done = w.wait_status(&t, &["completed"], LONG).await;
+    assert_eq!(done["output"], json!({"answer": null}));
+    let events = w.event_types(&t).await;
+    assert!(events.iter().any(|e| e == "wait_timed_out"), "{events:?}");
+    let (_, waiting_list) = w.get("/v1/runs?status=waiting").await;
+    assert!(
+        !waiting_list["runs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|r| r["thread_id"] == t.as_str()),
+        "{waiting_list}"
+    );
+
+    let t = w.start("escalate", json!({"timeout_ms": 60_000})).await;
+    w.wait_status(&t, &["waiting"], LONG).await;
+    let (code, body) = w.post(&format!("/v1/runs/{t}/resume"), json!({"value": "yes"})).await;
+    assert_eq!(code, 202, "{body}");
+    let done = w.wait_status(&t, &["completed"], LONG).await;
+    assert_eq!(done["output"], json!({"answer": "yes"}));
+    wk.stop().await;
+}

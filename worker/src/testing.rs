@@ -375,13 +375,34 @@ impl TestEnv {
                     limit: SETTLE_LIMIT,
                 });
             }
-            self.ring_due().await?;
-            // Sleep to the next due time; the worker runs meanwhile. (Paused clock: the jump
-            // happens once every task is idle, so nothing the worker does is skipped.)
-            let now = self.store.server_time().await?;
-            let next = self.store.next_due().await?.unwrap_or(now + 1000);
-            let wait = next.saturating_sub(now).clamp(1, 3_600_000);
-            tokio::time::sleep(Duration::from_millis(wait)).await;
+            self.sleep_to_next_due(Duration::MAX).await?;
+        }
+    }
+
+    /// Rings the due runs, then sleeps to the next due time (at most `cap`); the worker runs
+    /// meanwhile. (Paused clock: the jump happens once every task is idle, so nothing the
+    /// worker does is skipped.)
+    async fn sleep_to_next_due(&mut self, cap: Duration) -> Result<(), TestError> {
+        self.ring_due().await?;
+        let now = self.store.server_time().await?;
+        let next = self.store.next_due().await?.unwrap_or(now + 1000);
+        let wait = Duration::from_millis(next.saturating_sub(now).clamp(1, 3_600_000));
+        tokio::time::sleep(wait.min(cap)).await;
+        Ok(())
+    }
+
+    /// Lets `by` of virtual time pass with the worker and the due scanner running: timers,
+    /// wait deadlines and back-offs that fall due meanwhile fire in order.
+    pub async fn advance(&mut self, by: Duration) -> Result<(), TestError> {
+        let until = tokio::time::Instant::now() + by;
+        loop {
+            self.keep_worker().await?;
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                self.ring_due().await?;
+                return Ok(());
+            }
+            self.sleep_to_next_due(left).await?;
         }
     }
 

@@ -185,3 +185,67 @@ async fn join_keeps_types_and_a_race_times_out_at_its_recorded_deadline() {
     );
     env.shutdown().await;
 }
+
+/// A wait with a durable deadline: an approval that does not come within a day times out; one
+/// that comes in time is returned. The deadline is journaled before the wait.
+struct Deadline;
+impl Workflow for Deadline {
+    const NAME: &'static str = "deadline";
+    type Input = Value;
+    type Output = Value;
+    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let day = Duration::from_secs(24 * 3600);
+        let approved: Option<bool> = ctx.interrupt_within("approve", json!({"question": "ok?"}), day).await?;
+        let nudge: Option<u32> = ctx.wait_signal_within("nudge", Duration::from_secs(60)).await?;
+        Ok(json!({"approved": approved, "nudge": nudge}))
+    }
+}
+
+fn deadline_registry(_: &ScriptStore) -> Registry {
+    let mut r = Registry::new();
+    r.register(Deadline);
+    r
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_times_out_at_its_recorded_deadline_or_returns_the_answer_in_time() {
+    // No answer: both waits time out, each at its own deadline.
+    let mut env = TestEnv::new(deadline_registry).await.unwrap();
+    let run = env.start("deadline", json!({})).await.unwrap();
+    let waiting = env.settle(&run).await.unwrap();
+    assert_eq!(waiting.header.status, RunStatus::Waiting);
+    assert!(
+        waiting.header.due.is_some(),
+        "a timed wait has its deadline as due time"
+    );
+    env.advance(Duration::from_secs(25 * 3600)).await.unwrap();
+    let done = env.settle(&run).await.unwrap();
+    assert_eq!(done.header.status, RunStatus::Completed, "{:?}", done.header);
+    assert_eq!(done.output(), Some(&json!({"approved": null, "nudge": null})));
+    let names: Vec<&str> = done.journal.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["approve.deadline", "approve", "nudge.deadline", "nudge"]);
+    let day_ms = done.journal[1].at - done.journal[0].at;
+    assert!(
+        (86_400_000..86_402_000).contains(&day_ms),
+        "timed out after {day_ms} ms"
+    );
+    let min_ms = done.journal[3].at - done.journal[2].at;
+    assert!((60_000..61_000).contains(&min_ms), "timed out after {min_ms} ms");
+    env.shutdown().await;
+
+    // Answered in time: the answer is returned, no timeout.
+    let mut env = TestEnv::new(deadline_registry).await.unwrap();
+    let run = env.start("deadline", json!({})).await.unwrap();
+    env.settle(&run).await.unwrap();
+    env.advance(Duration::from_secs(3600)).await.unwrap();
+    env.resume(&run, json!(true)).await.unwrap();
+    env.signal(&run, "nudge", json!(3)).await.unwrap();
+    let done = env.settle(&run).await.unwrap();
+    assert_eq!(
+        done.output(),
+        Some(&json!({"approved": true, "nudge": 3})),
+        "{:?}",
+        done.header
+    );
+    env.shutdown().await;
+}

@@ -96,7 +96,12 @@ pub(crate) fn position(h: &RunHeader, f: &Facts) -> Value {
             m.insert("kind".into(), kind.clone().into());
             m.insert("name".into(), name.clone().into());
             m.insert("since".into(), h.updated_at.into());
-            format!("waiting at entry {next} for {kind} {name:?}")
+            // A wait with a timeout waits until its deadline (its due time).
+            put_some(&mut m, "wake_at", h.due);
+            match h.due {
+                Some(_) => format!("waiting at entry {next} for {kind} {name:?}, until its deadline"),
+                None => format!("waiting at entry {next} for {kind} {name:?}"),
+            }
         }
         RunStatus::Pending => {
             m.insert("entry".into(), next.into());
@@ -132,7 +137,7 @@ pub(crate) fn position(h: &RunHeader, f: &Facts) -> Value {
         }
     };
     let late = match h.status {
-        RunStatus::Sleeping | RunStatus::Pending => h.due.and_then(overdue),
+        RunStatus::Sleeping | RunStatus::Pending | RunStatus::Waiting => h.due.and_then(overdue),
         _ => None,
     };
     let text = match late {

@@ -44,26 +44,83 @@ impl Ctx {
     /// Pauses for a human: the run waits (status `waiting`, the payload shown by the API)
     /// until `POST /v1/runs/{thread}/resume {"value"}`; returns that value, journaled.
     pub async fn interrupt<T: DeserializeOwned>(&mut self, name: &str, payload: Value) -> Result<T, WorkflowError> {
-        self.await_value(EntryKind::Interrupt, name, format!("i:{name}"), payload)
-            .await
+        let o = self
+            .await_value::<T>(EntryKind::Interrupt, name, format!("i:{name}"), payload, None)
+            .await;
+        decode_outcome(EntryKind::Interrupt.as_str(), name, o)
     }
 
     /// Waits for the named signal (`POST /v1/runs/{thread}/signals/{name}`); signals sent
     /// before the run asks are kept, in order.
     pub async fn wait_signal<T: DeserializeOwned>(&mut self, name: &str) -> Result<T, WorkflowError> {
-        self.await_value(EntryKind::Signal, name, format!("s:{name}:"), Value::Null)
+        let o = self
+            .await_value::<T>(EntryKind::Signal, name, format!("s:{name}:"), Value::Null, None)
+            .await;
+        decode_outcome(EntryKind::Signal.as_str(), name, o)
+    }
+
+    /// [`Ctx::interrupt`] with a durable deadline: `Ok(None)` if no answer came within
+    /// `timeout`. The deadline is journaled first (the value `<name>.deadline`), so a run
+    /// resumed later keeps it; the run waits in Redis with the deadline as its due time, and
+    /// the scanner hands it to a worker when it passes (no worker holds it meanwhile).
+    pub async fn interrupt_within<T: DeserializeOwned>(
+        &mut self,
+        name: &str,
+        payload: Value,
+        timeout: Duration,
+    ) -> Result<Option<T>, WorkflowError> {
+        self.await_within(EntryKind::Interrupt, name, format!("i:{name}"), payload, timeout)
             .await
     }
 
+    /// [`Ctx::wait_signal`] with a durable deadline: `Ok(None)` if the signal did not come
+    /// within `timeout` (see [`Ctx::interrupt_within`]).
+    pub async fn wait_signal_within<T: DeserializeOwned>(
+        &mut self,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Option<T>, WorkflowError> {
+        self.await_within(EntryKind::Signal, name, format!("s:{name}:"), Value::Null, timeout)
+            .await
+    }
+
+    async fn await_within<T: DeserializeOwned>(
+        &mut self,
+        kind: EntryKind,
+        name: &str,
+        field: String,
+        payload: Value,
+        timeout: Duration,
+    ) -> Result<Option<T>, WorkflowError> {
+        let now = self.server_now_ms();
+        let deadline = self
+            .recorded(&format!("{name}.deadline"), || json!(now + timeout.as_millis() as u64))
+            .await
+            .as_u64()
+            .unwrap_or(0);
+        // A timed wait journals `{"answer": value}` or `{"timed_out": true}`.
+        match self.await_value::<T>(kind, name, field, payload, Some(deadline)).await {
+            Outcome::Ok(v) if v.get("timed_out") == Some(&Value::Bool(true)) => Ok(None),
+            Outcome::Ok(v) => {
+                let answer = v.get("answer").cloned().unwrap_or(Value::Null);
+                decode_outcome(kind.as_str(), name, Outcome::Ok(answer)).map(Some)
+            }
+            err => decode_outcome(kind.as_str(), name, err),
+        }
+    }
+
+    /// Waits for a value (an interrupt's answer or a signal) and returns its journaled
+    /// outcome; with a `deadline` (server ms), the outcome is the timed form.
     async fn await_value<T: DeserializeOwned>(
         &mut self,
         kind: EntryKind,
         name: &str,
         field: String,
         payload: Value,
-    ) -> Result<T, WorkflowError> {
+        deadline: Option<u64>,
+    ) -> Outcome {
         if let Some(e) = self.replayed(name, kind).await {
-            return decode_outcome(kind.as_str(), name, e.outcome);
+            return e.outcome;
         }
         self.before_live(name).await;
         let found = if kind == EntryKind::Interrupt {
@@ -105,9 +162,21 @@ impl Ctx {
             } else {
                 "signal_received"
             };
+            let v = if deadline.is_some() { json!({ "answer": v }) } else { v };
             self.commit(Entry::new(name, kind, Outcome::Ok(v.clone()), 1), event, Some(&f))
                 .await;
-            return decode_outcome(kind.as_str(), name, Outcome::Ok(v));
+            return Outcome::Ok(v);
+        }
+        let now = self.server_now_ms();
+        if let Some(d) = deadline.filter(|d| now >= *d) {
+            let v = json!({ "timed_out": true, "deadline": d });
+            self.commit(
+                Entry::new(name, kind, Outcome::Ok(v.clone()), 1),
+                "wait_timed_out",
+                None,
+            )
+            .await;
+            return Outcome::Ok(v);
         }
         let wait = Wait {
             kind: kind.as_str().to_owned(),
@@ -119,11 +188,11 @@ impl Ctx {
         } else {
             "waiting_signal"
         };
-        let r = self
-            .p
-            .store
-            .suspend(&mut self.p.lease, None, Suspend::waiting(&wait), (event, name))
-            .await;
+        let how = Suspend {
+            due_in: deadline.map(|d| Duration::from_millis(d.saturating_sub(now))),
+            ..Suspend::waiting(&wait)
+        };
+        let r = self.p.store.suspend(&mut self.p.lease, None, how, (event, name)).await;
         match r {
             Ok(s) => self.stop(SliceExit::Suspended { woke: s.woke, rv: s.rv }).await,
             Err(e) => self.store_failed(e).await,

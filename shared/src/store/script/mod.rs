@@ -302,7 +302,8 @@ impl ScriptStore {
             .key(&k.signals)
             .key(&k.blocked)
             .key(&k.unserved)
-            .key(&k.unconfirmed);
+            .key(&k.unconfirmed)
+            .key(&k.waiting);
         inv.arg(thread.as_str())
             .arg(owner)
             .arg(ms(self.cfg.lease))

@@ -1,13 +1,15 @@
 -- claim: take the run's lease for one slice of work.
 -- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 run signals hash,
 --       5 partition blocked index, 6 partition index of runs given back as unserved,
---       7 partition unconfirmed-start index
+--       7 partition unconfirmed-start index, 8 partition waiting index
 -- ARGV: 1 thread id, 2 owner (worker incarnation), 3 lease_ms, 4 grace_ms,
 --       5 task step ('' = unknown), 6 event cap,
 --       7 served spec: '\31name\30min\30max\31…' ('' = serve anything), 8 checkpoint schema,
 --       9 max crashes, 10 unserved back-off base ms, 11 unserved back-off cap ms
 -- Returns: {'ok', server_now_ms, {run hash fields...}, {signal fields...}, takeover 0|1, crashes}
---        | {'missing'} | {'terminal', status} | {'waiting'} | {'not_due', due_ms}
+--        | {'missing'} | {'terminal', status} | {'waiting'} (no answer yet, and no wait deadline
+--          passed: a wait with a timeout is claimable once its due time passes)
+--        | {'not_due', due_ms}
 --        | {'leased', owner} | {'stale', steps}
 --        | {'unserved', reason, retry_in_ms, workflow, version, rv, tries} (this worker cannot run it:
 --          given back untouched, due again after a growing back-off, the reason shown on the run)
@@ -21,8 +23,8 @@ local h = redis.call('HMGET', KEYS[1], 'status', 'steps', 'owner', 'lease', 'fen
 local status = h[1]
 if not status then return { 'missing' } end
 if terminal[status] then return { 'terminal', status } end
-if status == 'waiting' then return { 'waiting' } end
 local t = now_ms()
+if status == 'waiting' and not (h[6] and tonumber(h[6]) <= t) then return { 'waiting' } end
 if status == 'sleeping' and tonumber(h[6] or '0') > t then return { 'not_due', h[6] } end
 if status == 'running' and tonumber(h[4]) > t then return { 'leased', h[3] } end
 local steps = tonumber(h[2])
@@ -79,8 +81,7 @@ if crashes >= tonumber(ARGV[9]) then
   local reason = 'crashed ' .. tostring(crashes) .. ' times at ' .. at ..
     ' without progress; workers: ' .. crashed_by
   redis.call('HSET', KEYS[1], 'status', 'blocked', 'owner', '', 'lease', 0, 'ver', tonumber(h[7]) + 1,
-    'updated', t, 'finished', t, 'reason', reason, 'crashes', crashes, 'crashed_by', crashed_by,
-    'rv', rv)
+    'updated', t, 'reason', reason, 'crashes', crashes, 'crashed_by', crashed_by, 'rv', rv)
   redis.call('HDEL', KEYS[1], 'due')
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('ZADD', KEYS[5], t, ARGV[1])
@@ -103,6 +104,8 @@ end
 if h[19] then redis.call('HDEL', KEYS[1], 'rings') end
 redis.call('ZADD', KEYS[2], due, ARGV[1])
 if h[17] then redis.call('ZREM', KEYS[6], ARGV[1]) end
+-- A wait whose deadline passed: the run goes on (to record the timeout) and waits no more.
+if status == 'waiting' then redis.call('ZREM', KEYS[8], ARGV[1]) end
 -- The start task reached a worker: its confirm may still be on its way; no net needed.
 if h[8] == '0' then redis.call('ZREM', KEYS[7], ARGV[1]) end
 if takeover then
