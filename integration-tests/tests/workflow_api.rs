@@ -517,7 +517,7 @@ async fn a_wrong_shaped_resolve_result_blocks_on_the_key_again_instead_of_failin
     assert_eq!(run["status"], "blocked", "{run}");
     let reason = run["blocked_reason"].as_str().unwrap_or("");
     assert!(
-        reason.starts_with("effect charge:P-1 outcome unknown: the result an operator recorded")
+        reason.starts_with("effect charge:P-1 outcome unknown: the result settled for effect")
             && reason.contains("charge_id"),
         "{run}"
     );

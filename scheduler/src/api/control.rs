@@ -368,7 +368,10 @@ pub(crate) async fn resolve(
     };
     let effect = if body.applied {
         // The effect's name (recorded with its key at its index) finds its result schema.
-        let name = match holder.as_ref().and_then(|h| u32::try_from(h.index).ok()) {
+        // (Only when this run holds the record: an orphaned key of another run has no
+        // schema here, and the result is then required.)
+        let own = holder.as_ref().filter(|h| h.thread == thread.as_str());
+        let name = match own.and_then(|h| u32::try_from(h.index).ok()) {
             Some(index) => svc.store.effect_name(&thread, index).await?,
             None => None,
         };

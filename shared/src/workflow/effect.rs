@@ -266,8 +266,8 @@ impl Ctx {
         if reopened {
             let holder = self.holder(idx);
             let reason = format!(
-                "effect {key} outcome unknown: the result an operator recorded for effect {name:?} does not decode: \
-                 {err}; resolve it again with a result of the right shape"
+                "effect {key} outcome unknown: the result settled for effect {name:?} (by an operator or a \
+                 reconcile) does not decode: {err}; resolve it again with a result of the right shape"
             );
             return self.block(&reason, Some((key.as_str(), &holder))).await;
         }

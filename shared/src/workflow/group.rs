@@ -403,6 +403,14 @@ impl Ctx {
             self.stop::<()>(SliceExit::DeadlinePassed("before a parallel group".into()))
                 .await;
         }
+        // Journal what is already settled first (effects found done): if that write fails, no
+        // live effect has been called yet, so none is left in doubt.
+        let mut next = (self.cursor - base) as usize;
+        while let Some((entry, event)) = ready.remove(&next) {
+            out[next] = Some(entry.outcome.clone());
+            self.commit(entry, event, None).await;
+            next += 1;
+        }
         let mut names = BTreeMap::new();
         for l in &live {
             names.insert(l.pos, (l.idx, l.name.clone(), l.key.clone()));
@@ -432,7 +440,6 @@ impl Ctx {
                 fut
             })
             .collect();
-        let mut next = (self.cursor - base) as usize;
         loop {
             // Journal every settled call whose predecessors are journaled.
             while let Some((entry, event)) = ready.remove(&next) {

@@ -395,7 +395,7 @@ impl ScriptStore {
         consume_signal: Option<&str>,
     ) -> Result<(), StoreError> {
         let settles = if entry.kind == crate::journal::EntryKind::Effect {
-            format!("x:{index}")
+            index.to_string()
         } else {
             String::new()
         };

@@ -82,7 +82,8 @@ if crashes >= tonumber(ARGV[9]) then
     ' without progress; workers: ' .. crashed_by
   redis.call('HSET', KEYS[1], 'status', 'blocked', 'owner', '', 'lease', 0, 'ver', tonumber(h[7]) + 1,
     'updated', t, 'reason', reason, 'crashes', crashes, 'crashed_by', crashed_by, 'rv', rv)
-  redis.call('HDEL', KEYS[1], 'due')
+  -- (A blocked run that keeps a wait takes answers: this one must not.)
+  redis.call('HDEL', KEYS[1], 'due', 'wait_kind', 'wait_name', 'wait_payload')
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('ZADD', KEYS[5], t, ARGV[1])
   event(KEYS[3], ARGV[6], 'blocked', reason, t)

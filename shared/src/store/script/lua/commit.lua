@@ -4,7 +4,8 @@
 -- ARGV: 1 thread id, 2 owner, 3 fence, 4 version read, 5 entry index, 6 entry (MessagePack),
 --       7 lease_ms, 8 grace_ms, 9 event cap, 10 event type, 11 event detail,
 --       12 signal field consumed by this entry ('' = none),
---       13 run field the entry settles ('' = none; an effect entry clears its x:<index>)
+--       13 journal index of the effect the entry settles ('' = none; an effect entry clears its
+--          begin record x:<index> and the effect's name n:<index>)
 -- Returns: {'ok', new_version} | {'missing'} | {'fenced', status, owner, fence}
 --        | {'conflict', version} | {'index', steps}
 local bad = check_lease(KEYS[1], ARGV[2], ARGV[3], ARGV[4])
@@ -19,6 +20,6 @@ redis.call('HSET', KEYS[1], 'j:' .. ARGV[5], ARGV[6], 'steps', steps + 1, 'ver',
   'lease', lease, 'due', due, 'updated', t)
 redis.call('ZADD', KEYS[2], due, ARGV[1])
 if ARGV[12] ~= '' then redis.call('HDEL', KEYS[4], ARGV[12]) end
-if ARGV[13] ~= '' then redis.call('HDEL', KEYS[1], ARGV[13]) end
+if ARGV[13] ~= '' then redis.call('HDEL', KEYS[1], 'x:' .. ARGV[13], 'n:' .. ARGV[13]) end
 event(KEYS[3], ARGV[9], ARGV[10], ARGV[11], t)
 return { 'ok', ver }

@@ -56,7 +56,7 @@ if ARGV[18] ~= '' then
   -- Backing off, the run never took the key's intent: its begin record (x:<index>) does not
   -- mean it holds one, so cancel must not settle (or list) another run's intent as its own.
   -- (The index is the call's, which inside a parallel group runs ahead of the journal.)
-  redis.call('HDEL', KEYS[1], 'x:' .. ARGV[18])
+  redis.call('HDEL', KEYS[1], 'x:' .. ARGV[18], 'n:' .. ARGV[18])
 end
 if status == 'waiting' then redis.call('ZADD', KEYS[6], t, ARGV[1]) end
 event(KEYS[3], ARGV[12], ARGV[13], ARGV[14], t)
