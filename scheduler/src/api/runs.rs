@@ -158,7 +158,14 @@ pub(crate) async fn get_run(State(st): State<ApiState>, ApiPath(raw): ApiPath<St
 
 /// The run view with where the run is: the store's time, and the entry it sleeps in.
 pub(crate) async fn run_view(store: &ScriptStore, h: &RunHeader) -> Result<Value, ApiError> {
-    let now = store.server_time().await?;
+    // The clock only matters where a due time or a lease can be past (an ended, blocked or
+    // untimed waiting run, e.g. every answer of the result long poll, costs no extra read).
+    let clocked = match h.status {
+        RunStatus::Sleeping | RunStatus::Pending | RunStatus::Running => true,
+        RunStatus::Waiting => h.due.is_some(),
+        _ => false,
+    };
+    let now = if clocked { store.server_time().await? } else { 0 };
     let last = match (h.status, h.steps.checked_sub(1)) {
         (RunStatus::Sleeping, Some(i)) if h.wait_effect.is_none() => store.entry(&h.thread, i).await?,
         _ => None,

@@ -27,7 +27,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use super::ctx::{attempts, decode_outcome, Attempted, Ctx, SliceExit};
+use super::ctx::{attempts, decode_outcome, Attempted, CallTools, Ctx, SliceExit};
 use super::decide::{self, Replay};
 use super::effect::effect_entry;
 use super::{EffectCtx, EffectOptions, RetryPolicy, StepError, WorkflowError};
@@ -295,6 +295,7 @@ impl Ctx {
         let default = self.p.retry.clone();
         let stubs = self.p.stubs.clone();
         let left = Duration::from_millis(deadline.saturating_sub(self.server_now_ms()));
+        let idx = self.cursor;
         let mut racing: FuturesUnordered<_> = calls
             .into_iter()
             .enumerate()
@@ -303,22 +304,15 @@ impl Ctx {
                     CallKind::Step { retry: Some(p) } => p.clone(),
                     _ => default.clone(),
                 };
-                let (tools, stubs) = (&tools, stubs.clone());
-                let fx = EffectCtx {
-                    key: String::new(),
-                    fence: tools.lease.fence,
-                    thread: tools.lease.thread.clone(),
-                    index: self.cursor,
-                    attempt: 0,
+                let l = Live {
+                    pos,
+                    idx,
+                    name: c.name,
+                    key: None,
+                    policy,
+                    run: c.run,
                 };
-                async move {
-                    let (name, mut run) = (c.name, c.run);
-                    let r = attempts(tools, &name, &policy, true, |attempt| {
-                        invoke(stubs.as_ref(), &name, EffectCtx { attempt, ..fx.clone() }, &mut run)
-                    })
-                    .await;
-                    (pos, r)
-                }
+                launch(&tools, stubs.clone(), l)
             })
             .collect();
         let first = self
@@ -418,28 +412,8 @@ impl Ctx {
         }
         let tools = self.call_tools();
         let stubs = self.p.stubs.clone();
-        let mut running: FuturesUnordered<BoxFuture<'_, Finished>> = live
-            .into_iter()
-            .map(|mut l| {
-                let (tools, stubs) = (&tools, stubs.clone());
-                let fx = EffectCtx {
-                    key: l.key.as_ref().map(|k| k.as_str().to_owned()).unwrap_or_default(),
-                    fence: tools.lease.fence,
-                    thread: tools.lease.thread.clone(),
-                    index: l.idx,
-                    attempt: 0,
-                };
-                let fut: BoxFuture<'_, Finished> = Box::pin(async move {
-                    let is_step = l.key.is_none();
-                    let r = attempts(tools, &l.name, &l.policy, is_step, |attempt| {
-                        invoke(stubs.as_ref(), &l.name, EffectCtx { attempt, ..fx.clone() }, &mut l.run)
-                    })
-                    .await;
-                    (l.pos, r)
-                });
-                fut
-            })
-            .collect();
+        let mut running: FuturesUnordered<BoxFuture<'_, Finished>> =
+            live.into_iter().map(|l| launch(&tools, stubs.clone(), l)).collect();
         loop {
             // Journal every settled call whose predecessors are journaled.
             while let Some((entry, event)) = ready.remove(&next) {
@@ -503,6 +477,26 @@ impl Ctx {
             }
         }
     }
+}
+
+/// A live call's attempts as a future of its own (a step's panic is a failed attempt; an
+/// effect's is an unknown outcome), to run beside the others of its group or race.
+fn launch<'t, 'a: 't>(tools: &'t CallTools, stubs: Option<super::Stubs>, mut l: Live<'a>) -> BoxFuture<'t, Finished> {
+    let fx = EffectCtx {
+        key: l.key.as_ref().map(|k| k.as_str().to_owned()).unwrap_or_default(),
+        fence: tools.lease.fence,
+        thread: tools.lease.thread.clone(),
+        index: l.idx,
+        attempt: 0,
+    };
+    Box::pin(async move {
+        let is_step = l.key.is_none();
+        let r = attempts(tools, &l.name, &l.policy, is_step, |attempt| {
+            invoke(stubs.as_ref(), &l.name, EffectCtx { attempt, ..fx.clone() }, &mut l.run)
+        })
+        .await;
+        (l.pos, r)
+    })
 }
 
 /// One attempt of a call: its stub if the test kit has one, else the function.
