@@ -16,6 +16,7 @@ pub mod http;
 pub mod inproc;
 pub mod procs;
 pub mod proxy;
+pub mod python;
 pub mod scenario;
 pub mod tasks;
 

@@ -20,7 +20,7 @@ async fn unknown_workflow_is_422_and_lists_the_known_ones() {
 }
 
 #[tokio::test]
-async fn malformed_json_and_wrong_content_type_are_400() {
+async fn malformed_json_is_400_and_a_wrong_content_type_415() {
     let api = TestApi::new("api", |_| {}).await;
     assert_error(
         api.post_raw("/v1/runs", "application/json", "{\"workflow\": ").await,
@@ -29,7 +29,7 @@ async fn malformed_json_and_wrong_content_type_are_400() {
     );
     assert_error(
         api.post_raw("/v1/runs", "text/plain", "{\"workflow\": \"echo\"}").await,
-        400,
+        415,
         "Content-Type: application/json",
     );
     assert_error(

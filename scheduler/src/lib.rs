@@ -21,6 +21,7 @@ mod scanner;
 mod server;
 pub mod sim;
 
+pub use api::openapi_json;
 pub use publish::{new_traceparent, reason_name, PublishError, Publisher, TRACEPARENT};
 pub use server::{run, serve, CONNECT_DEADLINE};
 

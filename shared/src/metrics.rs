@@ -164,7 +164,8 @@ impl Readiness {
     }
 }
 
-async fn metrics_handler() -> impl IntoResponse {
+/// `GET /metrics`: every metric in the OpenMetrics text format.
+pub async fn metrics_handler() -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,
@@ -174,7 +175,8 @@ async fn metrics_handler() -> impl IntoResponse {
     )
 }
 
-async fn ready_handler(State(r): State<Readiness>) -> impl IntoResponse {
+/// `GET /readyz`: 200 `ready` once connected and serving, 503 `not ready` before.
+pub async fn ready_handler(State(r): State<Readiness>) -> impl IntoResponse {
     if r.is_ready() {
         (StatusCode::OK, "ready")
     } else {

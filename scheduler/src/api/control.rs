@@ -9,15 +9,18 @@ use savepoint::protocol::TaskReason;
 use savepoint::store::{EffectDone, EffectRelease, Rerun, RetryOutcome, SignalOutcome};
 use savepoint::store::{Holder, RunStatus, ScriptStore, StoreError};
 use savepoint::workflow::Schemas;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tracing::{info, warn};
 
-use super::extract::{read_body, ApiJson, ApiPath};
+use super::extract::{parse_object, read_body, ApiJson, ApiPath};
+use super::model::{
+    Accepted, CancelBody, CancelReply, ErrorBody, InDoubtEffect, ResolveBody, ResolveReply, Settled, SettledEffect,
+    Status, ValueBody,
+};
 use super::runs::thread_id;
 use super::{ApiError, ApiState, Services};
 
-type Reply = Result<(StatusCode, Json<Value>), ApiError>;
+type Reply<T> = Result<(StatusCode, Json<T>), ApiError>;
 
 /// Longest signal name.
 const MAX_SIGNAL_NAME: usize = 64;
@@ -25,22 +28,13 @@ const MAX_SIGNAL_NAME: usize = 64;
 /// Longest client id of a resume or signal.
 const MAX_CLIENT_ID: usize = 128;
 
-/// Body of resume and signal: the value, and an optional client id that makes a retried
-/// POST deliver once.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ValueBody {
-    #[serde(default)]
-    value: Value,
-    #[serde(default)]
-    id: Option<String>,
-}
-
 impl ValueBody {
     fn client_id(&self) -> Result<Option<&str>, ApiError> {
         match self.id.as_deref() {
             None => Ok(None),
-            Some(id) if (1..=MAX_CLIENT_ID).contains(&id.len()) && !id.chars().any(char::is_control) => Ok(Some(id)),
+            Some(id) if (1..=MAX_CLIENT_ID).contains(&id.chars().count()) && !id.chars().any(char::is_control) => {
+                Ok(Some(id))
+            }
             Some(_) => Err(ApiError::bad_request(format!(
                 "id must be 1-{MAX_CLIENT_ID} characters without control characters"
             ))),
@@ -48,21 +42,8 @@ impl ValueBody {
     }
 }
 
-/// Body of resolve.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ResolveBody {
-    applied: bool,
-    #[serde(default)]
-    result: Option<Value>,
-}
-
-/// Body of cancel (optional).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CancelBody {
-    #[serde(default)]
-    reason: Option<String>,
+fn settled(state: Settled, result: Option<Value>) -> SettledEffect {
+    SettledEffect { state, result }
 }
 
 /// Checks a signal name: 1–64 characters of `A-Z a-z 0-9 _ . -`.
@@ -94,15 +75,8 @@ async fn rerun(svc: &Services, thread: &ThreadId, reason: TaskReason, r: &Rerun)
     ring(svc, thread, None, reason, r.trace.as_deref(), r.rv).await
 }
 
-fn duplicate(thread: &ThreadId) -> (StatusCode, Json<Value>) {
-    (
-        StatusCode::ACCEPTED,
-        Json(json!({ "thread_id": thread.as_str(), "duplicate": true })),
-    )
-}
-
-fn pending(thread: &ThreadId) -> Json<Value> {
-    Json(json!({ "thread_id": thread.as_str(), "status": "pending" }))
+fn accepted(reply: Accepted) -> Reply<Accepted> {
+    Ok((StatusCode::ACCEPTED, Json(reply)))
 }
 
 fn ended(status: RunStatus, what: &str) -> ApiError {
@@ -206,12 +180,28 @@ async fn check_for_run(svc: &Services, thread: &ThreadId, what: Expects<'_>, val
     check_value(schema.as_ref(), value, what, &h.workflow)
 }
 
-/// `POST /v1/runs/{thread_id}/resume` `{"value"}`: answers the pending interrupt.
+/// Answer an interrupt
+///
+/// Answers the interrupt the run waits at (the same answer under the same client `id` is
+/// delivered once). The value is checked against the interrupt's published schema (422).
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{thread_id}/resume",
+    operation_id = "resume_run",
+    tag = "control",
+    params(super::ThreadParam),
+    request_body = ValueBody,
+    responses(
+        (status = 202, description = "Delivered: the run is pending again (or `duplicate`)", body = Accepted),
+        (status = 409, description = "The run does not wait for an interrupt, or has ended", body = ErrorBody),
+        (status = 422, description = "The value breaks the interrupt's schema; nothing changed", body = ErrorBody),
+    )
+)]
 pub(crate) async fn resume(
     State(st): State<ApiState>,
     ApiPath(raw): ApiPath<String>,
     ApiJson(body): ApiJson<ValueBody>,
-) -> Reply {
+) -> Reply<Accepted> {
     let thread = thread_id(raw)?;
     let id = body.client_id()?;
     let svc = st.services()?;
@@ -220,9 +210,9 @@ pub(crate) async fn resume(
         SignalOutcome::Woke(r) => {
             info!(thread.id = %thread, "run resumed");
             rerun(svc, &thread, TaskReason::Signal, &r).await;
-            Ok((StatusCode::ACCEPTED, pending(&thread)))
+            accepted(Accepted::pending(thread.as_str()))
         }
-        SignalOutcome::Duplicate => Ok(duplicate(&thread)),
+        SignalOutcome::Duplicate => accepted(Accepted::duplicate(thread.as_str())),
         SignalOutcome::NotWaiting(status, kind, name) => {
             let waits = if status == "waiting" && !kind.is_empty() {
                 format!(" (it waits for {kind} {name:?})")
@@ -235,19 +225,36 @@ pub(crate) async fn resume(
         }
         SignalOutcome::Missing => Err(ApiError::run_not_found(&thread)),
         SignalOutcome::Terminal(status) => Err(ended(status, "be resumed")),
-        SignalOutcome::Buffered => Ok((
-            StatusCode::ACCEPTED,
-            Json(json!({ "thread_id": thread.as_str(), "buffered": true })),
-        )),
+        SignalOutcome::Buffered => accepted(Accepted::buffered(thread.as_str())),
     }
 }
 
-/// `POST /v1/runs/{thread_id}/signals/{name}` `{"value"}`: delivers (or buffers) a signal.
+/// Send a signal
+///
+/// Wakes a run that waits for this signal, or buffers it until the run does (a retried POST
+/// with the same client `id` is delivered once).
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{thread_id}/signals/{name}",
+    operation_id = "send_signal",
+    tag = "control",
+    params(
+        super::ThreadParam,
+        ("name" = String, Path, pattern = "^[A-Za-z0-9_.-]{1,64}$", min_length = 1, max_length = 64,
+            description = "The signal's name: 1-64 characters of A-Z a-z 0-9 _ . -"),
+    ),
+    request_body = ValueBody,
+    responses(
+        (status = 202, description = "Delivered (the run is pending again) or buffered", body = Accepted),
+        (status = 409, description = "The run has ended", body = ErrorBody),
+        (status = 422, description = "The value breaks the signal's schema; nothing changed", body = ErrorBody),
+    )
+)]
 pub(crate) async fn signal(
     State(st): State<ApiState>,
     ApiPath((raw, name)): ApiPath<(String, String)>,
     ApiJson(body): ApiJson<ValueBody>,
-) -> Reply {
+) -> Reply<Accepted> {
     let thread = thread_id(raw)?;
     if !valid_signal_name(&name) {
         return Err(ApiError::bad_request(format!(
@@ -261,15 +268,12 @@ pub(crate) async fn signal(
         SignalOutcome::Woke(r) => {
             info!(thread.id = %thread, signal = %name, "run woken by signal");
             rerun(svc, &thread, TaskReason::Signal, &r).await;
-            Ok((StatusCode::ACCEPTED, pending(&thread)))
+            accepted(Accepted::pending(thread.as_str()))
         }
-        SignalOutcome::Duplicate => Ok(duplicate(&thread)),
+        SignalOutcome::Duplicate => accepted(Accepted::duplicate(thread.as_str())),
         SignalOutcome::Buffered => {
             info!(thread.id = %thread, signal = %name, "signal buffered");
-            Ok((
-                StatusCode::ACCEPTED,
-                Json(json!({ "thread_id": thread.as_str(), "buffered": true })),
-            ))
+            accepted(Accepted::buffered(thread.as_str()))
         }
         SignalOutcome::Missing => Err(ApiError::run_not_found(&thread)),
         SignalOutcome::Terminal(status) => Err(ended(status, "receive signals")),
@@ -279,27 +283,56 @@ pub(crate) async fn signal(
     }
 }
 
-/// `POST /v1/runs/{thread_id}/cancel` (optional body `{"reason"}`).
-pub(crate) async fn cancel(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>, req: Request) -> Reply {
+/// Cancel a run
+///
+/// Ends the run as cancelled (optional body `{"reason"}`). Effects it had begun but not
+/// recorded are listed: their outcome is unknown, settle them at the provider.
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{thread_id}/cancel",
+    operation_id = "cancel_run",
+    tag = "control",
+    params(super::ThreadParam),
+    request_body(content = Option<CancelBody>, description = "Optional: the reason"),
+    responses(
+        (status = 200, description = "Cancelled", body = CancelReply),
+        (status = 409, description = "The run has already ended", body = ErrorBody),
+    )
+)]
+pub(crate) async fn cancel(
+    State(st): State<ApiState>,
+    ApiPath(raw): ApiPath<String>,
+    req: Request,
+) -> Reply<CancelReply> {
     let thread = thread_id(raw)?;
     let body = read_body(req, st.max_body).await?;
-    let body: CancelBody = if body.iter().all(u8::is_ascii_whitespace) {
+    // No body, or `null`, is no reason.
+    let blank = body.iter().all(u8::is_ascii_whitespace);
+    let body: CancelBody = if blank || body.trim_ascii() == b"null" {
         CancelBody::default()
     } else {
-        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?
+        parse_object(&body)?
     };
     let reason = body.reason.unwrap_or_else(|| "cancelled via API".to_owned());
     match st.services()?.store.cancel(&thread, &reason).await {
         Ok(Ok(c)) => {
             info!(thread.id = %thread, %reason, in_doubt = c.settled.len(), "run cancelled");
-            let in_doubt: Vec<Value> = c
+            let effects_in_doubt = c
                 .settled
                 .iter()
-                .map(|(index, key)| json!({ "index": index, "key": key, "state": "in_doubt_owner_cancelled" }))
+                .map(|(index, key)| InDoubtEffect {
+                    index: *index,
+                    key: key.clone(),
+                    state: "in_doubt_owner_cancelled".into(),
+                })
                 .collect();
             Ok((
                 StatusCode::OK,
-                Json(json!({ "thread_id": thread.as_str(), "status": "cancelled", "effects_in_doubt": in_doubt })),
+                Json(CancelReply {
+                    thread_id: thread.as_str().to_owned(),
+                    status: Status::CANCELLED,
+                    effects_in_doubt,
+                }),
             ))
         }
         Ok(Err(status)) => Err(ApiError::conflict(format!("run already ended: it is {status}"))),
@@ -308,17 +341,30 @@ pub(crate) async fn cancel(State(st): State<ApiState>, ApiPath(raw): ApiPath<Str
     }
 }
 
-/// `POST /v1/runs/{thread_id}/retry`: re-queues a blocked run after a fix (non-determinism
-/// fixed in code, a version served again, a poison step fixed); the worker that claims it
-/// checks it again from the top.
-pub(crate) async fn retry(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Reply {
+/// Retry a blocked run
+///
+/// Re-queues a blocked run after a fix (non-determinism fixed in code, a version served
+/// again, a poison step fixed); the worker that claims it checks it again from the top. A
+/// run blocked on an in-doubt effect is settled with resolve instead (409 says so).
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{thread_id}/retry",
+    operation_id = "retry_run",
+    tag = "control",
+    params(super::ThreadParam),
+    responses(
+        (status = 202, description = "Re-queued: the run is pending", body = Accepted),
+        (status = 409, description = "The run is not blocked, or is blocked on an in-doubt effect", body = ErrorBody),
+    )
+)]
+pub(crate) async fn retry(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Reply<Accepted> {
     let thread = thread_id(raw)?;
     let svc = st.services()?;
     match svc.store.retry(&thread, "operator retry via API").await {
         Ok(RetryOutcome::Queued(r)) => {
             info!(thread.id = %thread, "blocked run re-queued");
             rerun(svc, &thread, TaskReason::Operator, &r).await;
-            Ok((StatusCode::ACCEPTED, pending(&thread)))
+            accepted(Accepted::pending(thread.as_str()))
         }
         Ok(RetryOutcome::NotBlocked(status)) => Err(ApiError::conflict(format!(
             "run is {status}; only blocked runs are retried"
@@ -332,15 +378,33 @@ pub(crate) async fn retry(State(st): State<ApiState>, ApiPath(raw): ApiPath<Stri
     }
 }
 
-/// `POST /v1/runs/{thread_id}/effects/{key}/resolve` `{"applied", "result"?}`: settles the
-/// in-doubt effect a blocked run waits on, then makes the run runnable again. The run names
+/// Resolve an in-doubt effect
+///
+/// Settles the in-doubt effect a blocked run waits on, then makes the run runnable again. The run names
 /// the record it waits on (the holder's run, index and fence), and only that record is
 /// settled: two resolvers racing, or a resolve arriving after the run re-ran, change nothing.
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{thread_id}/effects/{key}/resolve",
+    operation_id = "resolve_effect",
+    tag = "control",
+    params(
+        super::ThreadParam,
+        ("key" = String, Path, min_length = 1, max_length = 256, pattern = "^[^\\s\\x00-\\x1f\\x7f-\\x9f]{1,256}$",
+            description = "The effect's idempotency key (1-256 bytes, no whitespace or control characters)"),
+    ),
+    request_body = ResolveBody,
+    responses(
+        (status = 202, description = "Settled: the run is pending again", body = ResolveReply),
+        (status = 409, description = "The run is not blocked on this effect, or its record changed", body = ErrorBody),
+        (status = 422, description = "`applied: true` without the result, or a result that breaks its schema", body = ErrorBody),
+    )
+)]
 pub(crate) async fn resolve(
     State(st): State<ApiState>,
     ApiPath((raw, key)): ApiPath<(String, String)>,
     ApiJson(body): ApiJson<ResolveBody>,
-) -> Reply {
+) -> Reply<ResolveReply> {
     let thread = thread_id(raw)?;
     let key = EffectKey::new(key).map_err(ApiError::bad_request)?;
     let svc = st.services()?;
@@ -395,18 +459,18 @@ pub(crate) async fn resolve(
             check_value(schema.as_ref(), &result, Expects::Effect(n), &header.workflow)?;
         }
         match svc.store.settle_done(&key, &thread, &result, holder.as_ref()).await? {
-            EffectDone::Recorded => json!({ "state": "applied", "result": result }),
+            EffectDone::Recorded => settled(Settled::Applied, Some(result)),
             // Marked done earlier: the first recorded result stands.
-            EffectDone::Already(first) => json!({ "state": "already_applied", "result": first }),
+            EffectDone::Already(first) => settled(Settled::AlreadyApplied, Some(first)),
             EffectDone::Changed(now) | EffectDone::NotOwner(now) => return Err(changed(now)),
             EffectDone::Stale => return Err(changed(String::new())),
         }
     } else {
         match svc.store.settle_released(&key, &thread, holder.as_ref()).await? {
             // The record says done: the effect did happen; the run will journal its result.
-            EffectRelease::Done(result) => json!({ "state": "already_applied", "result": result }),
+            EffectRelease::Done(result) => settled(Settled::AlreadyApplied, Some(result)),
             EffectRelease::Changed(now) | EffectRelease::NotOwner(now) => return Err(changed(now)),
-            EffectRelease::Released | EffectRelease::Absent => json!({ "state": "released" }),
+            EffectRelease::Released | EffectRelease::Absent => settled(Settled::Released, None),
         }
     };
     let who = holder.map(|h| h.to_string()).unwrap_or_else(|| "its holder".into());
@@ -417,7 +481,11 @@ pub(crate) async fn resolve(
             rerun(svc, &thread, TaskReason::Operator, &r).await;
             Ok((
                 StatusCode::ACCEPTED,
-                Json(json!({ "thread_id": thread.as_str(), "status": "pending", "effect": effect })),
+                Json(ResolveReply {
+                    thread_id: thread.as_str().to_owned(),
+                    status: Status::PENDING,
+                    effect,
+                }),
             ))
         }
         Err((status, _)) => Err(ApiError::conflict(format!(

@@ -19,7 +19,7 @@ fn is_json(content_type: &str) -> bool {
     mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
 }
 
-fn too_large(max: usize) -> ApiError {
+pub(crate) fn too_large(max: usize) -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         format!("request body exceeds the limit of {max} bytes (scheduler.max_input_bytes)"),
@@ -48,6 +48,27 @@ pub(crate) async fn read_body(req: Request, max: usize) -> Result<Vec<u8>, ApiEr
     Ok(buf)
 }
 
+/// Parses a body that must be a JSON object. (serde reads a struct from an array too, by
+/// position: `[null, null]` would pass as a resume body; the API takes only objects.)
+pub(crate) fn parse_object<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let invalid = |e: serde_json::Error| ApiError::bad_request(format!("invalid JSON body: {e}"));
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(invalid)?;
+    if !value.is_object() {
+        let got = match value {
+            serde_json::Value::Null => "null",
+            serde_json::Value::Bool(_) => "a boolean",
+            serde_json::Value::Number(_) => "a number",
+            serde_json::Value::String(_) => "a string",
+            serde_json::Value::Array(_) => "an array",
+            serde_json::Value::Object(_) => "an object",
+        };
+        return Err(ApiError::bad_request(format!(
+            "invalid JSON body: expected a JSON object, got {got}"
+        )));
+    }
+    serde_json::from_value(value).map_err(invalid)
+}
+
 impl<T: DeserializeOwned> FromRequest<ApiState> for ApiJson<T> {
     type Rejection = ApiError;
 
@@ -63,14 +84,13 @@ impl<T: DeserializeOwned> FromRequest<ApiState> for ApiJson<T> {
             } else {
                 format!("{content_type:?}")
             };
-            return Err(ApiError::bad_request(format!(
-                "expected a JSON body with Content-Type: application/json (got {got})"
-            )));
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("expected a JSON body with Content-Type: application/json (got {got})"),
+            ));
         }
         let body = read_body(req, state.max_body).await?;
-        serde_json::from_slice(&body)
-            .map(ApiJson)
-            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+        parse_object(&body).map(ApiJson)
     }
 }
 

@@ -3,23 +3,32 @@
 //! Every error is `{"error": "<message>"}` with a meaningful status (see [`ApiError`]);
 //! request bodies go through [`extract::ApiJson`] so malformed JSON, a wrong content type and
 //! oversized bodies are answered in the same shape.
+//!
+//! The routes are registered through [`utoipa_axum`] from the handlers' own `#[utoipa::path]`
+//! annotations and typed bodies ([`model`]), so the OpenAPI document ([`openapi`], served at
+//! `/openapi.json`, rendered at `/docs`, committed as `docs/openapi.json`) describes exactly
+//! the routes that exist.
 
+mod body;
 mod control;
 mod error;
 mod extract;
+pub(crate) mod model;
+mod ops;
 mod result;
 mod runs;
+mod spec;
 mod views;
 
 pub(crate) use error::ApiError;
+pub use spec::openapi_json;
 
 use axum::extract::{MatchedPath, Request};
 use axum::http::{Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{get, post};
 use axum::Router;
-use savepoint::metrics::{inc, metrics, ops_router, Readiness};
+use savepoint::metrics::{inc, metrics, Readiness};
 use savepoint::store::ScriptStore;
 use std::sync::{Arc, OnceLock};
 
@@ -64,23 +73,48 @@ impl ApiState {
     }
 }
 
+/// The `{thread_id}` path parameter of every per-run operation.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Read by the OpenAPI derive only: handlers take the raw text and validate it.
+pub(crate) struct ThreadParam {
+    /// The run's id: 1-128 characters of `A-Z a-z 0-9 _ - . :`.
+    #[param(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[A-Za-z0-9_.:-]{1,128}$",
+        example = "invoice-INV-1"
+    )]
+    thread_id: String,
+}
+
+/// Every route of the API with its OpenAPI description: the one list both the router and
+/// the document are built from.
+fn api_routes() -> utoipa_axum::router::OpenApiRouter<ApiState> {
+    use utoipa_axum::routes;
+    utoipa_axum::router::OpenApiRouter::with_openapi(<spec::ApiDoc as utoipa::OpenApi>::openapi())
+        .routes(routes!(runs::start, runs::list))
+        .routes(routes!(runs::get_run))
+        .routes(routes!(runs::history))
+        .routes(routes!(runs::export))
+        .routes(routes!(result::result))
+        .routes(routes!(control::resume))
+        .routes(routes!(control::signal))
+        .routes(routes!(control::cancel))
+        .routes(routes!(control::retry))
+        .routes(routes!(control::resolve))
+}
+
 /// The whole HTTP surface of the scheduler.
 pub(crate) fn router(state: ApiState, readiness: Readiness) -> Router {
-    let api = Router::new()
-        .route("/v1/runs", post(runs::start).get(runs::list))
-        .route("/v1/runs/{thread_id}", get(runs::get_run))
-        .route("/v1/runs/{thread_id}/history", get(runs::history))
-        .route("/v1/runs/{thread_id}/export", get(runs::export))
-        .route("/v1/runs/{thread_id}/result", get(result::result))
-        .route("/v1/runs/{thread_id}/resume", post(control::resume))
-        .route("/v1/runs/{thread_id}/signals/{name}", post(control::signal))
-        .route("/v1/runs/{thread_id}/cancel", post(control::cancel))
-        .route("/v1/runs/{thread_id}/retry", post(control::retry))
-        .route("/v1/runs/{thread_id}/effects/{key}/resolve", post(control::resolve))
+    let max_body = state.max_body;
+    let (api, ops, doc) = spec::parts(max_body);
+    api.with_state(state)
+        .merge(ops.with_state(readiness))
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(state);
-    api.merge(ops_router(readiness))
+        .merge(spec::docs_router(doc))
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(max_body, body::read_whole))
         .layer(middleware::from_fn(count_requests))
 }
 

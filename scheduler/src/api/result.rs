@@ -6,11 +6,11 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
-use serde_json::Value;
 use std::time::Duration;
 use tokio::time::Instant;
 
 use super::extract::{ApiPath, ApiQuery};
+use super::model::RunView;
 use super::runs::thread_id;
 use super::{ApiError, ApiState};
 use savepoint::store::RunStatus;
@@ -41,13 +41,30 @@ fn parse_timeout(raw: Option<&str>) -> Result<Duration, ApiError> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// 200 with the run once it has ended or is blocked; 202 with the run as it stands when
-/// the timeout passes first.
+/// Await a run's result
+///
+/// A long poll: 200 with the run once it has ended (completed, failed, cancelled) or is
+/// blocked; 202 with the run as it stands when the timeout passes first.
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{thread_id}/result",
+    operation_id = "await_result",
+    tag = "runs",
+    params(
+        super::ThreadParam,
+        ("timeout" = Option<f64>, Query, minimum = 0, maximum = 120,
+            description = "Seconds to wait (default 30, at most 120)"),
+    ),
+    responses(
+        (status = 200, description = "The run has ended or is blocked", body = RunView),
+        (status = 202, description = "The timeout passed first: the run as it stands", body = RunView),
+    )
+)]
 pub(crate) async fn result(
     State(st): State<ApiState>,
     ApiPath(raw): ApiPath<String>,
     ApiQuery(q): ApiQuery<ResultQuery>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<RunView>), ApiError> {
     let thread = thread_id(raw)?;
     let wait = parse_timeout(q.timeout.as_deref())?;
     let store = &st.services()?.store;

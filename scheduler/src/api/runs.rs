@@ -9,10 +9,10 @@ use savepoint::protocol::TaskReason;
 use savepoint::store::CreateOutcome;
 use savepoint::store::{RunHeader, RunStatus, ScriptStore, StoreError};
 use serde::Deserialize;
-use serde_json::{json, Value};
 use tracing::info;
 
 use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::model::{ErrorBody, ExportView, HistoryView, RunList, RunView, StartReply, StartRequest, Status};
 use super::{views, ApiError, ApiState};
 use crate::publish::new_traceparent;
 
@@ -23,18 +23,7 @@ const DEFAULT_LIST: usize = 50;
 /// Events returned by history.
 const HISTORY_EVENTS: usize = 1000;
 
-type Reply = Result<(StatusCode, Json<Value>), ApiError>;
-
-/// Body of `POST /v1/runs`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct StartRequest {
-    workflow: String,
-    #[serde(default)]
-    input: Value,
-    #[serde(default)]
-    thread_id: Option<String>,
-}
+type Reply<T> = Result<(StatusCode, Json<T>), ApiError>;
 
 /// Validates a thread id from a path or body (400 with the allowed characters).
 pub(crate) fn thread_id(raw: String) -> Result<ThreadId, ApiError> {
@@ -75,8 +64,34 @@ impl CatalogCache {
     }
 }
 
-/// `POST /v1/runs`: starts a run (idempotent on thread id + workflow + input).
-pub(crate) async fn start(State(st): State<ApiState>, ApiJson(req): ApiJson<StartRequest>) -> Reply {
+/// Start a run
+///
+/// Idempotent on thread id + workflow + input: the same request again answers 200 with the
+/// run as it stands; the same thread id with another workflow or input is 409. The input is
+/// checked against the schema the workflow's workers published (422).
+#[utoipa::path(
+    post,
+    path = "/v1/runs",
+    operation_id = "start_run",
+    tag = "runs",
+    request_body = StartRequest,
+    responses(
+        (status = 201, description = "Created; a worker will pick it up", body = StartReply, links(
+            ("GetRun" = (operation_id = "get_run", parameters(("thread_id" = "$response.body#/thread_id")))),
+            ("GetHistory" = (operation_id = "get_history", parameters(("thread_id" = "$response.body#/thread_id")))),
+            ("ExportRun" = (operation_id = "export_run", parameters(("thread_id" = "$response.body#/thread_id")))),
+            ("AwaitResult" = (operation_id = "await_result", parameters(("thread_id" = "$response.body#/thread_id")))),
+            ("ResumeRun" = (operation_id = "resume_run", parameters(("thread_id" = "$response.body#/thread_id")))),
+            ("CancelRun" = (operation_id = "cancel_run", parameters(("thread_id" = "$response.body#/thread_id")))),
+            ("RetryRun" = (operation_id = "retry_run", parameters(("thread_id" = "$response.body#/thread_id")))),
+            ("SendSignal" = (operation_id = "send_signal", parameters(("thread_id" = "$response.body#/thread_id")))),
+        )),
+        (status = 200, description = "A run with this thread id, workflow and input exists: it as it stands", body = StartReply),
+        (status = 409, description = "The thread id is used by a run with another workflow or input", body = ErrorBody),
+        (status = 422, description = "No live worker serves the workflow, or the input breaks its schema", body = ErrorBody),
+    )
+)]
+pub(crate) async fn start(State(st): State<ApiState>, ApiJson(req): ApiJson<StartRequest>) -> Reply<StartReply> {
     let svc = st.services()?;
     let thread = match req.thread_id {
         Some(raw) => thread_id(raw)?,
@@ -126,14 +141,20 @@ pub(crate) async fn start(State(st): State<ApiState>, ApiJson(req): ApiJson<Star
             super::control::ring(svc, &thread, Some(0), TaskReason::Start, Some(&trace), 0).await;
             Ok((
                 StatusCode::CREATED,
-                Json(json!({ "thread_id": thread.as_str(), "status": "pending" })),
+                Json(StartReply {
+                    thread_id: thread.as_str().to_owned(),
+                    status: Status::PENDING,
+                }),
             ))
         }
         CreateOutcome::Exists(status) => {
             inc(&metrics().runs_started, &[("outcome", "exists")]);
             Ok((
                 StatusCode::OK,
-                Json(json!({ "thread_id": thread.as_str(), "status": status.as_str() })),
+                Json(StartReply {
+                    thread_id: thread.as_str().to_owned(),
+                    status: status.into(),
+                }),
             ))
         }
         CreateOutcome::Conflict(workflow) => {
@@ -145,8 +166,25 @@ pub(crate) async fn start(State(st): State<ApiState>, ApiJson(req): ApiJson<Star
     }
 }
 
-/// `GET /v1/runs/{thread_id}`.
-pub(crate) async fn get_run(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Reply {
+/// Get a run
+///
+/// Status, position (`at`: the entry it is at and a sentence saying so), output or error,
+/// what it waits for and why a runnable run is not moving.
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{thread_id}",
+    operation_id = "get_run",
+    tag = "runs",
+    params(super::ThreadParam),
+    responses((status = 200, description = "The run", body = RunView, links(
+        ("ResolveBlockedEffect" = (operation_id = "resolve_effect", parameters(
+            ("thread_id" = "$response.body#/thread_id"),
+            ("key" = "$response.body#/blocked_effect"),
+        ))),
+        ("ResumeRun" = (operation_id = "resume_run", parameters(("thread_id" = "$response.body#/thread_id")))),
+    )))
+)]
+pub(crate) async fn get_run(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Reply<RunView> {
     let thread = thread_id(raw)?;
     let store = &st.services()?.store;
     let header = store
@@ -157,7 +195,7 @@ pub(crate) async fn get_run(State(st): State<ApiState>, ApiPath(raw): ApiPath<St
 }
 
 /// The run view with where the run is: the store's time, and the entry it sleeps in.
-pub(crate) async fn run_view(store: &ScriptStore, h: &RunHeader) -> Result<Value, ApiError> {
+pub(crate) async fn run_view(store: &ScriptStore, h: &RunHeader) -> Result<RunView, ApiError> {
     // The clock only matters where a due time or a lease can be past (an ended, blocked or
     // untimed waiting run, e.g. every answer of the result long poll, costs no extra read).
     let clocked = match h.status {
@@ -173,8 +211,19 @@ pub(crate) async fn run_view(store: &ScriptStore, h: &RunHeader) -> Result<Value
     Ok(views::run_view(h, &views::Facts { now, last }))
 }
 
-/// `GET /v1/runs/{thread_id}/history`: journal entries and events.
-pub(crate) async fn history(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Reply {
+/// A run's history
+///
+/// Its journal entries (steps, effects with their keys, sleeps, answers) and its event log
+/// (claims, takeovers, crashes, effects done, …).
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{thread_id}/history",
+    operation_id = "get_history",
+    tag = "runs",
+    params(super::ThreadParam),
+    responses((status = 200, description = "Journal and events", body = HistoryView))
+)]
+pub(crate) async fn history(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Reply<HistoryView> {
     let thread = thread_id(raw)?;
     let store = &st.services()?.store;
     let (header, journal) = store
@@ -185,8 +234,18 @@ pub(crate) async fn history(State(st): State<ApiState>, ApiPath(raw): ApiPath<St
     Ok((StatusCode::OK, Json(views::history_view(&header, &journal, &events))))
 }
 
-/// `GET /v1/runs/{thread_id}/export`: a serialisable checkpoint.
-pub(crate) async fn export(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Reply {
+/// Export a run
+///
+/// A serialisable checkpoint: input, output and the whole journal.
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{thread_id}/export",
+    operation_id = "export_run",
+    tag = "runs",
+    params(super::ThreadParam),
+    responses((status = 200, description = "The checkpoint", body = ExportView))
+)]
+pub(crate) async fn export(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Reply<ExportView> {
     let thread = thread_id(raw)?;
     let (header, journal) = st
         .services()?
@@ -225,12 +284,30 @@ fn parse_list(q: ListQuery) -> Result<(Option<RunStatus>, usize), ApiError> {
     Ok((status, limit))
 }
 
-/// `GET /v1/runs?status=&limit=`: recent runs, newest first.
-pub(crate) async fn list(State(st): State<ApiState>, ApiQuery(q): ApiQuery<ListQuery>) -> Reply {
+/// List runs
+///
+/// Recent runs, newest first, optionally of one status.
+#[utoipa::path(
+    get,
+    path = "/v1/runs",
+    operation_id = "list_runs",
+    tag = "runs",
+    params(
+        ("status" = Option<Status>, Query, description = "Only runs with this status"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "At most this many (default 50)"),
+    ),
+    responses((status = 200, description = "Runs, newest first", body = RunList, links(
+        ("GetNewest" = (operation_id = "get_run", parameters(("thread_id" = "$response.body#/runs/0/thread_id")))),
+        ("RetryNewest" = (operation_id = "retry_run", parameters(("thread_id" = "$response.body#/runs/0/thread_id")))),
+        ("SignalNewest" = (operation_id = "send_signal", parameters(("thread_id" = "$response.body#/runs/0/thread_id")))),
+        ("ResolveOnNewest" = (operation_id = "resolve_effect", parameters(("thread_id" = "$response.body#/runs/0/thread_id")))),
+    )))
+)]
+pub(crate) async fn list(State(st): State<ApiState>, ApiQuery(q): ApiQuery<ListQuery>) -> Reply<RunList> {
     let (status, limit) = parse_list(q)?;
     let runs = st.services()?.store.list(status, limit).await?;
-    let runs: Vec<Value> = runs.iter().map(views::list_item).collect();
-    Ok((StatusCode::OK, Json(json!({ "runs": runs }))))
+    let runs = runs.iter().map(views::list_item).collect();
+    Ok((StatusCode::OK, Json(RunList { runs })))
 }
 
 #[cfg(test)]

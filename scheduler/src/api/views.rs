@@ -1,9 +1,14 @@
-//! JSON shapes of the API, built from store types (plain functions, no I/O).
+//! The API's views of store types (plain functions, no I/O): each builds one of the typed
+//! bodies of [`super::model`].
 
 use savepoint::journal::{Entry, Outcome};
 use savepoint::store::RunEvent;
 use savepoint::store::{Holder, RunHeader, RunStatus};
-use serde_json::{json, Map, Value};
+
+use super::model::{
+    EffectHolder, EntryOutcome, EntryView, EventView, ExportView, HistoryView, InterruptView, ListItem, Position,
+    RunView, WaitView, WaitingOnEffect,
+};
 
 /// A run answers a wait while waiting, and while blocked after an answer that did not decode
 /// (it keeps the wait: the next answer resumes it).
@@ -20,18 +25,13 @@ pub(crate) fn next_names(h: &RunHeader) -> Vec<String> {
 }
 
 /// The pending interrupt (`[{name, payload}]`) while the run takes an answer to one.
-fn interrupts(h: &RunHeader) -> Vec<Value> {
+fn interrupts(h: &RunHeader) -> Vec<InterruptView> {
     match answerable(h) {
-        Some(w) if w.kind == "interrupt" => {
-            vec![json!({ "name": w.name, "payload": w.payload })]
-        }
+        Some(w) if w.kind == "interrupt" => vec![InterruptView {
+            name: w.name.clone(),
+            payload: w.payload.clone(),
+        }],
         _ => Vec::new(),
-    }
-}
-
-fn put_some<T: Into<Value>>(m: &mut Map<String, Value>, key: &str, v: Option<T>) {
-    if let Some(v) = v {
-        m.insert(key.to_owned(), v.into());
     }
 }
 
@@ -51,17 +51,19 @@ const OVERDUE_AFTER_MS: u64 = 2_000;
 /// Where the run is, exactly: the journal entry it is at (the sleep it sleeps in, the wait it
 /// waits at, the call it runs or will run next), with the wake time and how overdue it is,
 /// and a sentence saying so.
-pub(crate) fn position(h: &RunHeader, f: &Facts) -> Value {
+pub(crate) fn position(h: &RunHeader, f: &Facts) -> Position {
     let next = h.steps;
     let overdue = |due: u64| f.now.checked_sub(due).filter(|late| *late > OVERDUE_AFTER_MS);
-    let mut m = Map::new();
+    let mut p = Position {
+        entry: next,
+        ..Position::default()
+    };
     let text = match h.status {
         RunStatus::Sleeping if h.wait_effect.is_some() => {
             let (key, tries) = h.wait_effect.clone().unwrap_or_default();
-            m.insert("entry".into(), next.into());
-            m.insert("kind".into(), "effect".into());
-            m.insert("key".into(), key.clone().into());
-            put_some(&mut m, "wake_at", h.due);
+            p.kind = Some("effect".into());
+            p.key = Some(key.clone());
+            p.wake_at = h.due;
             format!("backing off at entry {next}: effect key {key} is held by another run (try {tries})")
         }
         RunStatus::Sleeping => match f
@@ -71,15 +73,14 @@ pub(crate) fn position(h: &RunHeader, f: &Facts) -> Value {
         {
             Some(e) => {
                 let at = next.saturating_sub(1);
-                m.insert("entry".into(), at.into());
-                m.insert("kind".into(), "sleep".into());
-                m.insert("name".into(), e.name.clone().into());
-                put_some(&mut m, "wake_at", h.due);
+                p.entry = at;
+                p.kind = Some("sleep".into());
+                p.name = Some(e.name.clone());
+                p.wake_at = h.due;
                 format!("sleeping at entry {at} ({:?})", e.name)
             }
             None => {
-                m.insert("entry".into(), next.into());
-                put_some(&mut m, "wake_at", h.due);
+                p.wake_at = h.due;
                 format!(
                     "backing off before entry {next}{}",
                     h.waiting_for.as_deref().map(|w| format!(": {w}")).unwrap_or_default()
@@ -87,34 +88,31 @@ pub(crate) fn position(h: &RunHeader, f: &Facts) -> Value {
             }
         },
         RunStatus::Waiting => {
-            m.insert("entry".into(), next.into());
             let (kind, name) = h
                 .wait
                 .as_ref()
                 .map(|w| (w.kind.clone(), w.name.clone()))
                 .unwrap_or_default();
-            m.insert("kind".into(), kind.clone().into());
-            m.insert("name".into(), name.clone().into());
-            m.insert("since".into(), h.updated_at.into());
+            p.kind = Some(kind.clone());
+            p.name = Some(name.clone());
+            p.since = Some(h.updated_at);
             // A wait with a timeout waits until its deadline (its due time).
-            put_some(&mut m, "wake_at", h.due);
+            p.wake_at = h.due;
             match h.due {
                 Some(_) => format!("waiting at entry {next} for {kind} {name:?}, until its deadline"),
                 None => format!("waiting at entry {next} for {kind} {name:?}"),
             }
         }
         RunStatus::Pending => {
-            m.insert("entry".into(), next.into());
-            put_some(&mut m, "due_at", h.due);
+            p.due_at = h.due;
             match &h.waiting_for {
                 Some(w) => format!("queued at entry {next}: {w}"),
                 None => format!("queued at entry {next} for a worker"),
             }
         }
         RunStatus::Running => {
-            m.insert("entry".into(), next.into());
-            put_some(&mut m, "worker", h.owner.clone());
-            m.insert("lease_until".into(), h.lease_until.into());
+            p.worker = h.owner.clone();
+            p.lease_until = Some(h.lease_until);
             let who = h.owner.clone().unwrap_or_default();
             match f.now.checked_sub(h.lease_until).filter(|late| *late > 0) {
                 Some(late) => format!(
@@ -124,157 +122,152 @@ pub(crate) fn position(h: &RunHeader, f: &Facts) -> Value {
                 None => format!("running entry {next} on {who}"),
             }
         }
-        RunStatus::Blocked => {
-            m.insert("entry".into(), next.into());
-            format!(
-                "blocked at entry {next}: {}",
-                h.reason.as_deref().unwrap_or("(no reason recorded)")
-            )
-        }
-        status => {
-            m.insert("entry".into(), next.into());
-            format!("{status} after {next} entries")
-        }
+        RunStatus::Blocked => format!(
+            "blocked at entry {next}: {}",
+            h.reason.as_deref().unwrap_or("(no reason recorded)")
+        ),
+        status => format!("{status} after {next} entries"),
     };
     let late = match h.status {
         RunStatus::Sleeping | RunStatus::Pending | RunStatus::Waiting => h.due.and_then(overdue),
         _ => None,
     };
-    let text = match late {
-        Some(ms) => {
-            m.insert("overdue_ms".into(), ms.into());
-            format!(
-                "{text}; overdue by {ms} ms: no worker has picked it up (is a worker serving {} running?)",
-                h.workflow
-            )
-        }
+    p.overdue_ms = late;
+    p.text = match late {
+        Some(ms) => format!(
+            "{text}; overdue by {ms} ms: no worker has picked it up (is a worker serving {} running?)",
+            h.workflow
+        ),
         None => text,
     };
-    m.insert("text".into(), text.into());
-    Value::Object(m)
+    p
 }
 
 /// `GET /v1/runs/{thread_id}`.
-pub(crate) fn run_view(h: &RunHeader, f: &Facts) -> Value {
-    let mut m = Map::new();
-    m.insert("thread_id".into(), h.thread.as_str().into());
-    m.insert("workflow".into(), h.workflow.clone().into());
-    m.insert("workflow_version".into(), h.workflow_version.into());
-    m.insert("status".into(), h.status.as_str().into());
-    // (`step`: journal entries recorded; `at` says which entry the run is at.)
-    m.insert("step".into(), h.steps.into());
-    m.insert("at".into(), position(h, f));
-    m.insert("version".into(), h.version.into());
-    m.insert("attempt".into(), h.attempt.into());
-    put_some(&mut m, "output", h.output.clone());
-    put_some(&mut m, "error", h.error.clone());
-    if h.status == RunStatus::Blocked {
-        put_some(&mut m, "blocked_reason", h.reason.clone());
-        put_some(&mut m, "blocked_effect", h.blocked_effect.clone());
-        if let Some(holder) = h.blocked_effect_owner.as_deref().and_then(Holder::parse) {
-            m.insert(
-                "blocked_effect_holder".into(),
-                json!({ "thread_id": holder.thread, "index": holder.index, "fence": holder.fence }),
-            );
-        }
-    } else if h.status == RunStatus::Cancelled {
-        put_some(&mut m, "cancel_reason", h.reason.clone());
+pub(crate) fn run_view(h: &RunHeader, f: &Facts) -> RunView {
+    let blocked = h.status == RunStatus::Blocked;
+    // Why a runnable run is not moving, when the engine knows.
+    let runnable = !h.status.is_final() && !blocked;
+    RunView {
+        thread_id: h.thread.as_str().to_owned(),
+        workflow: h.workflow.clone(),
+        workflow_version: h.workflow_version,
+        status: h.status.into(),
+        // (`step`: journal entries recorded; `at` says which entry the run is at.)
+        step: h.steps,
+        at: position(h, f),
+        version: h.version,
+        attempt: h.attempt,
+        output: h.output.clone(),
+        error: h.error.clone(),
+        blocked_reason: h.reason.clone().filter(|_| blocked),
+        blocked_effect: h.blocked_effect.clone().filter(|_| blocked),
+        blocked_effect_holder: h
+            .blocked_effect_owner
+            .as_deref()
+            .and_then(Holder::parse)
+            .filter(|_| blocked)
+            .map(|holder| EffectHolder {
+                thread_id: holder.thread,
+                index: holder.index,
+                fence: holder.fence,
+            }),
+        cancel_reason: h.reason.clone().filter(|_| h.status == RunStatus::Cancelled),
+        next: next_names(h),
+        interrupts: interrupts(h),
+        wait: answerable(h).map(|w| WaitView {
+            kind: w.kind.clone(),
+            name: w.name.clone(),
+            payload: w.payload.clone(),
+        }),
+        waiting_for: h.waiting_for.clone().filter(|_| runnable),
+        waiting_on_effect: h
+            .wait_effect
+            .as_ref()
+            .filter(|_| runnable)
+            .map(|(key, tries)| WaitingOnEffect {
+                key: key.clone(),
+                tries: *tries,
+            }),
+        crashes: Some(h.crashes).filter(|n| *n > 0),
+        crashed_by: h.crashed_by.clone().filter(|_| h.crashes > 0),
+        due_at: h.due,
+        created_at: h.created_at,
+        updated_at: h.updated_at,
+        // Only a run that ended has finished (a blocked run is resumed after a fix).
+        finished_at: h.finished_at.filter(|_| h.status.is_final()),
     }
-    m.insert("next".into(), next_names(h).into());
-    m.insert("interrupts".into(), interrupts(h).into());
-    if let Some(w) = answerable(h) {
-        m.insert(
-            "wait".into(),
-            json!({ "kind": w.kind, "name": w.name, "payload": w.payload }),
-        );
-    }
-    if !h.status.is_final() && h.status != RunStatus::Blocked {
-        // Why a runnable run is not moving, when the engine knows.
-        put_some(&mut m, "waiting_for", h.waiting_for.clone());
-        if let Some((key, tries)) = &h.wait_effect {
-            m.insert("waiting_on_effect".into(), json!({ "key": key, "tries": tries }));
-        }
-    }
-    if h.crashes > 0 {
-        m.insert("crashes".into(), h.crashes.into());
-        put_some(&mut m, "crashed_by", h.crashed_by.clone());
-    }
-    put_some(&mut m, "due_at", h.due);
-    m.insert("created_at".into(), h.created_at.into());
-    m.insert("updated_at".into(), h.updated_at.into());
-    // Only a run that ended has finished (a blocked run is resumed after a fix).
-    if h.status.is_final() {
-        put_some(&mut m, "finished_at", h.finished_at);
-    }
-    Value::Object(m)
 }
 
 /// One journal entry as shown by history and export.
-pub(crate) fn entry_view(index: usize, e: &Entry) -> Value {
+pub(crate) fn entry_view(index: usize, e: &Entry) -> EntryView {
     let (outcome, result, error) = match &e.outcome {
-        Outcome::Ok(v) => ("ok", v.clone(), None),
-        Outcome::Err(msg) => ("error", Value::Null, Some(msg.clone())),
+        Outcome::Ok(v) => (EntryOutcome::Ok, v.clone(), None),
+        Outcome::Err(msg) => (EntryOutcome::Error, serde_json::Value::Null, Some(msg.clone())),
     };
-    let mut m = Map::new();
-    m.insert("index".into(), index.into());
-    m.insert("name".into(), e.name.clone().into());
-    m.insert("kind".into(), e.kind.as_str().into());
-    m.insert("outcome".into(), outcome.into());
-    m.insert("result".into(), result);
-    put_some(&mut m, "error", error);
-    put_some(&mut m, "key", e.key.clone());
-    m.insert("attempts".into(), e.attempts.into());
-    m.insert("at".into(), e.at.into());
-    Value::Object(m)
+    EntryView {
+        index,
+        name: e.name.clone(),
+        kind: e.kind.as_str().to_owned(),
+        outcome,
+        result,
+        error,
+        key: e.key.clone(),
+        attempts: e.attempts,
+        at: e.at,
+    }
 }
 
-fn entries(journal: &[Entry]) -> Vec<Value> {
+fn entries(journal: &[Entry]) -> Vec<EntryView> {
     journal.iter().enumerate().map(|(i, e)| entry_view(i, e)).collect()
 }
 
 /// `GET /v1/runs/{thread_id}/history`.
-pub(crate) fn history_view(h: &RunHeader, journal: &[Entry], events: &[RunEvent]) -> Value {
-    let events: Vec<Value> = events
-        .iter()
-        .map(|e| json!({ "id": e.id, "type": e.typ, "detail": e.detail, "at": e.at }))
-        .collect();
-    json!({
-        "thread_id": h.thread.as_str(),
-        "status": h.status.as_str(),
-        "entries": entries(journal),
-        "events": events,
-    })
+pub(crate) fn history_view(h: &RunHeader, journal: &[Entry], events: &[RunEvent]) -> HistoryView {
+    HistoryView {
+        thread_id: h.thread.as_str().to_owned(),
+        status: h.status.into(),
+        entries: entries(journal),
+        events: events
+            .iter()
+            .map(|e| EventView {
+                id: e.id.clone(),
+                typ: e.typ.clone(),
+                detail: e.detail.clone(),
+                at: e.at,
+            })
+            .collect(),
+    }
 }
 
 /// `GET /v1/runs/{thread_id}/export`: a serialisable checkpoint of the run.
-pub(crate) fn export_view(h: &RunHeader, journal: &[Entry]) -> Value {
-    let completed: Vec<&str> = journal.iter().map(|e| e.name.as_str()).collect();
-    json!({
-        "thread_id": h.thread.as_str(),
-        "workflow": h.workflow,
-        "workflow_version": h.workflow_version,
-        "schema": h.schema,
-        "status": h.status.as_str(),
-        "step": h.steps,
-        "version": h.version,
-        "completed": completed,
-        "pending": next_names(h),
-        "input": h.input,
-        "output": h.output,
-        "journal": entries(journal),
-    })
+pub(crate) fn export_view(h: &RunHeader, journal: &[Entry]) -> ExportView {
+    ExportView {
+        thread_id: h.thread.as_str().to_owned(),
+        workflow: h.workflow.clone(),
+        workflow_version: h.workflow_version,
+        schema: h.schema,
+        status: h.status.into(),
+        step: h.steps,
+        version: h.version,
+        completed: journal.iter().map(|e| e.name.clone()).collect(),
+        pending: next_names(h),
+        input: h.input.clone(),
+        output: h.output.clone(),
+        journal: entries(journal),
+    }
 }
 
 /// One row of `GET /v1/runs`.
-pub(crate) fn list_item(h: &RunHeader) -> Value {
-    json!({
-        "thread_id": h.thread.as_str(),
-        "workflow": h.workflow,
-        "status": h.status.as_str(),
-        "step": h.steps,
-        "created_at": h.created_at,
-        "updated_at": h.updated_at,
-    })
+pub(crate) fn list_item(h: &RunHeader) -> ListItem {
+    ListItem {
+        thread_id: h.thread.as_str().to_owned(),
+        workflow: h.workflow.clone(),
+        status: h.status.into(),
+        step: h.steps,
+        created_at: h.created_at,
+        updated_at: h.updated_at,
+    }
 }
 
 #[cfg(test)]
@@ -283,6 +276,7 @@ mod tests {
     use savepoint::ids::ThreadId;
     use savepoint::journal::EntryKind;
     use savepoint::store::Wait;
+    use serde_json::{json, Value};
 
     fn header(status: RunStatus) -> RunHeader {
         RunHeader {
@@ -320,6 +314,10 @@ mod tests {
         }
     }
 
+    fn to(v: impl serde::Serialize) -> Value {
+        serde_json::to_value(v).unwrap()
+    }
+
     fn facts() -> Facts {
         Facts {
             now: 100_000,
@@ -329,7 +327,7 @@ mod tests {
 
     #[test]
     fn waiting_run_shows_next_and_interrupts() {
-        let v = run_view(&header(RunStatus::Waiting), &facts());
+        let v = to(run_view(&header(RunStatus::Waiting), &facts()));
         assert_eq!(v["at"]["entry"], 2);
         assert_eq!(v["at"]["name"], "approve");
         assert_eq!(v["at"]["text"], "waiting at entry 2 for interrupt \"approve\"");
@@ -345,7 +343,7 @@ mod tests {
         let mut h = header(RunStatus::Blocked);
         h.wait = None;
         h.finished_at = Some(30);
-        let v = run_view(&h, &facts());
+        let v = to(run_view(&h, &facts()));
         assert_eq!(v["blocked_effect"], "ledger:1");
         assert_eq!(v["next"], json!([]));
         assert_eq!(v["interrupts"], json!([]));
@@ -356,7 +354,7 @@ mod tests {
         // Blocked after an answer that did not decode: it still takes one.
         let mut h = header(RunStatus::Blocked);
         h.reason = Some("the value sent to interrupt \"approve\" does not decode".into());
-        let v = run_view(&h, &facts());
+        let v = to(run_view(&h, &facts()));
         assert_eq!(v["next"], json!(["approve"]));
         assert_eq!(v["wait"]["name"], "approve");
     }
@@ -371,7 +369,7 @@ mod tests {
             now: 100_000,
             last: Some(nap),
         };
-        let at = position(&h, &f);
+        let at = to(position(&h, &f));
         assert_eq!(at["entry"], 1, "the sleep is the last recorded entry: {at}");
         assert_eq!(at["name"], "nap");
         assert_eq!(at["wake_at"], 40_000);
@@ -385,14 +383,14 @@ mod tests {
         );
         // Not yet due: not overdue.
         let f = Facts { now: 39_000, ..f };
-        assert!(position(&h, &f).get("overdue_ms").is_none());
+        assert!(to(position(&h, &f)).get("overdue_ms").is_none());
         // A run whose worker died: the lease ran out.
         let mut h = header(RunStatus::Running);
         h.owner = Some("w-1".into());
         h.lease_until = 90_000;
-        let at = position(&h, &facts());
+        let at = to(position(&h, &facts()));
         assert!(at["text"].as_str().unwrap().contains("expired 10000 ms ago"), "{at}");
-        let v = run_view(&header(RunStatus::Completed), &facts());
+        let v = to(run_view(&header(RunStatus::Completed), &facts()));
         assert_eq!(v["at"]["text"], "completed after 2 entries");
     }
 
@@ -401,12 +399,12 @@ mod tests {
         let mut fx = Entry::new("ledger.post", EntryKind::Effect, Outcome::Ok(json!(5)), 1);
         fx.key = Some("ledger:1".into());
         let failed = Entry::new("read", EntryKind::Step, Outcome::Err("boom".into()), 3);
-        let e = entry_view(1, &failed);
+        let e = to(entry_view(1, &failed));
         assert_eq!(
             (e["outcome"].as_str(), e["error"].as_str(), &e["result"]),
             (Some("error"), Some("boom"), &Value::Null)
         );
-        let x = export_view(&header(RunStatus::Waiting), &[fx, failed]);
+        let x = to(export_view(&header(RunStatus::Waiting), &[fx, failed]));
         assert_eq!(x["completed"], json!(["ledger.post", "read"]));
         assert_eq!(x["pending"], json!(["approve"]));
         assert_eq!(x["journal"][0]["key"], "ledger:1");

@@ -109,6 +109,16 @@ pub enum Command {
         #[arg(long)]
         timeout: Option<f64>,
     },
+    /// Print the API's OpenAPI 3.1 document (as served at /openapi.json), or write it to a
+    /// file (`--out docs/openapi.json` refreshes the committed copy).
+    Openapi {
+        /// Write it here instead of standard output.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// The body size limit to state (default: the configured `scheduler.max_input_bytes`).
+        #[arg(long)]
+        max_body: Option<usize>,
+    },
     /// List recent runs, newest first.
     List {
         /// Only runs with this status (pending, running, sleeping, waiting, completed, failed,
@@ -229,6 +239,25 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
             let input = a.input.as_deref().map(|s| parse_json_arg("--input", s)).transpose()?;
             let v = client.start(&a.workflow, input, a.thread_id.as_deref()).await?;
             print(json, &v, |v| render::ack("started", v))
+        }
+        Command::Openapi { out, max_body } => {
+            let max = match max_body {
+                Some(n) => n,
+                None => {
+                    savepoint::config::Config::load(None, &savepoint::config::ProcessEnv)?
+                        .scheduler
+                        .max_input_bytes
+                }
+            };
+            let doc = crate::openapi_json(max);
+            match out {
+                Some(path) => {
+                    std::fs::write(&path, doc).with_context(|| format!("cannot write {}", path.display()))?;
+                    eprintln!("wrote {}", path.display());
+                }
+                None => print!("{doc}"),
+            }
+            Ok(())
         }
         Command::Get { thread } => print(json, &client.get(&thread).await?, render::run),
         Command::Wait { thread, timeout } => {

@@ -1,0 +1,500 @@
+//! The API's request and response bodies as types: the handlers take and return them, and
+//! the OpenAPI document (`/openapi.json`, `docs/openapi.json`) is generated from the same
+//! types, so the published contract cannot drift from what the server sends.
+
+use savepoint::store::RunStatus;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// Every error: a sentence saying what was wrong and, where there is one, what to do.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"error": "run invoice-1 not found"}))]
+pub(crate) struct ErrorBody {
+    /// What went wrong.
+    pub error: String,
+}
+
+/// A run's status, as the API names it: the store's own [`RunStatus`], so the document's enum
+/// is [`RunStatus::ALL`] and cannot miss one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Status(pub RunStatus);
+
+impl Status {
+    /// Created or made runnable again.
+    pub(crate) const PENDING: Status = Status(RunStatus::Pending);
+    /// Ended by an operator.
+    pub(crate) const CANCELLED: Status = Status(RunStatus::Cancelled);
+}
+
+impl From<RunStatus> for Status {
+    fn from(s: RunStatus) -> Self {
+        Status(s)
+    }
+}
+
+impl Serialize for Status {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0.as_str())
+    }
+}
+
+impl utoipa::PartialSchema for Status {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some(
+                "`pending` (runnable; a task is or will be queued), `running` (a worker holds the lease), \
+                 `sleeping` (on a durable timer or a back-off), `waiting` (at an interrupt or signal), \
+                 `completed`, `failed`, `cancelled` (ended), `blocked` (stopped until an operator acts: \
+                 in-doubt effect, non-determinism, poison run, an answer that did not decode)",
+            ))
+            .enum_values(Some(RunStatus::ALL.iter().map(|s| s.as_str())))
+            .into()
+    }
+}
+
+impl ToSchema for Status {}
+
+/// Body of `POST /v1/runs`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StartRequest {
+    /// A workflow a live worker serves (`GET /v1/runs` lists runs; 422 names the known ones).
+    #[schema(min_length = 1, example = "approval")]
+    pub workflow: String,
+    /// The run's input: any JSON value the workflow's input schema accepts.
+    #[serde(default)]
+    #[schema(example = json!({"amount_cents": 1200}))]
+    pub input: Value,
+    /// The run's id (idempotency: the same id, workflow and input answer 200 with the run;
+    /// another workflow or input is 409). Generated when absent.
+    #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9_.:-]{1,128}$", example = "approval-1")]
+    pub thread_id: Option<String>,
+}
+
+/// Answer of `POST /v1/runs`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct StartReply {
+    /// The run's id.
+    pub thread_id: String,
+    /// `pending` for a new run; the run's current status when it existed already.
+    pub status: Status,
+}
+
+/// Where a run is: the journal entry it is at, its wake time, and a sentence saying so.
+#[derive(Debug, Default, Serialize, ToSchema)]
+pub(crate) struct Position {
+    /// The journal entry (index) the run is at.
+    pub entry: u32,
+    /// `sleep`, `effect`, `interrupt` or `signal` where the run is at one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// The sleep's, interrupt's or signal's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The effect key another run holds (back-off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// When it wakes (ms since the epoch, store clock).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wake_at: Option<u64>,
+    /// When a pending run is due (ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub due_at: Option<u64>,
+    /// The worker holding the lease.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// When the lease runs out (ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_until: Option<u64>,
+    /// Since when a run waits (ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since: Option<u64>,
+    /// How long past its due time a runnable run waits for a worker (ms), when over 2 s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overdue_ms: Option<u64>,
+    /// The same in a sentence.
+    pub text: String,
+}
+
+/// The run that holds the in-doubt record a blocked run waits on.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct EffectHolder {
+    /// The holder's run.
+    pub thread_id: String,
+    /// Its journal index.
+    pub index: i64,
+    /// Its fence.
+    pub fence: u64,
+}
+
+/// The interrupt or signal a run waits for.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct WaitView {
+    /// `interrupt` or `signal`.
+    pub kind: String,
+    /// Its name.
+    pub name: String,
+    /// The interrupt's payload (the question).
+    pub payload: Value,
+}
+
+/// A pending interrupt.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct InterruptView {
+    /// The interrupt's name.
+    pub name: String,
+    /// Its payload (the question).
+    pub payload: Value,
+}
+
+/// An effect key held by another run that this run backs off on.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct WaitingOnEffect {
+    /// The key.
+    pub key: String,
+    /// Tries so far.
+    pub tries: u32,
+}
+
+/// `GET /v1/runs/{thread_id}` (and the result long poll).
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RunView {
+    /// The run's id.
+    pub thread_id: String,
+    /// Its workflow.
+    pub workflow: String,
+    /// The workflow version the run is pinned to.
+    pub workflow_version: u32,
+    /// Status.
+    pub status: Status,
+    /// Journal entries recorded.
+    pub step: u32,
+    /// Where it is.
+    pub at: Position,
+    /// The run record's version (compare-and-swap counter).
+    pub version: u64,
+    /// Claims so far.
+    pub attempt: u32,
+    /// The output of a completed run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// The error of a failed run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Why a blocked run is blocked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_reason: Option<String>,
+    /// The in-doubt effect key a blocked run waits on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_effect: Option<String>,
+    /// Who holds that key's record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_effect_holder: Option<EffectHolder>,
+    /// Why a cancelled run was cancelled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancel_reason: Option<String>,
+    /// Names of the interrupt or signal the run takes an answer for.
+    pub next: Vec<String>,
+    /// The pending interrupt, if any.
+    pub interrupts: Vec<InterruptView>,
+    /// The wait it takes an answer for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait: Option<WaitView>,
+    /// Why a runnable run is not moving, when the engine knows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+    /// The effect key it backs off on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_on_effect: Option<WaitingOnEffect>,
+    /// Worker crashes this run lived through.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crashes: Option<u32>,
+    /// The worker that crashed last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crashed_by: Option<String>,
+    /// Its due time (ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub due_at: Option<u64>,
+    /// Created (ms).
+    pub created_at: u64,
+    /// Last changed (ms).
+    pub updated_at: u64,
+    /// When an ended run ended (ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<u64>,
+}
+
+/// Whether a journal entry succeeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum EntryOutcome {
+    /// It has a result.
+    Ok,
+    /// It recorded an error.
+    Error,
+}
+
+/// One journal entry.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct EntryView {
+    /// Its index.
+    pub index: usize,
+    /// The step's, effect's, sleep's or wait's name.
+    pub name: String,
+    /// `step`, `effect`, `sleep`, `interrupt`, `signal`, `value` or `patch`.
+    #[schema(example = "effect")]
+    pub kind: String,
+    /// Ok or error.
+    pub outcome: EntryOutcome,
+    /// The recorded result (null for an error).
+    pub result: Value,
+    /// The recorded error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// An effect's idempotency key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Attempts it took.
+    pub attempts: u32,
+    /// When it was recorded (ms).
+    pub at: u64,
+}
+
+/// One event of a run's log (`claimed`, `takeover`, `effect_done`, `slept`, …).
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct EventView {
+    /// Its position in the log.
+    pub id: String,
+    /// The event type.
+    #[serde(rename = "type")]
+    pub typ: String,
+    /// What happened.
+    pub detail: String,
+    /// When (ms).
+    pub at: u64,
+}
+
+/// `GET /v1/runs/{thread_id}/history`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct HistoryView {
+    /// The run's id.
+    pub thread_id: String,
+    /// Status.
+    pub status: Status,
+    /// The journal.
+    pub entries: Vec<EntryView>,
+    /// The newest 1,000 events, oldest first.
+    pub events: Vec<EventView>,
+}
+
+/// `GET /v1/runs/{thread_id}/export`: a serialisable checkpoint.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ExportView {
+    /// The run's id.
+    pub thread_id: String,
+    /// Its workflow.
+    pub workflow: String,
+    /// The workflow version.
+    pub workflow_version: u32,
+    /// The record's schema version.
+    pub schema: u32,
+    /// Status.
+    pub status: Status,
+    /// Journal entries recorded.
+    pub step: u32,
+    /// The record's version.
+    pub version: u64,
+    /// Names of the recorded entries, in order.
+    pub completed: Vec<String>,
+    /// Names of the wait it takes an answer for.
+    pub pending: Vec<String>,
+    /// The input.
+    pub input: Value,
+    /// The output (null until completed).
+    pub output: Option<Value>,
+    /// The journal.
+    pub journal: Vec<EntryView>,
+}
+
+/// One row of `GET /v1/runs`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ListItem {
+    /// The run's id.
+    pub thread_id: String,
+    /// Its workflow.
+    pub workflow: String,
+    /// Status.
+    pub status: Status,
+    /// Journal entries recorded.
+    pub step: u32,
+    /// Created (ms).
+    pub created_at: u64,
+    /// Last changed (ms).
+    pub updated_at: u64,
+}
+
+/// `GET /v1/runs`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RunList {
+    /// Newest first.
+    pub runs: Vec<ListItem>,
+}
+
+/// Body of resume and signal.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ValueBody {
+    /// The answer: any JSON value the interrupt's or signal's schema accepts.
+    #[serde(default)]
+    #[schema(example = json!({"approved": true}))]
+    pub value: Value,
+    /// A client id (1–128 characters, no control characters) that makes a retried POST
+    /// deliver once.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 128, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]{1,128}$")]
+    pub id: Option<String>,
+}
+
+/// Answer of resume, signal and retry.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Accepted {
+    /// The run's id.
+    pub thread_id: String,
+    /// `pending`: the run is runnable again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+    /// A signal the run does not wait for yet: kept until it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buffered: Option<bool>,
+    /// The same client id was delivered before: nothing changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duplicate: Option<bool>,
+}
+
+impl Accepted {
+    /// The run is runnable again.
+    pub(crate) fn pending(thread: &str) -> Self {
+        Self {
+            thread_id: thread.to_owned(),
+            status: Some(Status::PENDING),
+            buffered: None,
+            duplicate: None,
+        }
+    }
+
+    /// Kept until the run waits for it.
+    pub(crate) fn buffered(thread: &str) -> Self {
+        Self {
+            thread_id: thread.to_owned(),
+            status: None,
+            buffered: Some(true),
+            duplicate: None,
+        }
+    }
+
+    /// Delivered before under the same client id.
+    pub(crate) fn duplicate(thread: &str) -> Self {
+        Self {
+            thread_id: thread.to_owned(),
+            status: None,
+            buffered: None,
+            duplicate: Some(true),
+        }
+    }
+}
+
+/// Body of cancel (optional).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CancelBody {
+    /// Recorded as the run's cancel reason (default `cancelled via API`).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// An effect whose outcome a cancel left unknown.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct InDoubtEffect {
+    /// Its journal index.
+    pub index: u32,
+    /// Its key.
+    pub key: String,
+    /// `in_doubt_owner_cancelled`.
+    pub state: String,
+}
+
+/// Answer of cancel.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct CancelReply {
+    /// The run's id.
+    pub thread_id: String,
+    /// `cancelled`.
+    pub status: Status,
+    /// Effects the run had begun but not recorded: settle them at the provider.
+    pub effects_in_doubt: Vec<InDoubtEffect>,
+}
+
+/// Body of resolve.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ResolveBody {
+    /// Whether the effect happened at the provider.
+    pub applied: bool,
+    /// With `applied: true`: the effect's result as the run will journal it (required unless
+    /// the effect's result type is `()`).
+    #[serde(default)]
+    pub result: Option<Value>,
+}
+
+/// How resolve settled the effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Settled {
+    /// Recorded as done with the given result.
+    Applied,
+    /// It was recorded done before: that result stands.
+    AlreadyApplied,
+    /// Released: the run calls the effect again.
+    Released,
+}
+
+/// The settled effect.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct SettledEffect {
+    /// How it was settled.
+    pub state: Settled,
+    /// The result the run journals (applied, already applied).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+}
+
+/// Answer of resolve.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ResolveReply {
+    /// The run's id.
+    pub thread_id: String,
+    /// `pending`: the run is runnable again.
+    pub status: Status,
+    /// The settled effect.
+    pub effect: SettledEffect,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_store_status_is_in_the_documented_enum() {
+        let schema = serde_json::to_value(<Status as utoipa::PartialSchema>::schema()).unwrap();
+        for s in RunStatus::ALL {
+            assert_eq!(serde_json::to_value(Status::from(s)).unwrap(), s.as_str());
+            assert!(
+                schema["enum"].as_array().unwrap().contains(&s.as_str().into()),
+                "{s:?}: {schema}"
+            );
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! The OpenAPI 3.1 document of the API, generated from the handlers' annotations and typed
+//! bodies ([`super::model`]) by utoipa, then finished here with what every operation shares
+//! (the error responses each can give, and this server's body size limit).
+//!
+//! Served at `GET /openapi.json` and rendered at `/docs` (Swagger UI, its assets embedded in
+//! the binary); `docs/openapi.json` is the committed copy for the default configuration, and
+//! a test fails when it differs from what the code generates (`savepoint openapi` rewrites
+//! it).
+
+use axum::Router;
+use savepoint::metrics::Readiness;
+use serde_json::Value;
+use utoipa::openapi::content::ContentBuilder;
+use utoipa::openapi::response::ResponseBuilder;
+use utoipa::openapi::{OpenApi, Ref, RefOr};
+
+use super::model::ErrorBody;
+use super::ApiState;
+
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "Savepoint API",
+        description = "Start, inspect and steer durable workflow runs. Every error body is \
+            `{\"error\": \"<message>\"}`; request bodies are JSON (`Content-Type: application/json`).",
+        license(name = "Apache-2.0"),
+    ),
+    tags(
+        (name = "runs", description = "Start runs, read them, await their result"),
+        (name = "control", description = "Answer, signal, cancel, retry and settle runs"),
+        (name = "ops", description = "Probes and metrics"),
+    ),
+    components(schemas(ErrorBody)),
+)]
+pub(super) struct ApiDoc;
+
+/// The shared error responses: (component name, status, description).
+const ERRORS: [(&str, &str, &str); 6] = [
+    (
+        "BadRequest",
+        "400",
+        "A malformed path, query or body (the message says which part and why)",
+    ),
+    ("RunNotFound", "404", "No run has this thread id"),
+    ("PayloadTooLarge", "413", "The request body exceeds the limit"),
+    (
+        "UnsupportedMediaType",
+        "415",
+        "The body is not `Content-Type: application/json`",
+    ),
+    ("InternalError", "500", "The checkpoint store answered with an error"),
+    (
+        "Unavailable",
+        "503",
+        "The scheduler is still connecting, or Redis is unavailable: retry later",
+    ),
+];
+
+/// The routers and the finished document (as JSON), built from the same route lists.
+pub(super) fn parts(max_body: usize) -> (Router<ApiState>, Router<Readiness>, Value) {
+    let (api, mut doc) = super::api_routes().split_for_parts();
+    let (ops, ops_doc) = super::ops::routes().split_for_parts();
+    doc.merge(ops_doc);
+    (api, ops, to_json(&finish(doc, max_body)))
+}
+
+/// The document as JSON. utoipa 5.5 writes a response link's fields in snake case
+/// (`operation_id`); OpenAPI spells them in camel case (`operationId`), and tools that follow
+/// links (schemathesis' stateful phase, client generators) ignore the snake-case ones.
+fn to_json(doc: &OpenApi) -> Value {
+    let mut v = serde_json::to_value(doc).unwrap_or_default();
+    if let Some(paths) = v.get_mut("paths").and_then(Value::as_object_mut) {
+        let responses = paths
+            .values_mut()
+            .filter_map(Value::as_object_mut)
+            .flat_map(|item| item.values_mut())
+            .filter_map(|op| op.get_mut("responses").and_then(Value::as_object_mut))
+            .flat_map(|r| r.values_mut());
+        for links in responses.filter_map(|r| r.get_mut("links").and_then(Value::as_object_mut)) {
+            for link in links.values_mut().filter_map(Value::as_object_mut) {
+                for (snake, camel) in [
+                    ("operation_id", "operationId"),
+                    ("operation_ref", "operationRef"),
+                    ("request_body", "requestBody"),
+                ] {
+                    if let Some(x) = link.remove(snake) {
+                        link.insert(camel.to_owned(), x);
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Adds the shared error responses to each operation that can give them, and states the
+/// body size limit.
+fn finish(mut doc: OpenApi, max_body: usize) -> OpenApi {
+    let components = doc.components.get_or_insert_with(Default::default);
+    for (name, status, description) in ERRORS {
+        let description = if status == "413" {
+            format!("{description} of {max_body} bytes (`scheduler.max_input_bytes`)")
+        } else {
+            description.to_owned()
+        };
+        let content = ContentBuilder::new()
+            .schema(Some(Ref::from_schema_name("ErrorBody")))
+            .build();
+        let response = ResponseBuilder::new()
+            .description(description)
+            .content("application/json", content)
+            .build();
+        components.responses.insert(name.to_owned(), RefOr::T(response));
+    }
+    if let Some(info) = doc.info.description.as_mut() {
+        info.push_str(&format!(
+            " A request body may be at most {max_body} bytes (`scheduler.max_input_bytes`, \
+             `SAVEPOINT_MAX_INPUT_BYTES`); a larger one is read to its end (up to 64 MiB) and \
+             answered 413."
+        ));
+    }
+    for (path, item) in doc.paths.paths.iter_mut() {
+        if !path.starts_with("/v1/") {
+            continue;
+        }
+        let per_run = path.contains("{thread_id}");
+        for op in [item.get.as_mut(), item.post.as_mut()].into_iter().flatten() {
+            let with_body = op.request_body.is_some();
+            for (name, status, _) in ERRORS {
+                let applies = match status {
+                    "404" => per_run,
+                    "413" | "415" => with_body,
+                    _ => true,
+                };
+                if applies {
+                    op.responses
+                        .responses
+                        .entry(status.to_owned())
+                        .or_insert_with(|| RefOr::Ref(Ref::from_response_name(name)));
+                }
+            }
+        }
+    }
+    doc
+}
+
+/// The document as pretty JSON (what `/openapi.json` serves and `docs/openapi.json` holds
+/// for the default limit).
+pub fn openapi_json(max_body: usize) -> String {
+    let doc = parts(max_body).2;
+    let mut text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+/// `GET /openapi.json` and the reference page at `/docs`.
+pub(super) fn docs_router(doc: Value) -> Router {
+    utoipa_swagger_ui::SwaggerUi::new("/docs")
+        .external_url_unchecked("/openapi.json", doc)
+        .into()
+}
