@@ -264,14 +264,16 @@ pub(crate) struct ListQuery {
 }
 
 fn parse_list(q: ListQuery) -> Result<(Option<RunStatus>, usize), ApiError> {
-    let status = match q.status.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+    // An empty `status=` or `limit=` is an error like any other value outside the documented
+    // enum or range (schemathesis found `status=` accepted as no filter).
+    let status = match q.status.as_deref().map(str::trim) {
         None => None,
         Some(s) => Some(RunStatus::parse(s).ok_or_else(|| {
             let known: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
             ApiError::bad_request(format!("unknown status {s:?}; use one of {}", known.join(", ")))
         })?),
     };
-    let limit = match q.limit.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+    let limit = match q.limit.as_deref().map(str::trim) {
         None => DEFAULT_LIST,
         Some(s) => s
             .parse::<usize>()
@@ -332,7 +334,11 @@ mod tests {
             .unwrap_err()
             .message
             .contains("unknown status"));
-        for bad in ["0", "1001", "-1", "ten"] {
+        assert!(
+            parse_list(q(Some(""), None)).is_err(),
+            "an empty status is not a filter"
+        );
+        for bad in ["0", "1001", "-1", "ten", ""] {
             assert_eq!(
                 parse_list(q(None, Some(bad))).unwrap_err().status,
                 StatusCode::BAD_REQUEST
