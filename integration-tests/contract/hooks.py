@@ -8,8 +8,9 @@ other half keep the generated name, so unknown workflows stay covered.
 The result long poll: a valid `timeout` (0-120 s) makes the server hold the request that
 long when the run does not end (the test's approval runs wait for an answer), which would
 spend the run's time budget on a few requests and pass schemathesis' own read timeout. Valid
-timeouts are cut to at most 2 s; invalid ones (negative, over 120, not a number) are sent as
-generated, so their 400 stays covered.
+timeouts are cut to at most 2 s, and a request without one (the server's default is 30 s)
+gets 1 s; invalid ones (negative, over 120, not a number) are sent as generated, so their 400
+stays covered. (The default and long waits are tested in `api::result_long_poll_waits_until_the_run_ends`.)
 """
 import os
 import random
@@ -31,8 +32,11 @@ def map_body(ctx, body):
 @schemathesis.hook
 def map_query(ctx, query):
     op = ctx.operation
-    if op is not None and op.path.endswith("/result") and isinstance(query, dict):
+    if op is not None and op.path.endswith("/result"):
+        query = dict(query or {})
         t = query.get("timeout")
-        if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t <= 120:
-            query = dict(query, timeout=min(t, 2))
+        if t is None:
+            query["timeout"] = 1
+        elif isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t <= 120:
+            query["timeout"] = min(t, 2)
     return query
