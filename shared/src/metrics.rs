@@ -164,6 +164,11 @@ impl Readiness {
     }
 }
 
+/// `GET /healthz`: `ok` while the process serves HTTP.
+pub async fn healthz_handler() -> &'static str {
+    "ok"
+}
+
 /// `GET /metrics`: every metric in the OpenMetrics text format.
 pub async fn metrics_handler() -> impl IntoResponse {
     (
@@ -188,7 +193,7 @@ pub async fn ready_handler(State(r): State<Readiness>) -> impl IntoResponse {
 pub fn ops_router(ready: Readiness) -> Router {
     Router::new()
         .route("/metrics", get(metrics_handler))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz_handler))
         .route("/readyz", get(ready_handler))
         .with_state(ready)
 }

@@ -21,7 +21,7 @@ use super::extract::too_large;
 use super::ApiError;
 
 /// Most bytes of an oversized body read (and discarded) so that its 413 arrives.
-pub(crate) const DRAIN_MAX: u64 = 64 * 1024 * 1024;
+const DRAIN_MAX: u64 = 64 * 1024 * 1024;
 
 /// Longest time spent reading an oversized body.
 const DRAIN_TIME: Duration = Duration::from_secs(30);

@@ -18,9 +18,7 @@ use super::model::{
     Status, ValueBody,
 };
 use super::runs::thread_id;
-use super::{ApiError, ApiState, Services};
-
-type Reply<T> = Result<(StatusCode, Json<T>), ApiError>;
+use super::{ApiError, ApiState, Reply, Services};
 
 /// Longest signal name.
 const MAX_SIGNAL_NAME: usize = 64;

@@ -13,7 +13,7 @@ mod body;
 mod control;
 mod error;
 mod extract;
-pub(crate) mod model;
+mod model;
 mod ops;
 mod result;
 mod runs;
@@ -21,6 +21,9 @@ mod spec;
 mod views;
 
 pub(crate) use error::ApiError;
+
+/// A handler's answer: a status with a typed JSON body, or an [`ApiError`].
+pub(crate) type Reply<T> = Result<(StatusCode, axum::Json<T>), ApiError>;
 pub use spec::openapi_json;
 
 use axum::extract::{MatchedPath, Request};

@@ -378,30 +378,33 @@ impl Accepted {
     /// The run is runnable again.
     pub(crate) fn pending(thread: &str) -> Self {
         Self {
-            thread_id: thread.to_owned(),
             status: Some(Status::PENDING),
-            buffered: None,
-            duplicate: None,
+            ..Self::of(thread)
         }
     }
 
     /// Kept until the run waits for it.
     pub(crate) fn buffered(thread: &str) -> Self {
         Self {
-            thread_id: thread.to_owned(),
-            status: None,
             buffered: Some(true),
-            duplicate: None,
+            ..Self::of(thread)
         }
     }
 
     /// Delivered before under the same client id.
     pub(crate) fn duplicate(thread: &str) -> Self {
         Self {
+            duplicate: Some(true),
+            ..Self::of(thread)
+        }
+    }
+
+    fn of(thread: &str) -> Self {
+        Self {
             thread_id: thread.to_owned(),
             status: None,
             buffered: None,
-            duplicate: Some(true),
+            duplicate: None,
         }
     }
 }

@@ -19,7 +19,7 @@ use utoipa_axum::routes;
     responses((status = 200, description = "Alive", body = String, content_type = "text/plain", example = "ok"))
 )]
 async fn healthz() -> &'static str {
-    "ok"
+    savepoint::metrics::healthz_handler().await
 }
 
 /// Readiness

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::extract::{ApiPath, ApiQuery};
 use super::model::RunView;
 use super::runs::thread_id;
-use super::{ApiError, ApiState};
+use super::{ApiError, ApiState, Reply};
 use savepoint::store::RunStatus;
 
 /// Longest accepted wait.
@@ -64,7 +64,7 @@ pub(crate) async fn result(
     State(st): State<ApiState>,
     ApiPath(raw): ApiPath<String>,
     ApiQuery(q): ApiQuery<ResultQuery>,
-) -> Result<(StatusCode, Json<RunView>), ApiError> {
+) -> Reply<RunView> {
     let thread = thread_id(raw)?;
     let wait = parse_timeout(q.timeout.as_deref())?;
     let store = &st.services()?.store;

@@ -13,7 +13,7 @@ use tracing::info;
 
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::model::{ErrorBody, ExportView, HistoryView, RunList, RunView, StartReply, StartRequest, Status};
-use super::{views, ApiError, ApiState};
+use super::{views, ApiError, ApiState, Reply};
 use crate::publish::new_traceparent;
 
 /// Largest `limit` of `GET /v1/runs`.
@@ -22,8 +22,6 @@ const MAX_LIST: usize = 1000;
 const DEFAULT_LIST: usize = 50;
 /// Events returned by history.
 const HISTORY_EVENTS: usize = 1000;
-
-type Reply<T> = Result<(StatusCode, Json<T>), ApiError>;
 
 /// Validates a thread id from a path or body (400 with the allowed characters).
 pub(crate) fn thread_id(raw: String) -> Result<ThreadId, ApiError> {
