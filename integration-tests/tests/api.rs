@@ -52,6 +52,25 @@ async fn malformed_json_is_400_and_a_wrong_content_type_415() {
         400,
         "invalid JSON body",
     );
+    // Bodies are JSON objects: serde would read a struct from an array by position
+    // (schemathesis found `[null, null]` accepted as a resume).
+    assert_error(
+        api.post_raw("/v1/runs/x-1/resume", "application/json", "[null, null]")
+            .await,
+        400,
+        "expected a JSON object, got an array",
+    );
+    assert_error(
+        api.post_raw("/v1/runs", "application/json", " \"echo\"").await,
+        400,
+        "expected a JSON object, got a string",
+    );
+    // A cancel's body is optional: `null` is no reason (the run is then looked up: 404).
+    assert_error(
+        api.post_raw("/v1/runs/x-1/cancel", "application/json", "null").await,
+        404,
+        "run x-1 not found",
+    );
     api.done().await;
 }
 
@@ -154,6 +173,9 @@ async fn bad_list_query_is_400() {
         "limit must be an integer from 1 to 1000",
     );
     assert_error(api.get("/v1/runs?limit=1001").await, 400, "limit must be");
+    // Empty values are not "no filter" (schemathesis found `status=` read as none).
+    assert_error(api.get("/v1/runs?status=").await, 400, "unknown status \"\"");
+    assert_error(api.get("/v1/runs?limit=").await, 400, "limit must be");
     assert_error(api.get("/v1/runs?limit=ten").await, 400, "limit must be");
     api.done().await;
 }
