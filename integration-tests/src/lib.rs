@@ -341,7 +341,8 @@ pub async fn register_test_workflow_version(cfg: &Config, name: &str, version: u
         id: format!("test-registration-{name}-v{version}"),
         workflows: vec![entry],
         queue: cfg.queue.clone(),
-        until: 0,
+        ttl_ms: 3_600_000,
+        ..WorkerInfo::default()
     };
     store
         .register_worker(&worker, Duration::from_secs(3600))

@@ -12,6 +12,7 @@
 mod api;
 pub mod cli;
 pub mod client;
+mod console;
 pub mod dev;
 pub mod loadgen;
 mod marker;

@@ -140,6 +140,7 @@ fn every_operation_is_described_with_its_errors() {
         [
             "await_result",
             "cancel_run",
+            "diagnose_run",
             "export_run",
             "get_history",
             "get_run",

@@ -36,6 +36,10 @@ pub(crate) struct Shared {
     pub fleet_read: std::sync::Mutex<tokio::time::Instant>,
     /// Test doubles (the test kit).
     pub stubs: Option<savepoint::workflow::Stubs>,
+    /// Runs executing now (reported in the registration).
+    pub in_flight: std::sync::atomic::AtomicU32,
+    /// Journal entries committed by this worker's slices (reported in the registration).
+    pub steps: std::sync::atomic::AtomicU64,
 }
 
 /// Shortest time between two on-demand reads of the fleet.

@@ -1,5 +1,6 @@
 //! The consume loop: concurrency, graceful shutdown, in-process crash (for `savepoint dev`).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -97,6 +98,34 @@ async fn connect_store(cfg: &Config, shutdown: &CancellationToken) -> Result<Scr
     Ok(store)
 }
 
+/// The address others reach this worker's health listener at: the bound address, with an
+/// unspecified IP (`0.0.0.0`) replaced by `SAVEPOINT_WORKER_ADVERTISE_HOST` (a pod's IP from
+/// the downward API), else the host name.
+fn advertised(bound: std::net::SocketAddr) -> String {
+    let host = if bound.ip().is_unspecified() {
+        std::env::var("SAVEPOINT_WORKER_ADVERTISE_HOST")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(host_name)
+    } else {
+        bound.ip().to_string()
+    };
+    match host.parse::<std::net::Ipv6Addr>() {
+        Ok(_) => format!("http://[{host}]:{}", bound.port()),
+        Err(_) => format!("http://{host}:{}", bound.port()),
+    }
+}
+
+/// This machine's host name (`HOSTNAME`, else `/etc/hostname`, else `localhost`).
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
 /// Refreshes the worker's registration every third of its TTL until aborted (or crashed),
 /// so the catalog lists only live workers, and this worker's view of the fleet with it.
 async fn keep_registered(shared: Arc<Shared>, info: WorkerInfo, ttl: Duration, crash: CancellationToken) {
@@ -109,6 +138,11 @@ async fn keep_registered(shared: Arc<Shared>, info: WorkerInfo, ttl: Duration, c
             _ = crash.cancelled() => return,
             _ = tick.tick() => {}
         }
+        let info = WorkerInfo {
+            in_flight: shared.in_flight.load(Ordering::Relaxed),
+            steps: shared.steps.load(Ordering::Relaxed),
+            ..info.clone()
+        };
         if let Err(e) = store.register_worker(&info, ttl).await {
             tracing::warn!(error = %e, "refreshing the worker registration failed; retrying");
         }
@@ -129,6 +163,7 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
     // tests) pass failpoints with a crash hook that cancels `opts.crash`.
     let crash = opts.crash.clone();
     let ready = Readiness::default();
+    let mut ops = None;
     if opts.serve_http && !cfg.worker.http_addr.is_empty() {
         let addr = cfg.worker.http_addr.clone();
         let listener = match tokio::net::TcpListener::bind(&addr).await {
@@ -146,6 +181,7 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
             Err(source) => return Err(WorkerError::Http { addr, source }),
         };
         tracing::info!(addr = ?listener.local_addr().ok(), "health and metrics listener");
+        ops = listener.local_addr().ok().map(advertised);
         let app = ops_router(ready.clone());
         let stop = shutdown.clone();
         tokio::spawn(async move {
@@ -163,6 +199,14 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
         workflows: catalog.clone(),
         queue: cfg.queue.clone(),
         until: 0,
+        ttl_ms: cfg.store().worker_ttl.as_millis() as u64,
+        ops,
+        host: host_name(),
+        pid: std::process::id(),
+        started_at: savepoint::journal::now_ms(),
+        concurrency: cfg.worker.concurrency as u32,
+        in_flight: 0,
+        steps: 0,
     };
     // Schemas first: once the worker is registered, the API may start and answer its runs.
     let schemas = opts.registry.schemas();
@@ -190,6 +234,8 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
         fleet: std::sync::RwLock::new(fleet),
         fleet_read: std::sync::Mutex::new(tokio::time::Instant::now()),
         stubs: opts.stubs.clone(),
+        in_flight: Default::default(),
+        steps: Default::default(),
     });
     let registration = tokio::spawn(keep_registered(
         shared.clone(),

@@ -3,6 +3,7 @@
 
 use futures::FutureExt;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -120,8 +121,10 @@ async fn still_backing_off(shared: &Shared, c: &Claimed, lease: &mut Lease) -> b
 async fn run_slice(shared: &Shared, c: Claimed) {
     let started = Instant::now();
     metrics().inflight.inc();
+    shared.in_flight.fetch_add(1, Ordering::Relaxed);
     let _done = scopeguard(|| {
         metrics().inflight.dec();
+        shared.in_flight.fetch_sub(1, Ordering::Relaxed);
     });
     let mut lease = c.lease.clone();
     if let Some(reason) = unreadable(&c) {
@@ -181,6 +184,9 @@ async fn run_slice(shared: &Shared, c: Claimed) {
     };
     let at = ctx.next_index();
     let recorded = ctx.journal().len() as u32;
+    shared
+        .steps
+        .fetch_add(u64::from(recorded).saturating_sub(replayed as u64), Ordering::Relaxed);
     let mut lease = ctx.lease().clone();
     let trace = c.header.trace.as_deref();
     let body = match &result {

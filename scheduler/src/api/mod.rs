@@ -11,6 +11,7 @@
 
 mod body;
 mod control;
+pub(crate) mod doctor;
 mod error;
 mod extract;
 mod model;
@@ -99,6 +100,7 @@ fn api_routes() -> utoipa_axum::router::OpenApiRouter<ApiState> {
         .routes(routes!(runs::start, runs::list))
         .routes(routes!(runs::get_run))
         .routes(routes!(runs::history))
+        .routes(routes!(doctor::diagnosis))
         .routes(routes!(runs::export))
         .routes(routes!(result::result))
         .routes(routes!(control::resume))
@@ -112,10 +114,11 @@ fn api_routes() -> utoipa_axum::router::OpenApiRouter<ApiState> {
 pub(crate) fn router(state: ApiState, readiness: Readiness) -> Router {
     let max_body = state.max_body;
     let (api, ops, doc) = spec::parts(max_body);
-    api.with_state(state)
+    api.with_state(state.clone())
         .merge(ops.with_state(readiness))
         .method_not_allowed_fallback(method_not_allowed)
         .merge(spec::docs_router(doc))
+        .merge(crate::console::routes(state.clone()))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(max_body, body::read_whole))
         .layer(middleware::from_fn(count_requests))

@@ -228,15 +228,17 @@ pub(crate) fn history_view(h: &RunHeader, journal: &[Entry], events: &[RunEvent]
         thread_id: h.thread.as_str().to_owned(),
         status: h.status.into(),
         entries: entries(journal),
-        events: events
-            .iter()
-            .map(|e| EventView {
-                id: e.id.clone(),
-                typ: e.typ.clone(),
-                detail: e.detail.clone(),
-                at: e.at,
-            })
-            .collect(),
+        events: events.iter().map(event_view).collect(),
+    }
+}
+
+/// One event of a run's log, as history and the doctor show it.
+pub(crate) fn event_view(e: &RunEvent) -> EventView {
+    EventView {
+        id: e.id.clone(),
+        typ: e.typ.clone(),
+        detail: e.detail.clone(),
+        at: e.at,
     }
 }
 

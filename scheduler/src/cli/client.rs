@@ -193,6 +193,12 @@ impl ApiClient {
         self.request(Method::GET, &path, None).await
     }
 
+    /// `GET /v1/runs/{thread}/diagnosis`: why the run is or is not progressing.
+    pub async fn diagnosis(&self, thread: &str) -> Result<Value, ClientError> {
+        self.request(Method::GET, &format!("/v1/runs/{}/diagnosis", encode(thread)), None)
+            .await
+    }
+
     /// `GET /v1/runs/{thread}/history`.
     pub async fn history(&self, thread: &str) -> Result<Value, ClientError> {
         self.request(Method::GET, &format!("/v1/runs/{}/history", encode(thread)), None)

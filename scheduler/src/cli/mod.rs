@@ -41,6 +41,12 @@ pub enum Command {
         /// Thread id of the run.
         thread: String,
     },
+    /// Explain why a run is or is not progressing, with the evidence and the command that
+    /// settles it (`GET /v1/runs/{thread}/diagnosis`).
+    Doctor {
+        /// Thread id of the run.
+        thread: String,
+    },
     /// Show a run's journal entries and events.
     History {
         /// Thread id of the run.
@@ -281,6 +287,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
                 None => Err(ExitWith(6).into()),
             }
         }
+        Command::Doctor { thread } => print(json, &client.diagnosis(&thread).await?, render::diagnosis),
         Command::History { thread } => print(json, &client.history(&thread).await?, render::history),
         Command::Export { thread } => print(true, &client.export(&thread).await?, |_| String::new()),
         Command::Resume { thread, value, id } => {

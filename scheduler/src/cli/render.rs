@@ -53,6 +53,51 @@ fn clip(s: &str, max: usize) -> String {
     }
 }
 
+/// `savepoint doctor`: the verdict, the evidence, what settles it, the last events.
+pub fn diagnosis(v: &Value) -> String {
+    let mut out = format!(
+        "{}  [{}{}]\n{}\n",
+        text(&v["thread_id"]),
+        text(&v["case"]),
+        if v["progressing"] == Value::Bool(true) {
+            ", progressing"
+        } else {
+            ", not progressing"
+        },
+        text(&v["summary"])
+    );
+    let list = |v: &Value| v.as_array().cloned().unwrap_or_default();
+    out.push_str("\nevidence:\n");
+    for e in list(&v["evidence"]) {
+        let _ = writeln!(out, "  - {}", text(&e));
+    }
+    let actions = list(&v["actions"]);
+    if !actions.is_empty() {
+        out.push_str("\nto settle it:\n");
+        for a in actions {
+            let _ = writeln!(out, "  - {}", text(&a["label"]));
+            let cmd = text(&a["command"]);
+            if !cmd.is_empty() {
+                let _ = writeln!(out, "      $ {cmd}");
+            }
+        }
+    }
+    let events = list(&v["events"]);
+    if !events.is_empty() {
+        out.push_str("\nlast events:\n");
+        for e in events {
+            let at = e["at"].as_u64().map(timestamp).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  {at}  {:<16} {}",
+                text(&e["type"]),
+                clip(&text(&e["detail"]), 100)
+            );
+        }
+    }
+    out
+}
+
 /// `savepoint get`: one aligned line per field that has a value.
 pub fn run(v: &Value) -> String {
     let mut rows: Vec<(&str, String)> = vec![

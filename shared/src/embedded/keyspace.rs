@@ -476,7 +476,8 @@ impl Keyspace {
                     self.zset(&args[1], now_ms)?.map_or(0, |z| z.scores.len()) as i64
                 ))
             }
-            "ZRANGEBYSCORE" => self.zrangebyscore(args, now_ms),
+            "ZRANGEBYSCORE" => self.zrangebyscore(args, now_ms, false),
+            "ZREVRANGEBYSCORE" => self.zrangebyscore(args, now_ms, true),
             "ZREMRANGEBYSCORE" => {
                 arity(args, 4)?;
                 let (lo, hi) = (bound(&args[2])?, bound(&args[3])?);
@@ -638,9 +639,15 @@ impl Keyspace {
         Ok(Value::Okay)
     }
 
-    fn zrangebyscore(&mut self, args: &[Vec<u8>], now_ms: u64) -> CmdResult {
+    /// `ZRANGEBYSCORE key min max …`, or with `rev` `ZREVRANGEBYSCORE key max min …`
+    /// (highest first).
+    fn zrangebyscore(&mut self, args: &[Vec<u8>], now_ms: u64, rev: bool) -> CmdResult {
         arity(args, 4)?;
-        let (lo, hi) = (bound(&args[2])?, bound(&args[3])?);
+        let (lo, hi) = if rev {
+            (bound(&args[3])?, bound(&args[2])?)
+        } else {
+            (bound(&args[2])?, bound(&args[3])?)
+        };
         let (mut with, mut offset, mut count) = (false, 0usize, usize::MAX);
         let mut i = 4;
         while i < args.len() {
@@ -662,9 +669,12 @@ impl Keyspace {
         let Some(z) = self.zset(&args[1], now_ms)? else {
             return Ok(Value::Array(vec![]));
         };
-        let hits = z
-            .order
-            .iter()
+        let order: Box<dyn Iterator<Item = &(Score, Vec<u8>)>> = if rev {
+            Box::new(z.order.iter().rev())
+        } else {
+            Box::new(z.order.iter())
+        };
+        let hits = order
             .filter(|(s, _)| above(s.0, lo) && below(s.0, hi))
             .skip(offset)
             .take(count);
@@ -705,6 +715,8 @@ mod tests {
         run(&mut ks, 0, &["ZADD", "z", "3", "c", "1", "a", "2", "b", "2", "a2"]).unwrap();
         let r = run(&mut ks, 0, &["ZRANGEBYSCORE", "z", "-inf", "2", "LIMIT", "0", "2"]).unwrap();
         assert_eq!(r, Value::Array(vec![bulk(b"a"), bulk(b"a2")]));
+        let r = run(&mut ks, 0, &["ZREVRANGEBYSCORE", "z", "(3", "-inf", "LIMIT", "0", "1"]).unwrap();
+        assert_eq!(r, Value::Array(vec![bulk(b"b")]));
         let r = run(&mut ks, 0, &["ZREVRANGE", "z", "0", "0", "WITHSCORES"]).unwrap();
         assert_eq!(r, Value::Array(vec![bulk(b"c"), bulk(b"3")]));
         assert_eq!(

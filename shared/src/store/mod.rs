@@ -11,8 +11,9 @@ pub mod model;
 mod script;
 
 pub use self::script::{
-    Cancelled, CatalogEntry, CreateOutcome, EffectDone, EffectRecord, EffectRelease, Rerun, RetryOutcome, RunEvent,
-    Rung, ScriptStore, ServedSpec, SignalOutcome, StoreConfig, Suspend, Suspended, WorkerInfo, SCHEMA_VERSION,
+    Cancelled, CatalogEntry, CreateOutcome, EffectDone, EffectRecord, EffectRelease, ListFilter, PageCursor, Rerun,
+    RetryOutcome, RunEvent, Rung, ScriptStore, ServedSpec, SignalOutcome, StoreConfig, Suspend, Suspended, WorkerInfo,
+    SCHEMA_VERSION,
 };
 pub use model::{ClaimOutcome, Claimed, EffectClaim, Finish, Holder, Lease, RunHeader, RunStatus, Wait};
 

@@ -9,8 +9,8 @@ use crate::ids::ThreadId;
 use crate::journal::Entry;
 use crate::keys::RunKeys;
 
-/// Where a run is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Where a run is in its life (ordered as [`RunStatus::ALL`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     /// Created or made runnable again; a task will (or did) ring a worker.

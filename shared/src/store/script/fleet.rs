@@ -20,7 +20,7 @@ pub struct CatalogEntry {
 }
 
 /// One live worker's registration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorkerInfo {
     /// The worker incarnation.
     #[serde(default)]
@@ -33,6 +33,32 @@ pub struct WorkerInfo {
     /// Registration expiry (server ms), unless refreshed.
     #[serde(default)]
     pub until: u64,
+    /// How long one registration lasts (ms): the last heartbeat was at `until - ttl_ms`.
+    #[serde(default)]
+    pub ttl_ms: u64,
+    /// The worker's health and metrics address (`http://host:port`), when it serves one: the
+    /// doctor asks its `/healthz` whether the process is still there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops: Option<String>,
+    /// Host name and process id.
+    #[serde(default)]
+    pub host: String,
+    /// Process id.
+    #[serde(default)]
+    pub pid: u32,
+    /// When the worker started (ms since the epoch, its own clock).
+    #[serde(default)]
+    pub started_at: u64,
+    /// Runs it may execute at once.
+    #[serde(default)]
+    pub concurrency: u32,
+    /// Runs executing in it at its last heartbeat.
+    #[serde(default)]
+    pub in_flight: u32,
+    /// Journal entries it has committed since it started, at its last heartbeat (the console
+    /// derives the fleet's steps per second from it).
+    #[serde(default)]
+    pub steps: u64,
 }
 
 /// What a worker serves, in the form the claim script matches against a run
@@ -61,6 +87,11 @@ impl ServedSpec {
 }
 
 impl WorkerInfo {
+    /// Server time (ms) of the worker's last heartbeat (registration refresh).
+    pub fn last_heartbeat(&self) -> u64 {
+        self.until.saturating_sub(self.ttl_ms)
+    }
+
     /// True when this worker serves `workflow` at recorded version `version`.
     pub fn serves(&self, workflow: &str, version: u32) -> bool {
         self.workflows

@@ -24,6 +24,53 @@ pub struct RunEvent {
     pub at: u64,
 }
 
+/// What [`ScriptStore::list_page`] keeps.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListFilter {
+    /// Only this status.
+    pub status: Option<RunStatus>,
+    /// Only this workflow.
+    pub workflow: Option<String>,
+    /// Only thread ids starting with this.
+    pub prefix: Option<String>,
+    /// Created at or after (ms).
+    pub from: Option<u64>,
+    /// Created at or before (ms).
+    pub until: Option<u64>,
+}
+
+/// Where a page of [`ScriptStore::list_page`] ended: the index score (creation time) and the
+/// thread id of its last run. Written `<ms>.<thread>` in URLs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageCursor {
+    /// Index score of the last run shown.
+    pub at: u64,
+    /// Its thread id.
+    pub thread: String,
+}
+
+impl PageCursor {
+    /// True when a run at (`at`, `thread`) comes after this cursor in newest-first order.
+    fn is_after(&self, at: u64, thread: &str) -> bool {
+        at < self.at || (at == self.at && thread < self.thread.as_str())
+    }
+
+    /// Parses `<ms>.<thread>`.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (at, thread) = s.split_once('.')?;
+        Some(Self {
+            at: at.parse().ok()?,
+            thread: thread.to_owned(),
+        })
+    }
+}
+
+impl std::fmt::Display for PageCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.at, self.thread)
+    }
+}
+
 /// Every field of the run hash except the journal (`j:<i>`).
 const HEADER_FIELDS: [&str; 29] = [
     "wf",
@@ -197,6 +244,124 @@ impl ScriptStore {
             }
         }
         Ok(out)
+    }
+
+    /// One page of runs, newest first (by creation time, then thread id), for the console:
+    /// runs created before `before` (exclusive; `None` starts at the newest) and not before
+    /// `filter.from`, matching `filter`. Reads at most `scan_cap` run headers; the second value
+    /// is the cursor of the next page (`None`: nothing older). Blocked and waiting runs come
+    /// from their own indexes (every one of them however old, ordered by when they stopped).
+    pub async fn list_page(
+        &self,
+        filter: &ListFilter,
+        before: Option<&PageCursor>,
+        limit: usize,
+        scan_cap: usize,
+    ) -> Result<(Vec<RunHeader>, Option<PageCursor>), StoreError> {
+        let status = filter.status;
+        let index = |p: u16| match status {
+            Some(s @ (RunStatus::Blocked | RunStatus::Waiting)) => self.keys.status_index(p, s.as_str()),
+            _ => self.keys.index(p),
+        };
+        let max = before.map(|c| c.at.to_string()).unwrap_or_else(|| "+inf".into());
+        let min = filter.from.map(|t| t.to_string()).unwrap_or_else(|| "-inf".into());
+        let (mut out, mut read, mut next) = (Vec::new(), 0usize, None);
+        // Each round takes the next `chunk` candidates of every partition below the cursor.
+        let chunk = limit.clamp(10, 200);
+        let mut cursor = before.cloned();
+        'rounds: loop {
+            let mut candidates: Vec<(u64, u16, String)> = Vec::new();
+            for p in 0..self.keys.partitions() {
+                let ids: Vec<(String, u64)> = self
+                    .engine
+                    .query(
+                        redis::cmd("ZREVRANGEBYSCORE")
+                            .arg(index(p))
+                            .arg(cursor.as_ref().map(|c| c.at.to_string()).unwrap_or_else(|| max.clone()))
+                            .arg(&min)
+                            .arg("WITHSCORES")
+                            .arg("LIMIT")
+                            .arg(0)
+                            .arg(chunk + 64),
+                    )
+                    .await?;
+                candidates.extend(
+                    ids.into_iter()
+                        .map(|(id, at)| (at, p, id))
+                        .filter(|(at, _, id)| cursor.as_ref().is_none_or(|c| c.is_after(*at, id))),
+                );
+            }
+            if candidates.is_empty() {
+                break;
+            }
+            candidates.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.2.cmp(&a.2)));
+            candidates.truncate(chunk);
+            for (at, p, id) in candidates {
+                let here = PageCursor { at, thread: id.clone() };
+                if out.len() >= limit || read >= scan_cap {
+                    next = cursor.clone();
+                    break 'rounds;
+                }
+                cursor = Some(here);
+                read += 1;
+                let Ok(thread) = ThreadId::new(id.clone()) else {
+                    continue;
+                };
+                if filter.prefix.as_deref().is_some_and(|pre| !id.starts_with(pre)) {
+                    continue;
+                }
+                let Some(h) = self.header(&thread).await? else {
+                    let _: i64 = self.engine.query(redis::cmd("ZREM").arg(index(p)).arg(&id)).await?;
+                    continue;
+                };
+                if status.is_some_and(|s| s != h.status)
+                    || filter.workflow.as_deref().is_some_and(|w| w != h.workflow)
+                    || filter.until.is_some_and(|u| h.created_at > u)
+                {
+                    continue;
+                }
+                out.push(h);
+            }
+        }
+        Ok((out, next))
+    }
+
+    /// Runs by status among the newest `cap` runs of the creation index (blocked and waiting
+    /// counted exactly from their own indexes), and whether the count stopped at `cap`.
+    pub async fn status_counts(&self, cap: usize) -> Result<(BTreeMap<RunStatus, u64>, bool), StoreError> {
+        let mut counts: BTreeMap<RunStatus, u64> = BTreeMap::new();
+        let per = (cap / usize::from(self.keys.partitions().max(1))).max(1);
+        let mut capped = false;
+        for p in 0..self.keys.partitions() {
+            let ids: Vec<String> = self
+                .engine
+                .query(redis::cmd("ZREVRANGE").arg(self.keys.index(p)).arg(0).arg(per))
+                .await?;
+            if ids.len() > per {
+                capped = true;
+            }
+            let mut pipe = redis::pipe();
+            for id in ids.iter().take(per) {
+                pipe.cmd("HGET").arg(self.keys.run_in(p, id)).arg("status");
+            }
+            if ids.is_empty() {
+                continue;
+            }
+            let statuses: Vec<Option<String>> = self.engine.pipeline(&pipe).await?;
+            for s in statuses.into_iter().flatten().filter_map(|s| RunStatus::parse(&s)) {
+                if !matches!(s, RunStatus::Blocked | RunStatus::Waiting) {
+                    *counts.entry(s).or_default() += 1;
+                }
+            }
+            for s in [RunStatus::Blocked, RunStatus::Waiting] {
+                let n: u64 = self
+                    .engine
+                    .query(redis::cmd("ZCARD").arg(self.keys.status_index(p, s.as_str())))
+                    .await?;
+                *counts.entry(s).or_default() += n;
+            }
+        }
+        Ok((counts, capped))
     }
 
     /// Bytes Redis holds for one run: `MEMORY USAGE … SAMPLES 0` of its hash, event log and

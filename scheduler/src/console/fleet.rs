@@ -1,0 +1,316 @@
+//! The fleet page: live workers (what they serve, runs in flight, last heartbeat, whether
+//! their process answers `/healthz`), the queue, and charts of steps per second and runs by
+//! status over the last minutes. The charts come from samples this scheduler takes every
+//! [`EVERY`] while someone looks at the console (it stops [`IDLE`] after the last view).
+
+use askama::Template;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use savepoint::store::{RunStatus, StoreError, WorkerInfo};
+
+use super::{ago, clock};
+use crate::api::{ApiState, Services};
+
+/// Time between samples.
+const EVERY: Duration = Duration::from_secs(5);
+/// Samples kept (10 minutes).
+const KEEP: usize = 120;
+/// Sampling stops this long after the console was last viewed.
+const IDLE: Duration = Duration::from_secs(600);
+/// Newest runs counted by status per sample.
+const COUNT_CAP: usize = 20_000;
+
+/// One sample.
+#[derive(Debug, Clone)]
+pub(crate) struct Sample {
+    at: u64,
+    steps_per_s: f64,
+    counts: BTreeMap<RunStatus, u64>,
+    queue: Option<u32>,
+}
+
+/// The samples of this scheduler.
+#[derive(Default)]
+pub(crate) struct Samples {
+    ring: Mutex<VecDeque<Sample>>,
+    running: AtomicBool,
+    viewed: AtomicU64,
+    /// Steps committed per worker at the previous sample.
+    last_steps: Mutex<HashMap<String, u64>>,
+}
+
+fn mono_secs() -> u64 {
+    static START: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(tokio::time::Instant::now).elapsed().as_secs()
+}
+
+/// Notes a view and starts the sampler if it is not running.
+pub(crate) fn ensure_sampling(samples: &Arc<Samples>, api: &ApiState) {
+    samples.viewed.store(mono_secs(), Ordering::Relaxed);
+    if samples.running.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let (samples, api) = (samples.clone(), api.clone());
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(EVERY);
+        loop {
+            tick.tick().await;
+            if mono_secs().saturating_sub(samples.viewed.load(Ordering::Relaxed)) > IDLE.as_secs() {
+                break;
+            }
+            if let Ok(svc) = api.services() {
+                if let Err(e) = sample(svc, &samples).await {
+                    tracing::debug!(error = %e, "console: sampling the fleet failed");
+                }
+            }
+        }
+        samples.running.store(false, Ordering::Release);
+    });
+}
+
+async fn sample(svc: &Services, samples: &Samples) -> Result<(), StoreError> {
+    let (now, workers, (counts, _)) = tokio::try_join!(
+        svc.store.server_time(),
+        svc.store.live_workers(),
+        svc.store.status_counts(COUNT_CAP)
+    )?;
+    let queue = tokio::time::timeout(Duration::from_secs(1), svc.publisher.broker().queue_depth())
+        .await
+        .ok()
+        .and_then(Result::ok);
+    let prev_at = samples
+        .ring
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .back()
+        .map(|s| s.at);
+    let mut last = samples.last_steps.lock().unwrap_or_else(|p| p.into_inner());
+    let mut delta = 0u64;
+    for w in &workers {
+        let before = match last.get(&w.id) {
+            Some(n) => *n,
+            // A worker seen for the first time: its steps since it started count if it started
+            // since the last sample.
+            None if prev_at.is_some_and(|p| w.started_at >= p) => 0,
+            None => w.steps,
+        };
+        delta += w.steps.saturating_sub(before);
+    }
+    *last = workers.iter().map(|w| (w.id.clone(), w.steps)).collect();
+    drop(last);
+    let steps_per_s = match prev_at {
+        Some(p) if now > p => delta as f64 * 1000.0 / (now - p) as f64,
+        _ => 0.0,
+    };
+    let mut ring = samples.ring.lock().unwrap_or_else(|p| p.into_inner());
+    ring.push_back(Sample {
+        at: now,
+        steps_per_s,
+        counts,
+        queue,
+    });
+    while ring.len() > KEEP {
+        ring.pop_front();
+    }
+    Ok(())
+}
+
+/// A worker row.
+pub(crate) struct WorkerRow {
+    id: String,
+    host: String,
+    serves: String,
+    queue: String,
+    in_flight: String,
+    steps: u64,
+    heartbeat: String,
+    started: String,
+    health: String,
+    healthy: bool,
+}
+
+/// The fleet page.
+#[derive(Template)]
+#[template(path = "console/fleet.html")]
+pub(crate) struct FleetPage {
+    active: &'static str,
+    workers: Vec<WorkerRow>,
+    queue_depth: String,
+    dlq_depth: String,
+    steps_chart: String,
+    status_chart: String,
+    samples: usize,
+    now: String,
+}
+
+async fn health(w: &WorkerInfo) -> (String, bool) {
+    let Some(ops) = &w.ops else {
+        return ("no health listener".into(), true);
+    };
+    let url = format!("{}/healthz", ops.trim_end_matches('/'));
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(800))
+        .build()
+        .unwrap_or_default();
+    match client.get(&url).send().await {
+        Ok(r) if r.status().is_success() => (format!("ok ({ops})"), true),
+        Ok(r) => (format!("answered {} ({ops})", r.status()), false),
+        Err(_) => (format!("unreachable ({ops})"), false),
+    }
+}
+
+pub(crate) async fn page(svc: &Services, samples: &Samples) -> Result<FleetPage, StoreError> {
+    let (now, workers) = tokio::try_join!(svc.store.server_time(), svc.store.live_workers())?;
+    if samples.ring.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
+        // The first view: one sample now, so the page has figures at once.
+        sample(svc, samples).await?;
+    }
+    let healths = futures::future::join_all(workers.iter().map(health)).await;
+    let rows = workers
+        .iter()
+        .zip(healths)
+        .map(|(w, (health, healthy))| WorkerRow {
+            id: w.id.clone(),
+            host: if w.pid > 0 {
+                format!("{} (pid {})", w.host, w.pid)
+            } else {
+                w.host.clone()
+            },
+            serves: w
+                .workflows
+                .iter()
+                .map(|e| {
+                    if e.min_version == e.version {
+                        format!("{} v{}", e.name, e.version)
+                    } else {
+                        format!("{} v{}..=v{}", e.name, e.min_version, e.version)
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            queue: w.queue.clone(),
+            in_flight: if w.concurrency > 0 {
+                format!("{} / {}", w.in_flight, w.concurrency)
+            } else {
+                w.in_flight.to_string()
+            },
+            steps: w.steps,
+            heartbeat: ago(w.last_heartbeat(), now),
+            started: if w.started_at > 0 {
+                clock(w.started_at)
+            } else {
+                String::new()
+            },
+            health,
+            healthy,
+        })
+        .collect();
+    let broker = svc.publisher.broker();
+    let depth = |r: Result<Result<u32, _>, _>| match r {
+        Ok(Ok(n)) => n.to_string(),
+        Ok(Err(e)) => format!("unknown ({e})"),
+        Err(_) => "unknown (the broker did not answer)".to_owned(),
+    };
+    let queue_depth = depth(tokio::time::timeout(Duration::from_secs(1), broker.queue_depth()).await);
+    let dlq_depth = depth(tokio::time::timeout(Duration::from_secs(1), broker.dlq_depth()).await);
+    let ring: Vec<Sample> = samples
+        .ring
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .cloned()
+        .collect();
+    let steps: Vec<(u64, f64)> = ring.iter().map(|s| (s.at, s.steps_per_s)).collect();
+    let mut series: Vec<(&'static str, Vec<(u64, f64)>)> = Vec::new();
+    for st in RunStatus::ALL {
+        if ring.iter().any(|s| s.counts.get(&st).copied().unwrap_or(0) > 0) {
+            series.push((
+                st.as_str(),
+                ring.iter()
+                    .map(|s| (s.at, s.counts.get(&st).copied().unwrap_or(0) as f64))
+                    .collect(),
+            ));
+        }
+    }
+    let queue: Vec<(u64, f64)> = ring
+        .iter()
+        .filter_map(|s| s.queue.map(|q| (s.at, f64::from(q))))
+        .collect();
+    let mut step_series = vec![("steps/s", steps)];
+    if !queue.is_empty() {
+        step_series.push(("queue depth", queue));
+    }
+    Ok(FleetPage {
+        active: "fleet",
+        workers: rows,
+        queue_depth,
+        dlq_depth,
+        steps_chart: chart("Steps per second (fleet) and queue depth", &step_series),
+        status_chart: chart("Runs by status (newest 20,000)", &series),
+        samples: ring.len(),
+        now: clock(now),
+    })
+}
+
+/// An inline SVG line chart of a few series over the same times.
+fn chart(title: &str, series: &[(&str, Vec<(u64, f64)>)]) -> String {
+    let (w, h, pad) = (720.0, 170.0, 34.0);
+    let points: Vec<&(u64, f64)> = series.iter().flat_map(|(_, s)| s.iter()).collect();
+    let mut svg = format!(
+        "<svg class=\"chart\" viewBox=\"0 0 {w} {}\" role=\"img\" aria-label=\"{title}\"><title>{title}</title>",
+        h + 28.0
+    );
+    let times: std::collections::BTreeSet<u64> = points.iter().map(|p| p.0).collect();
+    if times.len() < 2 {
+        svg.push_str(&format!(
+            "<text x=\"{pad}\" y=\"40\" class=\"muted\">{title}: collecting samples (one every {} s)…</text></svg>",
+            EVERY.as_secs()
+        ));
+        return svg;
+    }
+    let t0 = points.iter().map(|p| p.0).min().unwrap_or(0);
+    let t1 = points.iter().map(|p| p.0).max().unwrap_or(1).max(t0 + 1);
+    let vmax = points.iter().map(|p| p.1).fold(0.0, f64::max).max(1.0);
+    let x = |t: u64| pad + (t - t0) as f64 * (w - 2.0 * pad) / (t1 - t0) as f64;
+    let y = |v: f64| h - pad / 2.0 - v * (h - pad) / vmax;
+    let _ = write!(
+        svg,
+        "<line x1=\"{pad}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"axis\"/><text x=\"2\" y=\"{}\" class=\"muted\">{}</text>\
+         <text x=\"2\" y=\"{}\" class=\"muted\">0</text>",
+        y(0.0),
+        w - pad,
+        y(0.0),
+        y(vmax) + 4.0,
+        if vmax >= 100.0 { format!("{vmax:.0}") } else { format!("{vmax:.1}") },
+        y(0.0)
+    );
+    for (i, (name, s)) in series.iter().enumerate() {
+        let pts: Vec<String> = s.iter().map(|(t, v)| format!("{:.1},{:.1}", x(*t), y(*v))).collect();
+        let _ = write!(
+            svg,
+            "<polyline class=\"series s{i} {name}\" fill=\"none\" points=\"{}\"/>\
+             <text x=\"{}\" y=\"{}\" class=\"legend s{i} {name}\">■ {name}: {}</text>",
+            pts.join(" "),
+            pad + (i as f64) * 130.0,
+            h + 22.0,
+            s.last()
+                .map(|p| if p.1.fract() == 0.0 {
+                    format!("{}", p.1)
+                } else {
+                    format!("{:.1}", p.1)
+                })
+                .unwrap_or_default()
+        );
+    }
+    let _ = write!(
+        svg,
+        "<text x=\"{pad}\" y=\"12\" class=\"muted\">{title} — {} to {} UTC</text></svg>",
+        &clock(t0)[11..],
+        &clock(t1)[11..]
+    );
+    svg
+}

@@ -1,0 +1,336 @@
+//! The run page's waterfall: one bar per journal entry (its duration, effects with their key
+//! and state, sleeps and waits as gaps) and markers for what happened to the run (claims,
+//! takeovers after a crash, blocks, answers, operator actions), laid out on one time axis.
+//! A plain function of the header, the journal and the events.
+
+use savepoint::journal::{Entry, EntryKind, Outcome};
+use savepoint::store::{RunEvent, RunHeader, RunStatus};
+
+use crate::api::doctor::span;
+
+/// One bar.
+#[derive(Debug, Clone)]
+pub(crate) struct Bar {
+    /// Journal index (the next index for the call in flight or in doubt).
+    pub index: u32,
+    /// Call name.
+    pub name: String,
+    /// `step`, `effect`, `sleep`, `interrupt`, `signal`, `value`, `patch`.
+    pub kind: &'static str,
+    /// CSS class: the kind, and for effects and failures their state.
+    pub class: String,
+    /// State shown beside it: `done`, `skipped (deduplicated)`, `in doubt`, `failed`,
+    /// `in flight`, `slept`, `answered`.
+    pub state: String,
+    /// The effect key, for effects.
+    pub key: Option<String>,
+    /// Start and end (store ms).
+    pub start: u64,
+    /// End (store ms).
+    pub end: u64,
+    /// Readable duration.
+    pub took: String,
+    /// Attempts it took.
+    pub attempts: u32,
+    /// Left edge and width on the axis, in percent.
+    pub left: f64,
+    /// Width in percent (at least a sliver, so instant calls stay visible).
+    pub width: f64,
+    /// Its caption, positioned (`left: …%` or, near the right edge, `right: …%`).
+    pub caption_style: String,
+}
+
+/// One marker.
+#[derive(Debug, Clone)]
+pub(crate) struct Mark {
+    /// Store ms.
+    pub at: u64,
+    /// Event type (also the CSS class).
+    pub class: String,
+    /// Short label (`crash: worker-a died, worker-b took over`).
+    pub label: String,
+    /// Position on the axis, in percent.
+    pub left: f64,
+}
+
+/// The laid-out waterfall.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Timeline {
+    /// Axis start (store ms).
+    pub start: u64,
+    /// Axis end (store ms).
+    pub end: u64,
+    /// Readable length of the axis.
+    pub length: String,
+    /// Bars, in journal order.
+    pub bars: Vec<Bar>,
+    /// Markers, in time order.
+    pub marks: Vec<Mark>,
+    /// Takeovers (a worker died or stalled and another took the run over).
+    pub takeovers: usize,
+    /// Where the takeovers are on the axis (percent): drawn across every lane.
+    pub crash_lines: Vec<String>,
+}
+
+impl Timeline {
+    /// The axis' start, readably (UTC).
+    pub(crate) fn axis_start(&self) -> String {
+        super::clock(self.start)
+    }
+
+    /// The axis' end, readably (UTC).
+    pub(crate) fn axis_end(&self) -> String {
+        super::clock(self.end)
+    }
+}
+
+/// Events drawn as markers, with their label.
+fn mark_label(e: &RunEvent) -> Option<String> {
+    let d = &e.detail;
+    Some(match e.typ.as_str() {
+        "created" => format!("created ({d})"),
+        "claimed" => format!("claimed by {d}"),
+        "takeover" => {
+            // `B took the expired lease of A`.
+            match d.split_once(" took the expired lease of ") {
+                Some((new, old)) => format!("crash: {old} died, {new} took over"),
+                None => format!("takeover: {d}"),
+            }
+        }
+        "blocked" => format!("blocked: {d}"),
+        "resumed" => format!("answered {d}"),
+        "signalled" => format!("signal {d}"),
+        "cancelled" => format!("cancelled: {d}"),
+        "retried_by_operator" => format!("retried by an operator {d}"),
+        "effect_resolved" => format!("effect resolved: {d}"),
+        "effect_in_doubt" => format!("effect in doubt: {d}"),
+        "unserved" => format!("no worker serves it: {d}"),
+        "completed" => "completed".into(),
+        "failed" => format!("failed: {d}"),
+        "retry_later" => "handed back after a transient error".into(),
+        _ => return None,
+    })
+}
+
+/// The effect event (`effect_done`, `effect_skipped`, `effect_failed`) of journal index `i`.
+fn effect_event<'a>(events: &'a [RunEvent], i: usize, name: &str) -> Option<&'a RunEvent> {
+    let want = format!("{i} {name}");
+    events.iter().find(|e| e.typ.starts_with("effect_") && e.detail == want)
+}
+
+/// Builds the waterfall. `now` is the store clock (the end of the axis of a run still going).
+pub(crate) fn build(h: &RunHeader, journal: &[Entry], events: &[RunEvent], now: u64) -> Timeline {
+    // A claim starts a slice: a call recorded in it started no earlier. A takeover does not
+    // restart the call the dead worker was in: its bar spans the crash (the marker shows it).
+    let claims: Vec<u64> = events.iter().filter(|e| e.typ == "claimed").map(|e| e.at).collect();
+    let last_claim = |upto: u64| claims.iter().copied().filter(|t| *t <= upto).max();
+    let mut bars = Vec::new();
+    let mut boundary = h.created_at;
+    for (i, e) in journal.iter().enumerate() {
+        let (kind, mut class, mut state) = (e.kind.as_str(), e.kind.as_str().to_owned(), String::from("done"));
+        let (start, end) = match e.kind {
+            EntryKind::Sleep => {
+                // Its result is the wake time.
+                let wake = match &e.outcome {
+                    Outcome::Ok(v) => v.as_u64().or_else(|| v.get("wake_at").and_then(|w| w.as_u64())),
+                    Outcome::Err(_) => None,
+                };
+                state = "slept".into();
+                (e.at, wake.unwrap_or(e.at).max(e.at))
+            }
+            EntryKind::Interrupt | EntryKind::Signal => {
+                state = "answered".into();
+                (boundary, e.at)
+            }
+            _ => (last_claim(e.at).unwrap_or(boundary).max(boundary).min(e.at), e.at),
+        };
+        if e.kind == EntryKind::Effect {
+            state = match effect_event(events, i, &e.name).map(|ev| ev.typ.as_str()) {
+                Some("effect_skipped") => "skipped (already applied)".into(),
+                Some("effect_failed") => "failed".into(),
+                _ => "done".into(),
+            };
+        }
+        if matches!(e.outcome, Outcome::Err(_)) {
+            state = "failed".into();
+        }
+        class.push(' ');
+        class.push_str(state.split(' ').next().unwrap_or("done"));
+        bars.push(Bar {
+            index: i as u32,
+            name: e.name.clone(),
+            kind,
+            class,
+            state,
+            key: e.key.clone(),
+            start,
+            end,
+            took: span(end.saturating_sub(start)),
+            attempts: e.attempts,
+            left: 0.0,
+            width: 0.0,
+            caption_style: String::new(),
+        });
+        boundary = if e.kind == EntryKind::Sleep { end.min(now) } else { e.at };
+    }
+    let next = h.steps;
+    let tail_end = if h.status.is_final() {
+        h.finished_at.unwrap_or(h.updated_at)
+    } else {
+        now
+    };
+    // The call in flight, or the effect in doubt that blocks the run.
+    let open = match h.status {
+        RunStatus::Blocked => h.blocked_effect.as_ref().map(|k| {
+            (
+                "effect",
+                "effect in_doubt".to_owned(),
+                "in doubt".to_owned(),
+                Some(k.clone()),
+                k.split(':').next().unwrap_or("effect").to_owned(),
+            )
+        }),
+        RunStatus::Running => Some((
+            "step",
+            "step inflight".to_owned(),
+            "in flight".to_owned(),
+            None,
+            format!("entry {next}"),
+        )),
+        _ => None,
+    };
+    if let Some((kind, class, state, key, name)) = open {
+        let start = last_claim(tail_end).unwrap_or(boundary).max(boundary);
+        bars.push(Bar {
+            index: next,
+            name,
+            kind,
+            class,
+            state,
+            key,
+            start,
+            end: tail_end.max(start),
+            took: span(tail_end.saturating_sub(start)),
+            attempts: 0,
+            left: 0.0,
+            width: 0.0,
+            caption_style: String::new(),
+        });
+    }
+    let mut marks: Vec<Mark> = events
+        .iter()
+        .filter_map(|e| {
+            mark_label(e).map(|label| Mark {
+                at: e.at,
+                class: e.typ.clone(),
+                label,
+                left: 0.0,
+            })
+        })
+        .collect();
+    let start = h.created_at.min(bars.iter().map(|b| b.start).min().unwrap_or(u64::MAX));
+    let end = bars
+        .iter()
+        .map(|b| b.end)
+        .chain(marks.iter().map(|m| m.at))
+        .chain([tail_end])
+        .max()
+        .unwrap_or(start)
+        .max(start + 1);
+    let pos = |t: u64| ((t.saturating_sub(start)) as f64 * 100.0 / (end - start) as f64).clamp(0.0, 100.0);
+    for b in &mut bars {
+        b.left = pos(b.start);
+        b.width = (pos(b.end) - b.left).max(0.6).min(100.0 - b.left.min(99.4));
+        b.caption_style = if b.left > 55.0 {
+            format!("right: {:.2}%; text-align: right", (100.0 - b.left - b.width).max(0.0))
+        } else {
+            format!("left: {:.2}%", b.left)
+        };
+    }
+    for m in &mut marks {
+        m.left = pos(m.at);
+    }
+    marks.sort_by_key(|m| m.at);
+    Timeline {
+        start,
+        end,
+        length: span(end - start),
+        takeovers: marks.iter().filter(|m| m.class == "takeover").count(),
+        crash_lines: marks
+            .iter()
+            .filter(|m| m.class == "takeover")
+            .map(|m| format!("{:.2}", m.left))
+            .collect(),
+        bars,
+        marks,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use savepoint::ids::ThreadId;
+    use serde_json::json;
+
+    fn ev(at: u64, typ: &str, detail: &str) -> RunEvent {
+        RunEvent {
+            id: String::new(),
+            typ: typ.into(),
+            detail: detail.into(),
+            at,
+        }
+    }
+
+    fn entry(name: &str, kind: EntryKind, at: u64, key: Option<&str>) -> Entry {
+        Entry {
+            v: 2,
+            name: name.into(),
+            kind,
+            outcome: Outcome::Ok(json!(null)),
+            at,
+            attempts: 1,
+            key: key.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn the_invoice_story_shows_the_crash_between_the_ledger_and_the_single_email() {
+        let fields = std::collections::BTreeMap::from([
+            ("status".to_owned(), b"completed".to_vec()),
+            ("created".to_owned(), b"1000".to_vec()),
+            ("finished".to_owned(), b"5000".to_vec()),
+            ("steps".to_owned(), b"4".to_vec()),
+        ]);
+        let h = RunHeader::from_fields(&ThreadId::new("inv".to_owned()).unwrap(), &fields).unwrap();
+        let journal = [
+            entry("read_pdf", EntryKind::Step, 1100, None),
+            entry("extract_totals", EntryKind::Step, 1200, None),
+            entry("ledger.post", EntryKind::Effect, 1300, Some("ledger:INV-1")),
+            entry("email.send", EntryKind::Effect, 4900, Some("email:inv")),
+        ];
+        let events = [
+            ev(1000, "created", "invoice@1"),
+            ev(1010, "claimed", "worker-a"),
+            ev(1300, "effect_done", "2 ledger.post"),
+            ev(4000, "takeover", "worker-b took the expired lease of worker-a"),
+            ev(4900, "effect_done", "3 email.send"),
+            ev(5000, "completed", ""),
+        ];
+        let t = build(&h, &journal, &events, 9_000);
+        assert_eq!(t.takeovers, 1);
+        assert_eq!(t.bars.len(), 4);
+        let email = &t.bars[3];
+        assert_eq!((email.start, email.end, email.state.as_str()), (1300, 4900, "done"));
+        assert_eq!(
+            t.crash_lines,
+            vec!["75.00".to_owned()],
+            "the crash is drawn across the lanes"
+        );
+        assert_eq!(t.bars[0].start, 1010, "the first step starts at the claim");
+        assert!(t
+            .marks
+            .iter()
+            .any(|m| m.label == "crash: worker-a died, worker-b took over"));
+        assert_eq!((t.start, t.end), (1000, 5000));
+    }
+}
