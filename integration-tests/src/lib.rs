@@ -12,6 +12,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod browser;
 pub mod http;
 pub mod inproc;
 pub mod procs;

@@ -147,7 +147,23 @@ pub(crate) struct FleetPage {
     now: String,
 }
 
-async fn health(w: &WorkerInfo) -> (String, bool) {
+/// A registration is refreshed every third of its TTL: one missed by two seconds more is a
+/// worker that stopped (killed, paused, cut off); the registration outlives it until the TTL.
+fn silence(w: &WorkerInfo, now: u64) -> Option<String> {
+    let silent = now.saturating_sub(w.last_heartbeat());
+    (w.ttl_ms > 0 && silent > w.ttl_ms / 3 + 2_000).then(|| {
+        format!(
+            "no heartbeat for {} (expected every {}): stopped or cut off",
+            crate::api::doctor::span(silent),
+            crate::api::doctor::span(w.ttl_ms / 3)
+        )
+    })
+}
+
+async fn health(w: &WorkerInfo, now: u64) -> (String, bool) {
+    if let Some(s) = silence(w, now) {
+        return (s, false);
+    }
     let Some(ops) = &w.ops else {
         return ("no health listener".into(), true);
     };
@@ -169,7 +185,7 @@ pub(crate) async fn page(svc: &Services, samples: &Samples) -> Result<FleetPage,
         // The first view: one sample now, so the page has figures at once.
         sample(svc, samples).await?;
     }
-    let healths = futures::future::join_all(workers.iter().map(health)).await;
+    let healths = futures::future::join_all(workers.iter().map(|w| health(w, now))).await;
     let rows = workers
         .iter()
         .zip(healths)
@@ -313,4 +329,24 @@ fn chart(title: &str, series: &[(&str, Vec<(u64, f64)>)]) -> String {
         &clock(t1)[11..]
     );
     svg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_that_missed_its_heartbeats_is_called_stopped() {
+        let w = WorkerInfo {
+            until: 40_000,
+            ttl_ms: 30_000,
+            ..WorkerInfo::default()
+        };
+        // Last heartbeat at 10 s, one due every 10 s.
+        assert_eq!(silence(&w, 21_000), None);
+        assert_eq!(
+            silence(&w, 22_500).as_deref(),
+            Some("no heartbeat for 12.5 s (expected every 10.0 s): stopped or cut off")
+        );
+    }
 }

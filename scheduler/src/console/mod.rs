@@ -60,6 +60,7 @@ pub(crate) fn routes(api: ApiState) -> Router {
         .route("/ui/fleet", get(fleet_page))
         .route("/ui/assets/console.js", get(script))
         .route("/ui/assets/console.css", get(style))
+        .route("/ui/assets/favicon.svg", get(favicon))
         .with_state(ConsoleState { api, samples })
 }
 
@@ -67,6 +68,14 @@ async fn script() -> Response {
     (
         [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
         include_str!("../../assets/console.js"),
+    )
+        .into_response()
+}
+
+async fn favicon() -> Response {
+    (
+        [(header::CONTENT_TYPE, "image/svg+xml")],
+        include_str!("../../assets/favicon.svg"),
     )
         .into_response()
 }
