@@ -186,6 +186,11 @@ async fn a_live_holder_then_a_killed_one_whose_lease_is_taken_over_when_the_doct
     let at = savepoint_scheduler::cli::render::timestamp(until);
     assert!(summary(&d).contains("its process does not answer /healthz"), "{d:#}");
     assert!(
+        summary(&d).contains("No other live worker serves invoice v1 yet: the first one that starts"),
+        "{d:#}"
+    );
+    assert_eq!(d["servers"], json!([]), "the dead holder serves nothing: {d:#}");
+    assert!(
         summary(&d).contains(&format!("over when the lease expires, at {at}")),
         "{d:#}"
     );
@@ -242,6 +247,8 @@ async fn an_effect_in_doubt_gives_both_resolve_commands_with_its_key() {
     assert!(killed_by_signal(&a.wait_exit(LONG).await));
     let _b = w.worker(WORKER, "b", "");
     let d = diagnosed(&w, &t, "blocked_in_doubt").await;
+    // (The README's sample: `cargo test --test doctor -- in_doubt --nocapture`.)
+    println!("{}", savepoint_scheduler::cli::render::diagnosis(&d));
     let key = format!("email:{t}");
     assert!(
         summary(&d).starts_with("Blocked until an operator acts: an effect's outcome is unknown"),

@@ -179,7 +179,11 @@ pub async fn run(mut cfg: Config, args: DevArgs) -> anyhow::Result<()> {
         spawn_worker(&cfg, "w1", &store, None, CancellationToken::new(), &mut fleet);
         spawn_worker(&cfg, "w2", &store, None, CancellationToken::new(), &mut fleet);
     }
-    println!("\nServing with workers w1 and w2. Try:\n  savepoint start approval\n  savepoint list\nCtrl-C to stop.");
+    let http = cfg.scheduler.http_addr.replace("0.0.0.0", "127.0.0.1");
+    println!(
+        "\nServing with workers w1 and w2. Console: http://{http}/ui  API docs: http://{http}/docs\nTry:\n  \
+         savepoint start approval\n  savepoint list\n  savepoint doctor <thread>\nCtrl-C to stop."
+    );
     let term = CancellationToken::new();
     tokio::spawn(savepoint_worker::signals::on_terminate(term.clone()));
     term.cancelled().await;

@@ -30,6 +30,8 @@ const LAST_EVENTS: usize = 10;
 const PROBE: Duration = Duration::from_millis(1_000);
 /// Past its due time by more than this, a runnable run counts as overdue.
 const OVERDUE_AFTER_MS: u64 = 2_000;
+/// Workers whose `/healthz` one diagnosis asks at most.
+const MAX_PROBES: usize = 16;
 
 /// What the doctor concluded, as a code a program can switch on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -187,8 +189,9 @@ pub(crate) struct Facts {
     pub now: u64,
     /// The live fleet.
     pub workers: Vec<WorkerInfo>,
-    /// The lease holder's `/healthz` answer (`None`: not probed or no listener).
-    pub healthz: Option<Result<(), String>>,
+    /// What each probed worker's `/healthz` answered, by worker id (the lease holder and
+    /// the workers serving the run's workflow; workers without a listener are not probed).
+    pub health: std::collections::BTreeMap<String, Result<(), String>>,
     /// Ready tasks in the queue.
     pub queue_depth: Option<u32>,
     /// The last journal entry (what a sleeping run sleeps on).
@@ -329,10 +332,15 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
     let now = f.now;
     let mut evidence = Vec::new();
     let mut actions = Vec::new();
+    // Registrations whose heartbeats stopped belong to workers that are gone (killed,
+    // paused, cut off) until their TTL removes them: they serve nothing.
+    // So do registrations whose process does not answer its health listener.
+    let gone = |w: &WorkerInfo| w.silent_for(now).is_some() || matches!(f.health.get(&w.id), Some(Err(_)));
+    let silent: Vec<&WorkerInfo> = f.workers.iter().filter(|w| gone(w)).collect();
     let servers: Vec<Server> = f
         .workers
         .iter()
-        .filter(|w| w.serves(&h.workflow, h.workflow_version))
+        .filter(|w| !gone(w) && w.serves(&h.workflow, h.workflow_version))
         .map(|w| {
             let e = w.workflows.iter().find(|e| e.name == h.workflow);
             Server {
@@ -348,6 +356,7 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
     let served_versions: Vec<String> = f
         .workers
         .iter()
+        .filter(|w| !gone(w))
         .flat_map(|w| w.workflows.iter().filter(|e| e.name == h.workflow))
         .map(|e| format!("v{}..=v{}", e.min_version, e.version))
         .collect();
@@ -390,12 +399,14 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
         .map(|owner| {
             let reg = f.workers.iter().find(|w| &w.id == owner);
             let expired = now > h.lease_until;
-            let healthz = match &f.healthz {
+            let probe = f.health.get(owner);
+            let healthz = match probe {
                 Some(Ok(())) => "ok".to_owned(),
                 Some(Err(e)) => format!("unreachable: {e}"),
                 None => "not served".to_owned(),
             };
-            let alive = reg.is_some() && !expired && !matches!(f.healthz, Some(Err(_)));
+            let silent = reg.and_then(|w| w.silent_for(now));
+            let alive = reg.is_some() && silent.is_none() && !expired && !matches!(probe, Some(Err(_)));
             LeaseHolder {
                 worker: owner.clone(),
                 lease_until: h.lease_until,
@@ -422,6 +433,21 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
         evidence.push(format!("{depth} task(s) ready in the queue"));
     }
     evidence.push(servers_text.clone());
+    if !silent.is_empty() {
+        evidence.push(format!(
+            "{} registered worker(s) are gone (their registrations expire on their own): {}",
+            silent.len(),
+            silent
+                .iter()
+                .map(|w| match (w.silent_for(now), f.health.get(&w.id)) {
+                    (Some(s), _) => format!("{} (no heartbeat for {})", w.id, span(s)),
+                    (None, Some(Err(e))) => format!("{} (/healthz unreachable: {e})", w.id),
+                    _ => w.id.clone(),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     let mut effects = Vec::new();
     if let Some(key) = h.blocked_effect.as_deref().filter(|_| h.status == RunStatus::Blocked) {
         effects.push(record_fact(key, "blocked_on", f.blocked_record.as_ref()));
@@ -591,7 +617,8 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
                 format!("Blocked until an operator acts: {what}. Reason: {reason}."),
             )
         }
-        _ if no_worker => {
+        // (A running run's holder is judged first: dead, it is taken over by whoever serves it.)
+        _ if no_worker && h.status != RunStatus::Running => {
             actions.push(deploy_action(format!(
                 "Deploy (or scale up) a worker that serves {} v{}; the run is picked up as soon as it registers",
                 h.workflow, h.workflow_version
@@ -621,21 +648,34 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
             ),
             Some(l) => {
                 let why = if !l.registered {
-                    "its registration expired"
+                    "its registration expired".to_owned()
+                } else if let Some(s) = f
+                    .workers
+                    .iter()
+                    .find(|w| w.id == l.worker)
+                    .and_then(|w| w.silent_for(now))
+                {
+                    format!("no heartbeat for {}", span(s))
                 } else if l.expired {
-                    "its lease expired without a heartbeat"
+                    "its lease expired without a heartbeat".to_owned()
                 } else {
-                    "its process does not answer /healthz"
+                    "its process does not answer /healthz".to_owned()
                 };
                 let takeover = now.max(l.lease_until);
                 (
                     Case::HeldByDeadWorker,
                     true,
                     format!(
-                        "Held by a dead worker: {} is gone ({why}). Another worker ({} serve it) takes the run \
-                         over when the lease expires, at {}, and resumes at entry {}.",
+                        "Held by a dead worker: {} is gone ({why}). {} takes the run over when the lease \
+                         expires, at {}, and resumes at entry {}.",
                         l.worker,
-                        servers.len(),
+                        match servers.len() {
+                            0 => format!(
+                                "No other live worker serves {} v{} yet: the first one that starts",
+                                h.workflow, h.workflow_version
+                            ),
+                            n => format!("Another worker ({n} live serve it)"),
+                        },
                         when(takeover, now),
                         h.steps
                     ),
@@ -763,13 +803,16 @@ pub(crate) async fn gather(svc: &Services, h: &RunHeader) -> Result<Facts, ApiEr
         Some(i) if h.status == RunStatus::Sleeping => store.entry(&h.thread, i).await?,
         _ => None,
     };
-    let healthz = match h.owner.as_deref().filter(|_| h.status == RunStatus::Running) {
-        Some(owner) => match workers.iter().find(|w| w.id == owner).and_then(|w| w.ops.clone()) {
-            Some(ops) => Some(healthz(&ops).await),
-            None => None,
-        },
-        None => None,
-    };
+    // The lease holder and the workers that could serve the run, each asked at once.
+    let probed = workers.iter().filter(|w| {
+        w.ops.is_some() && (h.owner.as_deref() == Some(w.id.as_str()) || w.serves(&h.workflow, h.workflow_version))
+    });
+    let answers = futures::future::join_all(probed.take(MAX_PROBES).map(|w| async move {
+        let ops = w.ops.as_deref().unwrap_or_default();
+        (w.id.clone(), healthz(ops).await)
+    }))
+    .await;
+    let health = answers.into_iter().collect();
     let queue_depth = match h.status {
         RunStatus::Pending | RunStatus::Running | RunStatus::Sleeping => {
             tokio::time::timeout(PROBE, svc.publisher.broker().queue_depth())
@@ -790,7 +833,7 @@ pub(crate) async fn gather(svc: &Services, h: &RunHeader) -> Result<Facts, ApiEr
     Ok(Facts {
         now,
         workers,
-        healthz,
+        health,
         queue_depth,
         last,
         blocked_record,
@@ -874,11 +917,11 @@ mod tests {
         let mut f = Facts {
             now: 10_000,
             workers: vec![worker("w1", 1)],
-            healthz: Some(Ok(())),
+            health: [("w1".to_owned(), Ok(()))].into(),
             ..Facts::default()
         };
         assert_eq!(diagnose(&h, &f).case, Case::Running);
-        f.healthz = Some(Err("connection refused".into()));
+        f.health.insert("w1".into(), Err("connection refused".into()));
         let d = diagnose(&h, &f);
         assert_eq!(d.case, Case::HeldByDeadWorker);
         assert!(d.summary.contains("at 1970-01-01T00:00:15.000Z"), "{}", d.summary);

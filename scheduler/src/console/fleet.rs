@@ -150,8 +150,7 @@ pub(crate) struct FleetPage {
 /// A registration is refreshed every third of its TTL: one missed by two seconds more is a
 /// worker that stopped (killed, paused, cut off); the registration outlives it until the TTL.
 fn silence(w: &WorkerInfo, now: u64) -> Option<String> {
-    let silent = now.saturating_sub(w.last_heartbeat());
-    (w.ttl_ms > 0 && silent > w.ttl_ms / 3 + 2_000).then(|| {
+    w.silent_for(now).map(|silent| {
         format!(
             "no heartbeat for {} (expected every {}): stopped or cut off",
             crate::api::doctor::span(silent),

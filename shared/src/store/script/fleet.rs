@@ -92,6 +92,14 @@ impl WorkerInfo {
         self.until.saturating_sub(self.ttl_ms)
     }
 
+    /// Milliseconds since the last heartbeat, when it is overdue: registrations are refreshed
+    /// every third of their TTL, so one silent for that plus two seconds is a worker that
+    /// stopped (killed, paused, cut off) whose registration has not expired yet.
+    pub fn silent_for(&self, now: u64) -> Option<u64> {
+        let silent = now.saturating_sub(self.last_heartbeat());
+        (self.ttl_ms > 0 && silent > self.ttl_ms / 3 + 2_000).then_some(silent)
+    }
+
     /// True when this worker serves `workflow` at recorded version `version`.
     pub fn serves(&self, workflow: &str, version: u32) -> bool {
         self.workflows
