@@ -409,10 +409,24 @@ async fn two_replicas_publish_each_due_run_once() {
         store.create(&t, "echo", 1, "null", "").await.unwrap();
         threads.push(t.to_string());
     }
-    // Watch for three redelivery periods: the old scanner rang every run once per period.
+    // Watch for three redelivery periods (the old scanner rang every run once per period),
+    // and on until every run's task has been read: a task published in time but still in the
+    // queue when the watch ends (a slow machine: the collector connects late, reads behind)
+    // is not a missed run.
     let watch = redeliver * 3 + Duration::from_secs(1);
     let started = Instant::now();
-    let tasks = collect_tasks(&api.cfg, watch + Duration::from_secs(5), |_| started.elapsed() >= watch).await;
+    let all_due = |seen: &[savepoint_integration_tests::tasks::SeenTask]| {
+        let due: std::collections::BTreeSet<String> = seen
+            .iter()
+            .filter(|s| s.task.reason == TaskReason::Due)
+            .map(|s| s.task.thread.to_string())
+            .collect();
+        threads.iter().all(|t| due.contains(t))
+    };
+    let tasks = collect_tasks(&api.cfg, watch + Duration::from_secs(30), |seen| {
+        started.elapsed() >= watch && all_due(seen)
+    })
+    .await;
     let mut per_thread: BTreeMap<String, usize> = BTreeMap::new();
     for s in tasks.iter().filter(|s| s.task.reason == TaskReason::Due) {
         *per_thread.entry(s.task.thread.to_string()).or_default() += 1;
