@@ -151,7 +151,8 @@ async fn page(w: &World, path: &str) -> String {
 /// newest first; the other filters (prefix, status, time range) narrow it.
 #[tokio::test]
 async fn the_runs_list_pages_past_a_thousand_runs_and_filters() {
-    let w = World::new("console-pages", |_| {}).await;
+    // One partition: all 1,050 ties in one index (more than a page's query returns at once).
+    let w = World::new("console-pages", |c| c.partitions = 1).await;
     let mut bulk = Vec::new();
     for i in 0..1_050 {
         let t = savepoint::ids::ThreadId::new(format!("bulk-{i:05}")).unwrap();
@@ -161,6 +162,18 @@ async fn the_runs_list_pages_past_a_thousand_runs_and_filters() {
     for i in 0..60 {
         let t = savepoint::ids::ThreadId::new(format!("oth-{i:03}")).unwrap();
         w.store.create(&t, "other", 1, "{}", "").await.expect("create");
+    }
+    // Every bulk run indexed at the same millisecond: pages must break ties by thread id, not
+    // skip or repeat them.
+    let tied = w.store.server_time().await.unwrap();
+    for t in &bulk {
+        let t = savepoint::ids::ThreadId::new(t.clone()).unwrap();
+        let index = w.store.keys().index(w.store.keys().partition(&t));
+        let _: i64 = w
+            .store
+            .query(redis::cmd("ZADD").arg(index).arg(tied).arg(t.as_str()))
+            .await
+            .unwrap();
     }
     let (mut seen, mut next, mut pages) = (Vec::new(), Some("/ui?workflow=bulk&limit=200".to_owned()), 0);
     while let Some(path) = next {

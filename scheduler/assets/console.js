@@ -20,13 +20,20 @@
     return [...document.querySelectorAll("textarea.action-value")].some((t) => t.dataset.touched && t.value.trim() !== "");
   }
 
+  // One refresh at a time; a newer one supersedes an older one still loading.
+  let generation = 0;
+
+  // `force`: refresh even with "live" unticked (after an action), never while someone edits.
   async function refresh(force) {
     const live = $("#live");
-    if (!force && (!live || !live.checked || editing() || busy)) return;
+    if ((!force && (!live || !live.checked)) || editing() || busy) return;
+    const mine = ++generation;
     try {
       const r = await fetch(location.href, { headers: { Accept: "text/html" } });
-      const doc = new DOMParser().parseFromString(await r.text(), "text/html");
-      const fresh = doc.getElementById("content");
+      const html = await r.text();
+      // Typing started, an action began or a newer refresh ran while this one loaded.
+      if (mine !== generation || editing() || busy) return;
+      const fresh = new DOMParser().parseFromString(html, "text/html").getElementById("content");
       if (fresh) $("#content").innerHTML = fresh.innerHTML;
       stamp(r.ok ? "" : "refresh answered " + r.status, !r.ok);
     } catch (e) {
@@ -35,23 +42,31 @@
   }
 
   // Asks before an action the engine cannot undo; resolves to true when confirmed.
-  function confirmDialog(label, call) {
+  // Resolves to null when declined, else to the reason typed (when one was asked for).
+  function confirmDialog(label, call, askReason) {
     const d = $("#confirm");
-    if (!d || typeof d.showModal !== "function") return Promise.resolve(window.confirm(label));
     $("#confirm-text").textContent = label;
     $("#confirm-call").textContent = call;
+    $("#confirm-reason-box").hidden = !askReason;
     return new Promise((resolve) => {
-      d.addEventListener("close", () => resolve(d.returnValue === "ok"), { once: true });
+      d.addEventListener(
+        "close",
+        () => resolve(d.returnValue === "ok" ? $("#confirm-reason").value.trim() || "cancelled from the console" : null),
+        { once: true }
+      );
       d.returnValue = "";
       d.showModal();
     });
   }
 
-  function fill(template, value) {
+  // The body template with its placeholders filled: "<json>" by the value, "<text>" by the
+  // reason (each placeholder is looked up in the template, never in a filled value).
+  function fill(template, value, reason) {
     const body = JSON.parse(template);
     for (const k of Object.keys(body)) {
-      if (body[k] === "<json>") body[k] = value;
-      if (body[k] === "<text>") body[k] = "from the console";
+      const slot = body[k];
+      if (slot === "<json>") body[k] = value;
+      else if (slot === "<text>") body[k] = reason || "from the console";
     }
     return JSON.stringify(body);
   }
@@ -72,10 +87,10 @@
     out.textContent = "";
     const method = btn.dataset.method;
     const path = btn.dataset.path;
-    let body = btn.dataset.body || "";
-    if (btn.dataset.needsValue) {
-      const ta = $(".action-value", box);
-      let value;
+    const template = btn.dataset.body || "";
+    const ta = btn.dataset.needsValue ? $(".action-value", box) : null;
+    let value = null;
+    if (ta) {
       try {
         if (ta.value.trim() === "") throw new Error("the value is empty");
         value = JSON.parse(ta.value);
@@ -86,14 +101,16 @@
         return;
       }
       ta.removeAttribute("aria-invalid");
-      body = fill(body, value);
-    } else if (body) {
-      body = fill(body, null);
     }
-    if (btn.dataset.confirm && !(await confirmDialog(btn.dataset.label, method + " " + path))) {
-      out.textContent = "Not done: nothing was changed.";
-      return;
+    let reason = null;
+    if (btn.dataset.confirm) {
+      reason = await confirmDialog(btn.dataset.label, method + " " + path, !!btn.dataset.needsReason);
+      if (reason === null) {
+        out.textContent = "Not done: nothing was changed.";
+        return;
+      }
     }
+    const body = template ? fill(template, value, reason) : "";
     btn.disabled = true;
     busy = true;
     try {
@@ -114,6 +131,8 @@
       }
       out.className = "result ok";
       out.textContent = "Done (" + r.status + ")" + (summary(j) ? ": " + summary(j) : "") + ".";
+      if (ta) delete ta.dataset.touched;
+      busy = false;
       setTimeout(() => refresh(true), 1200);
     } catch (e) {
       out.className = "result error";

@@ -195,6 +195,21 @@ pub fn stable_hash(s: &str) -> u64 {
     h
 }
 
+/// This machine's host name (`HOSTNAME`, else `/etc/hostname`, else `localhost`), read once:
+/// workers register it, and the doctor compares it to tell whether a worker's loopback health
+/// address is reachable from here.
+pub fn host_name() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".into())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

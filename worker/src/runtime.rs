@@ -116,14 +116,8 @@ fn advertised(bound: std::net::SocketAddr) -> String {
     }
 }
 
-/// This machine's host name (`HOSTNAME`, else `/etc/hostname`, else `localhost`).
 fn host_name() -> String {
-    std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".into())
+    savepoint::ids::host_name().to_owned()
 }
 
 /// Refreshes the worker's registration every third of its TTL until aborted (or crashed),

@@ -335,7 +335,7 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
     // Registrations whose heartbeats stopped belong to workers that are gone (killed,
     // paused, cut off) until their TTL removes them: they serve nothing.
     // So do registrations whose process does not answer its health listener.
-    let gone = |w: &WorkerInfo| w.silent_for(now).is_some() || matches!(f.health.get(&w.id), Some(Err(_)));
+    let gone = |w: &WorkerInfo| w.silent_for(now).is_some() || proves_gone(f.health.get(&w.id));
     let silent: Vec<&WorkerInfo> = f.workers.iter().filter(|w| gone(w)).collect();
     let servers: Vec<Server> = f
         .workers
@@ -406,7 +406,7 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
                 None => "not served".to_owned(),
             };
             let silent = reg.and_then(|w| w.silent_for(now));
-            let alive = reg.is_some() && silent.is_none() && !expired && !matches!(probe, Some(Err(_)));
+            let alive = reg.is_some() && silent.is_none() && !expired && !proves_gone(probe);
             LeaseHolder {
                 worker: owner.clone(),
                 lease_until: h.lease_until,
@@ -471,8 +471,31 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
             h.crashed_by.as_deref().unwrap_or("?")
         ));
     }
-    let runnable = matches!(h.status, RunStatus::Pending | RunStatus::Running | RunStatus::Sleeping);
-    let no_worker = runnable && servers.is_empty();
+    // Workers that answer their heartbeats but not the doctor (a network in between).
+    for w in f.workers.iter().filter(|w| !gone(w)) {
+        if let Some(Err(e)) = f.health.get(&w.id) {
+            evidence.push(format!(
+                "{} heartbeats but its /healthz is unreachable from this scheduler ({e})",
+                w.id
+            ));
+        }
+    }
+    // A runnable run no live worker serves: pending, or sleeping with its wake-up near. A
+    // worker that tried it and gave it back says why (another version or checkpoint schema).
+    let soon = h.due.is_none_or(|d| d <= now + 60_000);
+    let given_back = h
+        .waiting_for
+        .as_deref()
+        .filter(|_| matches!(h.status, RunStatus::Pending | RunStatus::Sleeping));
+    let no_worker = (servers.is_empty()
+        && (h.status == RunStatus::Pending || (h.status == RunStatus::Sleeping && soon)))
+        || given_back.is_some();
+    if servers.is_empty() && h.status == RunStatus::Sleeping && !soon {
+        evidence.push(format!(
+            "no live worker serves {} v{} now: one must be running when it wakes",
+            h.workflow, h.workflow_version
+        ));
+    }
     let (case, progressing, summary) = match h.status {
         RunStatus::Completed => (
             Case::Completed,
@@ -504,7 +527,13 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
                 .due
                 .map(|d| format!("; it gives up waiting at {}", when(d, now)))
                 .unwrap_or_default();
-            if kind == "interrupt" {
+            if h.wait.is_none() {
+                (
+                    Case::WaitingForSignal,
+                    false,
+                    format!("Waiting (for {since}), but the run records nothing it waits for{deadline}."),
+                )
+            } else if kind == "interrupt" {
                 actions.push(api_action(
                     format!("Answer the interrupt {name:?} (the value is checked against its schema)"),
                     format!("savepoint resume {} '<json>'", sh(thread)),
@@ -625,14 +654,19 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
             )));
             actions.push(cancel_action(thread));
             if let Some(w) = &h.waiting_for {
-                evidence.push(format!("the last worker that tried said: {w}"));
+                evidence.push(format!("the last worker that tried it gave it back: {w}"));
             }
+            let why = match (servers.is_empty(), given_back) {
+                (false, Some(w)) => format!(
+                    "{w} (the live workers serving {} v{} gave it back)",
+                    h.workflow, h.workflow_version
+                ),
+                _ => servers_text.clone(),
+            };
             (
                 Case::NoWorker,
                 false,
-                format!(
-                    "Not progressing: {servers_text}. It waits in the store (nothing is lost) until one registers."
-                ),
+                format!("Not progressing: {why}. It waits in the store (nothing is lost) until one registers."),
             )
         }
         RunStatus::Running => match &lease {
@@ -661,13 +695,15 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
                 } else {
                     "its process does not answer /healthz".to_owned()
                 };
-                let takeover = now.max(l.lease_until);
+                // The scanner rings the run once its lease and the grace after it have passed
+                // (its due time while leased).
+                let takeover = now.max(h.due.unwrap_or(l.lease_until).max(l.lease_until));
                 (
                     Case::HeldByDeadWorker,
                     true,
                     format!(
-                        "Held by a dead worker: {} is gone ({why}). {} takes the run over when the lease \
-                         expires, at {}, and resumes at entry {}.",
+                        "Held by a dead worker: {} is gone ({why}). {} takes the run over once the lease \
+                         and its grace have passed, at {}, and resumes at entry {}.",
                         l.worker,
                         match servers.len() {
                             0 => format!(
@@ -696,26 +732,46 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
         }
         RunStatus::Sleeping => {
             let due = h.due.map(|d| when(d, now)).unwrap_or_else(|| "(no due time)".into());
+            let late = h
+                .due
+                .and_then(|d| now.checked_sub(d))
+                .filter(|l| *l > OVERDUE_AFTER_MS)
+                .map(|l| {
+                    format!(
+                        "; overdue by {}: no worker has picked it up yet (the due scanner hands it out again)",
+                        span(l)
+                    )
+                })
+                .unwrap_or_default();
             match f.last.as_ref().filter(|e| e.kind == EntryKind::Sleep) {
                 Some(e) => (
                     Case::Sleeping,
                     true,
-                    format!("Sleeping on the durable timer {:?} until {due}.", e.name),
+                    format!("Sleeping on the durable timer {:?} until {due}{late}.", e.name),
                 ),
                 None => (
                     Case::BackingOff,
                     true,
-                    format!("Backing off before a retry until {due}."),
+                    format!("Backing off before a retry until {due}{late}."),
                 ),
             }
         }
         // Pending.
         _ => {
             let late = h.due.and_then(|d| now.checked_sub(d)).filter(|l| *l > OVERDUE_AFTER_MS);
-            let backlog = f.queue_depth.unwrap_or(0);
+            let backlog = f.queue_depth;
             let busy: u32 = servers.iter().map(|s| s.in_flight).sum();
             match late {
-                Some(late) if backlog == 0 => (
+                Some(late) if backlog.is_none() => (
+                    Case::Overdue,
+                    true,
+                    format!(
+                        "Overdue by {}: due, and no worker has claimed it; the broker did not say how many \
+                         tasks are queued ahead of it. The due scanner hands it out again.",
+                        span(late)
+                    ),
+                ),
+                Some(late) if backlog == Some(0) => (
                     Case::Overdue,
                     true,
                     format!(
@@ -728,8 +784,11 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
                     Case::Queued,
                     true,
                     format!(
-                        "Queued behind a backlog of {backlog} task(s) for {} live worker(s) serving it ({busy} \
+                        "Queued behind a backlog of {} task(s) for {} live worker(s) serving it ({busy} \
                          run(s) in flight there){}.",
+                        backlog
+                            .map(|n| n.to_string())
+                            .unwrap_or_else(|| "an unknown number of".into()),
                         servers.len(),
                         late.map(|l| format!("; due {} ago", span(l))).unwrap_or_default()
                     ),
@@ -763,25 +822,50 @@ fn probe_client() -> &'static reqwest::Client {
 }
 
 /// Asks a worker's health listener whether the process is there.
-async fn healthz(ops: &str) -> Result<(), String> {
+/// Asks a worker's health listener whether the process is there: `Ok`, or why not. A refused
+/// connection (nothing listens at the address the worker registered) is `refused: …`, the
+/// one answer that proves the process gone; a timeout may be the network.
+pub(crate) async fn healthz(ops: &str) -> Result<(), String> {
     let r = probe_client()
         .get(format!("{}/healthz", ops.trim_end_matches('/')))
         .send()
         .await
         .map_err(|e| {
+            let refused = e.is_connect() && !e.is_timeout();
             let mut msg = e.to_string();
             let mut src = std::error::Error::source(&e);
             while let Some(s) = src {
                 msg = s.to_string();
                 src = s.source();
             }
-            msg
+            if refused {
+                format!("{REFUSED}{msg}")
+            } else {
+                msg
+            }
         })?;
     if r.status().is_success() {
         Ok(())
     } else {
         Err(format!("answered {}", r.status()))
     }
+}
+
+/// Prefix of a probe answer that proves the worker gone.
+const REFUSED: &str = "refused: ";
+
+/// True when a probe answer proves the process gone (a refused connection, or a listener
+/// answering that it is not healthy).
+fn proves_gone(probe: Option<&Result<(), String>>) -> bool {
+    matches!(probe, Some(Err(e)) if e.starts_with(REFUSED) || e.starts_with("answered "))
+}
+
+/// Whether the scheduler can ask this worker's listener: a loopback address means the same
+/// host only (the host name it registered is this one's).
+pub(crate) fn probeable(w: &WorkerInfo) -> Option<&str> {
+    let ops = w.ops.as_deref()?;
+    let loopback = ops.contains("//127.") || ops.contains("//[::1]") || ops.contains("//localhost");
+    (!loopback || w.host == savepoint::ids::host_name()).then_some(ops)
 }
 
 async fn effect_record(svc: &Services, key: &str) -> Result<Option<EffectRecord>, ApiError> {
@@ -803,14 +887,20 @@ pub(crate) async fn gather(svc: &Services, h: &RunHeader) -> Result<Facts, ApiEr
         Some(i) if h.status == RunStatus::Sleeping => store.entry(&h.thread, i).await?,
         _ => None,
     };
-    // The lease holder and the workers that could serve the run, each asked at once.
-    let probed = workers.iter().filter(|w| {
-        w.ops.is_some() && (h.owner.as_deref() == Some(w.id.as_str()) || w.serves(&h.workflow, h.workflow_version))
-    });
-    let answers = futures::future::join_all(probed.take(MAX_PROBES).map(|w| async move {
-        let ops = w.ops.as_deref().unwrap_or_default();
-        (w.id.clone(), healthz(ops).await)
-    }))
+    // The lease holder first, then the workers that could serve the run, each asked at once.
+    let owner = h.owner.as_deref().filter(|_| h.status == RunStatus::Running);
+    let mut probed: Vec<(&str, &str)> = workers
+        .iter()
+        .filter(|w| owner == Some(w.id.as_str()) || w.serves(&h.workflow, h.workflow_version))
+        .filter_map(|w| probeable(w).map(|ops| (w.id.as_str(), ops)))
+        .collect();
+    probed.sort_by_key(|(id, _)| Some(*id) != owner);
+    let answers = futures::future::join_all(
+        probed
+            .into_iter()
+            .take(MAX_PROBES)
+            .map(|(id, ops)| async move { (id.to_owned(), healthz(ops).await) }),
+    )
     .await;
     let health = answers.into_iter().collect();
     let queue_depth = match h.status {
@@ -921,10 +1011,14 @@ mod tests {
             ..Facts::default()
         };
         assert_eq!(diagnose(&h, &f).case, Case::Running);
-        f.health.insert("w1".into(), Err("connection refused".into()));
+        f.health
+            .insert("w1".into(), Err(format!("{REFUSED}connection refused")));
         let d = diagnose(&h, &f);
         assert_eq!(d.case, Case::HeldByDeadWorker);
         assert!(d.summary.contains("at 1970-01-01T00:00:15.000Z"), "{}", d.summary);
+        // A timeout is not proof: the worker still heartbeats, so it is still alive.
+        f.health.insert("w1".into(), Err("operation timed out".into()));
+        assert_eq!(diagnose(&h, &f).case, Case::Running);
     }
 
     #[test]

@@ -222,6 +222,9 @@ fn parse_utc(s: &str) -> Option<u64> {
     let (date, time) = s.split_once('T').or_else(|| s.split_once(' '))?;
     let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
     let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    if !(1970..=9999).contains(&y) {
+        return None;
+    }
     let mut t = time.trim_end_matches('Z').split(':').map(|p| p.parse::<f64>().ok());
     let (hh, mm) = (t.next()??, t.next()??);
     let ss = t.next().flatten().unwrap_or(0.0);
@@ -241,15 +244,14 @@ fn parse_utc(s: &str) -> Option<u64> {
 }
 
 fn since_ms(s: &str) -> Option<u64> {
-    let (n, unit) = s.split_at(s.len().checked_sub(1)?);
-    let n: u64 = n.parse().ok()?;
-    let unit = match unit {
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
+    let unit = match s.chars().last()? {
+        'm' => 60_000,
+        'h' => 3_600_000,
+        'd' => 86_400_000,
         _ => return None,
     };
-    Some(n * unit)
+    let n: u64 = s[..s.len() - 1].parse().ok()?;
+    n.checked_mul(unit)
 }
 
 struct Chip {
@@ -694,6 +696,8 @@ struct InboxPage {
     active: &'static str,
     questions: Vec<Question>,
     signals: Vec<RunRow>,
+    /// Runs waiting in all (when more than the page lists).
+    capped: Option<u64>,
     now: String,
 }
 
@@ -707,8 +711,9 @@ async fn listed(svc: &Services, status: RunStatus) -> Result<Vec<RunHeader>, Sto
 
 async fn inbox_page(State(st): State<ConsoleState>) -> Page {
     let svc = st.api.services()?;
-    let now = svc.store.server_time().await?;
+    let (now, (counts, _)) = tokio::try_join!(svc.store.server_time(), svc.store.status_counts(0))?;
     let waiting = listed(svc, RunStatus::Waiting).await?;
+    let total = counts.get(&RunStatus::Waiting).copied().unwrap_or(0);
     let mut questions = Vec::new();
     let mut signals = Vec::new();
     for h in &waiting {
@@ -731,6 +736,7 @@ async fn inbox_page(State(st): State<ConsoleState>) -> Page {
         active: "inbox",
         questions,
         signals,
+        capped: (total > waiting.len() as u64).then_some(total),
         now: clock(now),
     };
     Ok(render(&page))
@@ -753,12 +759,20 @@ struct AttentionPage {
     blocked: Vec<Trouble>,
     stuck: Vec<Trouble>,
     in_doubt: usize,
+    /// Blocked runs in all (when more than the page lists).
+    capped: Option<u64>,
+    /// How many of the newest pending and sleeping runs were checked for a worker.
+    checked: usize,
     now: String,
 }
 
 async fn attention_page(State(st): State<ConsoleState>) -> Page {
     let svc = st.api.services()?;
-    let (now, workers) = tokio::try_join!(svc.store.server_time(), svc.store.live_workers())?;
+    let (now, workers, (counts, _)) = tokio::try_join!(
+        svc.store.server_time(),
+        svc.store.live_workers(),
+        svc.store.status_counts(0)
+    )?;
     let facts = doctor::Facts {
         now,
         workers,
@@ -783,13 +797,14 @@ async fn attention_page(State(st): State<ConsoleState>) -> Page {
     };
     let blocked: Vec<Trouble> = listed(svc, RunStatus::Blocked).await?.iter().map(trouble).collect();
     // Runnable runs no live worker serves (they wait in the store until one registers).
-    let mut stuck = Vec::new();
+    let (mut stuck, mut checked) = (Vec::new(), 0);
     for status in [RunStatus::Pending, RunStatus::Sleeping] {
         let filter = ListFilter {
             status: Some(status),
             ..ListFilter::default()
         };
         let (runs, _) = svc.store.list_page(&filter, None, QUEUE_CAP, QUEUE_CAP * 4).await?;
+        checked += runs.len();
         for h in runs {
             let t = trouble(&h);
             if t.case == "no_worker" {
@@ -797,11 +812,14 @@ async fn attention_page(State(st): State<ConsoleState>) -> Page {
             }
         }
     }
+    let total = counts.get(&RunStatus::Blocked).copied().unwrap_or(0);
     let page = AttentionPage {
         active: "attention",
         in_doubt: blocked.iter().filter(|t| t.key.is_some()).count(),
+        capped: (total > blocked.len() as u64).then_some(total),
         blocked,
         stuck,
+        checked,
         now: clock(now),
     };
     Ok(render(&page))
@@ -832,6 +850,10 @@ mod tests {
         assert_eq!(since_ms("15m"), Some(900_000));
         assert_eq!(since_ms("7d"), Some(604_800_000));
         assert_eq!(since_ms("x"), None);
+        assert_eq!(since_ms("5é"), None);
+        assert_eq!(since_ms("99999999999999999d"), None);
+        assert_eq!(parse_utc("99999999999-01-01T00:00"), None);
+        assert_eq!(parse_utc("1969-12-31T23:59"), None);
     }
 
     #[test]

@@ -93,11 +93,12 @@ impl WorkerInfo {
     }
 
     /// Milliseconds since the last heartbeat, when it is overdue: registrations are refreshed
-    /// every third of their TTL, so one silent for that plus two seconds is a worker that
-    /// stopped (killed, paused, cut off) whose registration has not expired yet.
+    /// every third of their TTL, so one silent for two of those plus two seconds (two missed
+    /// refreshes: one failed call is not enough) is a worker that stopped (killed, paused, cut
+    /// off) whose registration has not expired yet.
     pub fn silent_for(&self, now: u64) -> Option<u64> {
         let silent = now.saturating_sub(self.last_heartbeat());
-        (self.ttl_ms > 0 && silent > self.ttl_ms / 3 + 2_000).then_some(silent)
+        (self.ttl_ms > 0 && silent > self.ttl_ms * 2 / 3 + 2_000).then_some(silent)
     }
 
     /// True when this worker serves `workflow` at recorded version `version`.

@@ -104,6 +104,19 @@ const HEADER_FIELDS: [&str; 29] = [
     "trace",
 ];
 
+/// A header from the values of `HMGET <run> HEADER_FIELDS…` (`None`: no such run).
+fn header_from_values(thread: &ThreadId, values: Vec<Option<Vec<u8>>>) -> Result<Option<RunHeader>, StoreError> {
+    let fields: BTreeMap<String, Vec<u8>> = HEADER_FIELDS
+        .iter()
+        .zip(values)
+        .filter_map(|(k, v)| v.map(|v| ((*k).to_owned(), v)))
+        .collect();
+    if fields.is_empty() {
+        return Ok(None);
+    }
+    RunHeader::from_fields(thread, &fields).map(Some)
+}
+
 impl ScriptStore {
     /// A run's header and journal, if it exists.
     pub async fn get(&self, thread: &ThreadId) -> Result<Option<(RunHeader, Vec<Entry>)>, StoreError> {
@@ -131,15 +144,7 @@ impl ScriptStore {
                     .arg(&HEADER_FIELDS[..]),
             )
             .await?;
-        let fields: BTreeMap<String, Vec<u8>> = HEADER_FIELDS
-            .iter()
-            .zip(values)
-            .filter_map(|(k, v)| v.map(|v| ((*k).to_owned(), v)))
-            .collect();
-        if fields.is_empty() {
-            return Ok(None);
-        }
-        RunHeader::from_fields(thread, &fields).map(Some)
+        header_from_values(thread, values)
     }
 
     /// One journal entry of a run (`None` if the run or the entry does not exist).
@@ -259,32 +264,54 @@ impl ScriptStore {
         scan_cap: usize,
     ) -> Result<(Vec<RunHeader>, Option<PageCursor>), StoreError> {
         let status = filter.status;
+        // Blocked and waiting runs are read from their own indexes, scored by when they stopped
+        // (never before they were created, so `from` still bounds the scan there); elsewhere
+        // the score is the creation time, which `until` bounds too.
+        let own_index = matches!(status, Some(RunStatus::Blocked | RunStatus::Waiting));
         let index = |p: u16| match status {
             Some(s @ (RunStatus::Blocked | RunStatus::Waiting)) => self.keys.status_index(p, s.as_str()),
             _ => self.keys.index(p),
         };
-        let max = before.map(|c| c.at.to_string()).unwrap_or_else(|| "+inf".into());
         let min = filter.from.map(|t| t.to_string()).unwrap_or_else(|| "-inf".into());
+        let until = filter.until.filter(|_| !own_index);
         let (mut out, mut read, mut next) = (Vec::new(), 0usize, None);
-        // Each round takes the next `chunk` candidates of every partition below the cursor.
+        // Each round takes, from every partition, all runs tied with the cursor's score that
+        // come after it and the next `chunk` runs below that score; the newest `chunk` of
+        // those are the next `chunk` runs overall (a run among them is among its partition's
+        // own next `chunk`).
         let chunk = limit.clamp(10, 200);
         let mut cursor = before.cloned();
         'rounds: loop {
-            let mut candidates: Vec<(u64, u16, String)> = Vec::new();
+            let tie = cursor.as_ref().filter(|c| until.is_none_or(|u| c.at <= u));
+            let upper = match (tie, &cursor, until) {
+                (Some(c), _, _) => format!("({}", c.at),
+                (None, Some(c), Some(u)) => c.at.min(u).to_string(),
+                (None, None, Some(u)) => u.to_string(),
+                (None, _, None) => "+inf".into(),
+            };
+            let mut pipe = redis::pipe();
             for p in 0..self.keys.partitions() {
-                let ids: Vec<(String, u64)> = self
-                    .engine
-                    .query(
-                        redis::cmd("ZREVRANGEBYSCORE")
-                            .arg(index(p))
-                            .arg(cursor.as_ref().map(|c| c.at.to_string()).unwrap_or_else(|| max.clone()))
-                            .arg(&min)
-                            .arg("WITHSCORES")
-                            .arg("LIMIT")
-                            .arg(0)
-                            .arg(chunk + 64),
-                    )
-                    .await?;
+                if let Some(c) = tie {
+                    pipe.cmd("ZREVRANGEBYSCORE")
+                        .arg(index(p))
+                        .arg(c.at)
+                        .arg(c.at)
+                        .arg("WITHSCORES");
+                }
+                pipe.cmd("ZREVRANGEBYSCORE")
+                    .arg(index(p))
+                    .arg(&upper)
+                    .arg(&min)
+                    .arg("WITHSCORES")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(chunk);
+            }
+            let replies: Vec<Vec<(String, u64)>> = self.engine.pipeline(&pipe).await?;
+            let per = if tie.is_some() { 2 } else { 1 };
+            let mut candidates: Vec<(u64, u16, String)> = Vec::new();
+            for (i, ids) in replies.into_iter().enumerate() {
+                let p = (i / per) as u16;
                 candidates.extend(
                     ids.into_iter()
                         .map(|(id, at)| (at, p, id))
@@ -296,13 +323,19 @@ impl ScriptStore {
             }
             candidates.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.2.cmp(&a.2)));
             candidates.truncate(chunk);
-            for (at, p, id) in candidates {
-                let here = PageCursor { at, thread: id.clone() };
+            // This round's headers in one round trip.
+            let mut pipe = redis::pipe();
+            for (_, p, id) in &candidates {
+                pipe.cmd("HMGET").arg(self.keys.run_in(*p, id)).arg(&HEADER_FIELDS[..]);
+            }
+            let headers: Vec<Vec<Option<Vec<u8>>>> = self.engine.pipeline(&pipe).await?;
+            let mut expired = Vec::new();
+            for ((at, p, id), values) in candidates.into_iter().zip(headers) {
                 if out.len() >= limit || read >= scan_cap {
                     next = cursor.clone();
-                    break 'rounds;
+                    break;
                 }
-                cursor = Some(here);
+                cursor = Some(PageCursor { at, thread: id.clone() });
                 read += 1;
                 let Ok(thread) = ThreadId::new(id.clone()) else {
                     continue;
@@ -310,17 +343,25 @@ impl ScriptStore {
                 if filter.prefix.as_deref().is_some_and(|pre| !id.starts_with(pre)) {
                     continue;
                 }
-                let Some(h) = self.header(&thread).await? else {
-                    let _: i64 = self.engine.query(redis::cmd("ZREM").arg(index(p)).arg(&id)).await?;
+                let Some(h) = header_from_values(&thread, values)? else {
+                    expired.push((p, id));
                     continue;
                 };
                 if status.is_some_and(|s| s != h.status)
                     || filter.workflow.as_deref().is_some_and(|w| w != h.workflow)
+                    || filter.from.is_some_and(|f| h.created_at < f)
                     || filter.until.is_some_and(|u| h.created_at > u)
                 {
                     continue;
                 }
                 out.push(h);
+            }
+            // Index entries whose run has expired.
+            for (p, id) in expired {
+                let _: i64 = self.engine.query(redis::cmd("ZREM").arg(index(p)).arg(&id)).await?;
+            }
+            if next.is_some() {
+                break 'rounds;
             }
         }
         Ok((out, next))
@@ -340,17 +381,16 @@ impl ScriptStore {
             if ids.len() > per {
                 capped = true;
             }
-            let mut pipe = redis::pipe();
-            for id in ids.iter().take(per) {
-                pipe.cmd("HGET").arg(self.keys.run_in(p, id)).arg("status");
-            }
-            if ids.is_empty() {
-                continue;
-            }
-            let statuses: Vec<Option<String>> = self.engine.pipeline(&pipe).await?;
-            for s in statuses.into_iter().flatten().filter_map(|s| RunStatus::parse(&s)) {
-                if !matches!(s, RunStatus::Blocked | RunStatus::Waiting) {
-                    *counts.entry(s).or_default() += 1;
+            if !ids.is_empty() {
+                let mut pipe = redis::pipe();
+                for id in ids.iter().take(per) {
+                    pipe.cmd("HGET").arg(self.keys.run_in(p, id)).arg("status");
+                }
+                let statuses: Vec<Option<String>> = self.engine.pipeline(&pipe).await?;
+                for s in statuses.into_iter().flatten().filter_map(|s| RunStatus::parse(&s)) {
+                    if !matches!(s, RunStatus::Blocked | RunStatus::Waiting) {
+                        *counts.entry(s).or_default() += 1;
+                    }
                 }
             }
             for s in [RunStatus::Blocked, RunStatus::Waiting] {
