@@ -150,7 +150,8 @@ async fn a_run_behind_a_backlog_reports_the_queue_depth() {
 
 #[tokio::test]
 async fn a_live_holder_then_a_killed_one_whose_lease_is_taken_over_when_the_doctor_said() {
-    // Long leases: the paused worker holds the run for 20 s, so the doctor has time to look.
+    // Long leases: the worker paused inside the ledger post holds the run for 20 s, so the
+    // doctor has time to look.
     let w = World::new("dr-lease", |c| {
         c.lease_ms = 20_000;
         c.worker_ttl_ms = 60_000;
@@ -161,7 +162,7 @@ async fn a_live_holder_then_a_killed_one_whose_lease_is_taken_over_when_the_doct
     let mut held = w.worker_env(
         WORKER,
         "holder",
-        "worker.after_claim=pause(120000)",
+        "effect.after_intent=pause(120000)",
         &[("SAVEPOINT_WORKER_HTTP_ADDR", &http)],
     );
     w.wait_registered("invoice").await;
@@ -173,6 +174,19 @@ async fn a_live_holder_then_a_killed_one_whose_lease_is_taken_over_when_the_doct
     assert_eq!(lease["registered"], true);
     assert!(lease["worker"].as_str().unwrap().starts_with("holder-"), "{d:#}");
     assert!(summary(&d).starts_with("Running on live worker holder-"), "{d:#}");
+    // Paused between the ledger post's intent and its call: the run holds that key.
+    let d = wait_until(LONG, "the ledger intent held", || async {
+        let d = diagnosis(&w, &t).await;
+        (d["effects"].as_array().is_some_and(|e| !e.is_empty())).then_some(d)
+    })
+    .await;
+    assert_eq!(d["effects"][0]["key"], "ledger:INV-HELD", "{d:#}");
+    assert_eq!(d["effects"][0]["role"], "holds");
+    assert_eq!(d["effects"][0]["state"], "intent");
+    assert!(
+        evidence(&d).contains("began the effect ledger:INV-HELD at entry 2"),
+        "{d:#}"
+    );
     // SIGKILL: the registration outlives the process (60 s TTL), /healthz does not.
     held.signal("KILL");
     assert!(killed_by_signal(&held.wait_exit(LONG).await));

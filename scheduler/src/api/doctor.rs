@@ -133,7 +133,8 @@ pub(crate) struct Server {
 pub(crate) struct EffectFact {
     /// The idempotency key.
     pub key: String,
-    /// Why it matters here: `blocked_on` or `waiting_for`.
+    /// Why it matters here: `blocked_on` (the in-doubt effect), `waiting_for` (a key another
+    /// run holds) or `holds` (an effect this run began and has not journaled).
     pub role: String,
     /// Its record: `intent`, `in_doubt`, `done` or `none`.
     pub state: String,
@@ -200,6 +201,9 @@ pub(crate) struct Facts {
     pub blocked_record: Option<EffectRecord>,
     /// The record of the effect key the run backs off on.
     pub waited_record: Option<EffectRecord>,
+    /// The effect the run began at its next journal index and has not journaled (its key and
+    /// record), unless it is the one it is blocked on.
+    pub begun: Option<(String, Option<EffectRecord>)>,
     /// The run's last events.
     pub events: Vec<RunEvent>,
 }
@@ -451,6 +455,19 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
     let mut effects = Vec::new();
     if let Some(key) = h.blocked_effect.as_deref().filter(|_| h.status == RunStatus::Blocked) {
         effects.push(record_fact(key, "blocked_on", f.blocked_record.as_ref()));
+    }
+    if let Some((key, rec)) = &f.begun {
+        let fact = record_fact(key, "holds", rec.as_ref());
+        evidence.push(format!(
+            "began the effect {key} at entry {} (not journaled yet): its record is {}{}",
+            h.steps,
+            fact.state,
+            fact.holder
+                .as_deref()
+                .map(|h| format!(", held by {h}"))
+                .unwrap_or_default()
+        ));
+        effects.push(fact);
     }
     if let Some((key, tries)) = h.wait_effect.as_ref().filter(|_| !h.status.is_final()) {
         let fact = record_fact(key, "waiting_for", f.waited_record.as_ref());
@@ -920,7 +937,18 @@ pub(crate) async fn gather(svc: &Services, h: &RunHeader) -> Result<Facts, ApiEr
         Some((k, _)) => effect_record(svc, k).await?,
         None => None,
     };
+    let begun = match h.status {
+        s if s.is_final() => None,
+        _ => match store.effect_begun(&h.thread, h.steps).await? {
+            Some(k) if h.blocked_effect.as_deref() != Some(k.as_str()) => {
+                let rec = effect_record(svc, &k).await?;
+                Some((k, rec))
+            }
+            _ => None,
+        },
+    };
     Ok(Facts {
+        begun,
         now,
         workers,
         health,
@@ -1032,6 +1060,51 @@ mod tests {
         let d = diagnose(&h, &f);
         assert_eq!(d.case, Case::NoWorker);
         assert!(d.summary.contains("live workers serve v2..=v2"), "{}", d.summary);
+    }
+
+    #[test]
+    fn a_run_a_worker_gave_back_is_unserved_even_when_its_version_is_served() {
+        let mut h = header(RunStatus::Pending);
+        h.waiting_for = Some("waiting for a worker that reads checkpoint schema v3".into());
+        let f = Facts {
+            now: 10_000,
+            workers: vec![worker("w1", 1)],
+            ..Facts::default()
+        };
+        let d = diagnose(&h, &f);
+        assert_eq!(d.case, Case::NoWorker);
+        assert!(d.summary.contains("checkpoint schema v3"), "{}", d.summary);
+    }
+
+    #[test]
+    fn a_long_sleep_without_workers_is_sleeping_with_a_warning_and_an_overdue_one_says_so() {
+        let mut h = header(RunStatus::Sleeping);
+        h.due = Some(10_000 + 3_600_000);
+        let mut f = Facts {
+            now: 10_000,
+            last: Some(Entry::new(
+                "nap",
+                EntryKind::Sleep,
+                savepoint::journal::Outcome::Ok(Value::Null),
+                1,
+            )),
+            ..Facts::default()
+        };
+        let d = diagnose(&h, &f);
+        assert_eq!(d.case, Case::Sleeping, "{}", d.summary);
+        assert!(d
+            .evidence
+            .iter()
+            .any(|e| e.contains("one must be running when it wakes")));
+        // Woken an hour ago and still asleep, with a worker serving it: overdue.
+        f.now = 10_000 + 7_200_000;
+        f.workers = vec![WorkerInfo {
+            until: f.now + 5_000,
+            ..worker("w1", 1)
+        }];
+        let d = diagnose(&h, &f);
+        assert_eq!(d.case, Case::Sleeping);
+        assert!(d.summary.contains("overdue by 1 h 0 min"), "{}", d.summary);
     }
 
     #[test]

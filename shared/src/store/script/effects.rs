@@ -85,6 +85,15 @@ impl ScriptStore {
         }
     }
 
+    /// The key of the effect the run began at journal `index` and has not journaled yet
+    /// (`x:<index>`, see [`Self::effect_begin`]): what a running or crashed attempt holds.
+    pub async fn effect_begun(&self, thread: &ThreadId, index: u32) -> Result<Option<String>, StoreError> {
+        let k = self.keys.run(thread);
+        self.engine
+            .query(redis::cmd("HGET").arg(&k.run).arg(format!("x:{index}")))
+            .await
+    }
+
     /// The name of the effect whose key the run recorded at `index` (see [`Self::effect_begin`]).
     pub async fn effect_name(&self, thread: &ThreadId, index: u32) -> Result<Option<String>, StoreError> {
         let k = self.keys.run(thread);
