@@ -1049,29 +1049,28 @@ mod tests {
         assert_eq!(diagnose(&h, &f).case, Case::Running);
     }
 
-    #[test]
-    fn no_live_worker_for_the_version_says_which_versions_are_served() {
-        let h = header(RunStatus::Pending);
+    /// A pending run of invoice v1, given back by a worker for `waiting_for` if any.
+    fn pending(workers: Vec<WorkerInfo>, waiting_for: Option<&str>) -> Diagnosis {
+        let mut h = header(RunStatus::Pending);
+        h.waiting_for = waiting_for.map(str::to_owned);
         let f = Facts {
             now: 10_000,
-            workers: vec![worker("w2", 2)],
+            workers,
             ..Facts::default()
         };
-        let d = diagnose(&h, &f);
-        assert_eq!(d.case, Case::NoWorker);
-        assert!(d.summary.contains("live workers serve v2..=v2"), "{}", d.summary);
+        diagnose(&h, &f)
     }
 
     #[test]
-    fn a_run_a_worker_gave_back_is_unserved_even_when_its_version_is_served() {
-        let mut h = header(RunStatus::Pending);
-        h.waiting_for = Some("waiting for a worker that reads checkpoint schema v3".into());
-        let f = Facts {
-            now: 10_000,
-            workers: vec![worker("w1", 1)],
-            ..Facts::default()
-        };
-        let d = diagnose(&h, &f);
+    fn unserved_runs_say_which_versions_are_served_or_why_they_were_given_back() {
+        let d = pending(vec![worker("w2", 2)], None);
+        assert_eq!(d.case, Case::NoWorker);
+        assert!(d.summary.contains("live workers serve v2..=v2"), "{}", d.summary);
+        // Its version is served, but the worker that tried it reads another checkpoint schema.
+        let d = pending(
+            vec![worker("w1", 1)],
+            Some("waiting for a worker that reads checkpoint schema v3"),
+        );
         assert_eq!(d.case, Case::NoWorker);
         assert!(d.summary.contains("checkpoint schema v3"), "{}", d.summary);
     }
