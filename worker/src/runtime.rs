@@ -106,7 +106,7 @@ fn advertised(bound: std::net::SocketAddr) -> String {
         std::env::var("SAVEPOINT_WORKER_ADVERTISE_HOST")
             .ok()
             .filter(|h| !h.is_empty())
-            .unwrap_or_else(host_name)
+            .unwrap_or_else(|| savepoint::ids::host_name().to_owned())
     } else {
         bound.ip().to_string()
     };
@@ -114,10 +114,6 @@ fn advertised(bound: std::net::SocketAddr) -> String {
         Ok(_) => format!("http://[{host}]:{}", bound.port()),
         Err(_) => format!("http://{host}:{}", bound.port()),
     }
-}
-
-fn host_name() -> String {
-    savepoint::ids::host_name().to_owned()
 }
 
 /// Refreshes the worker's registration every third of its TTL until aborted (or crashed),
@@ -195,7 +191,7 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
         until: 0,
         ttl_ms: cfg.store().worker_ttl.as_millis() as u64,
         ops,
-        host: host_name(),
+        host: savepoint::ids::host_name().to_owned(),
         pid: std::process::id(),
         started_at: savepoint::journal::now_ms(),
         concurrency: cfg.worker.concurrency as u32,

@@ -22,14 +22,13 @@ use savepoint::store::{EffectRecord, Holder, RunEvent, RunHeader, RunStatus, Wor
 use super::extract::ApiPath;
 use super::model::{EventView, Status};
 use super::runs::thread_id;
+use super::views::OVERDUE_AFTER_MS;
 use super::{ApiError, ApiState, Reply, Services};
 
 /// Events shown as evidence.
 const LAST_EVENTS: usize = 10;
 /// How long the doctor waits for a worker's `/healthz` or the broker's queue depth.
 const PROBE: Duration = Duration::from_millis(1_000);
-/// Past its due time by more than this, a runnable run counts as overdue.
-const OVERDUE_AFTER_MS: u64 = 2_000;
 /// Workers whose `/healthz` one diagnosis asks at most.
 const MAX_PROBES: usize = 16;
 
@@ -892,16 +891,22 @@ async fn effect_record(svc: &Services, key: &str) -> Result<Option<EffectRecord>
     }
 }
 
-/// Reads the facts about a run (`None`: no such run).
-pub(crate) async fn gather(svc: &Services, h: &RunHeader) -> Result<Facts, ApiError> {
+/// Reads the facts about a run. `known`: its journal and events, when the caller has read
+/// them already (the run page), so they are not read again.
+pub(crate) async fn gather(
+    svc: &Services,
+    h: &RunHeader,
+    known: Option<(&[Entry], &[RunEvent])>,
+) -> Result<Facts, ApiError> {
     let store = &svc.store;
-    let (now, workers, events) = tokio::try_join!(
-        store.server_time(),
-        store.live_workers(),
-        store.events(&h.thread, LAST_EVENTS)
-    )?;
-    let last = match h.steps.checked_sub(1) {
-        Some(i) if h.status == RunStatus::Sleeping => store.entry(&h.thread, i).await?,
+    let (now, workers) = tokio::try_join!(store.server_time(), store.live_workers())?;
+    let events = match known {
+        Some((_, ev)) => ev[ev.len().saturating_sub(LAST_EVENTS)..].to_vec(),
+        None => store.events(&h.thread, LAST_EVENTS).await?,
+    };
+    let last = match (h.steps.checked_sub(1), known) {
+        (Some(i), Some((journal, _))) if h.status == RunStatus::Sleeping => journal.get(i as usize).cloned(),
+        (Some(i), None) if h.status == RunStatus::Sleeping => store.entry(&h.thread, i).await?,
         _ => None,
     };
     // The lease holder first, then the workers that could serve the run, each asked at once.
@@ -983,7 +988,7 @@ pub(crate) async fn diagnosis(State(st): State<ApiState>, ApiPath(raw): ApiPath<
         .header(&thread)
         .await?
         .ok_or_else(|| ApiError::run_not_found(&thread))?;
-    let facts = gather(svc, &h).await?;
+    let facts = gather(svc, &h, None).await?;
     Ok((StatusCode::OK, Json(diagnose(&h, &facts))))
 }
 

@@ -46,7 +46,7 @@ pub(crate) struct Facts {
 
 /// How long past its due time a runnable run may wait for a worker before the view calls it
 /// overdue (a task in the queue and a claim take a moment).
-const OVERDUE_AFTER_MS: u64 = 2_000;
+pub(crate) const OVERDUE_AFTER_MS: u64 = 2_000;
 
 /// Where the run is, exactly: the journal entry it is at (the sleep it sleeps in, the wait it
 /// waits at, the call it runs or will run next), with the wake time and how overdue it is,

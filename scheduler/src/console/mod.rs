@@ -570,7 +570,9 @@ async fn run_page(State(st): State<ConsoleState>, Path(raw): Path<String>) -> Pa
         .await?
         .ok_or_else(|| ApiError::run_not_found(&thread))?;
     let events = svc.store.events(&thread, 1000).await?;
-    let facts = doctor::gather(svc, &h).await?;
+    // The doctor's own reads of the journal's last entry and the last events are served
+    // from what this page read.
+    let facts = doctor::gather(svc, &h, Some((&journal, &events))).await?;
     let now = facts.now;
     let d = doctor::diagnose(&h, &facts);
     let mut fields = vec![
@@ -711,9 +713,8 @@ async fn listed(svc: &Services, status: RunStatus) -> Result<Vec<RunHeader>, Sto
 
 async fn inbox_page(State(st): State<ConsoleState>) -> Page {
     let svc = st.api.services()?;
-    let (now, (counts, _)) = tokio::try_join!(svc.store.server_time(), svc.store.status_counts(0))?;
+    let (now, total) = tokio::try_join!(svc.store.server_time(), svc.store.status_index_size(RunStatus::Waiting))?;
     let waiting = listed(svc, RunStatus::Waiting).await?;
-    let total = counts.get(&RunStatus::Waiting).copied().unwrap_or(0);
     let mut questions = Vec::new();
     let mut signals = Vec::new();
     for h in &waiting {
@@ -768,10 +769,10 @@ struct AttentionPage {
 
 async fn attention_page(State(st): State<ConsoleState>) -> Page {
     let svc = st.api.services()?;
-    let (now, workers, (counts, _)) = tokio::try_join!(
+    let (now, workers, total) = tokio::try_join!(
         svc.store.server_time(),
         svc.store.live_workers(),
-        svc.store.status_counts(0)
+        svc.store.status_index_size(RunStatus::Blocked)
     )?;
     let facts = doctor::Facts {
         now,
@@ -799,11 +800,7 @@ async fn attention_page(State(st): State<ConsoleState>) -> Page {
     // Runnable runs no live worker serves (they wait in the store until one registers).
     let (mut stuck, mut checked) = (Vec::new(), 0);
     for status in [RunStatus::Pending, RunStatus::Sleeping] {
-        let filter = ListFilter {
-            status: Some(status),
-            ..ListFilter::default()
-        };
-        let (runs, _) = svc.store.list_page(&filter, None, QUEUE_CAP, QUEUE_CAP * 4).await?;
+        let runs = listed(svc, status).await?;
         checked += runs.len();
         for h in runs {
             let t = trouble(&h);
@@ -812,7 +809,6 @@ async fn attention_page(State(st): State<ConsoleState>) -> Page {
             }
         }
     }
-    let total = counts.get(&RunStatus::Blocked).copied().unwrap_or(0);
     let page = AttentionPage {
         active: "attention",
         in_doubt: blocked.iter().filter(|t| t.key.is_some()).count(),

@@ -112,18 +112,20 @@ fn mark_label(e: &RunEvent) -> Option<String> {
     })
 }
 
-/// The effect event (`effect_done`, `effect_skipped`, `effect_failed`) of journal index `i`.
-fn effect_event<'a>(events: &'a [RunEvent], i: usize, name: &str) -> Option<&'a RunEvent> {
-    let want = format!("{i} {name}");
-    events.iter().find(|e| e.typ.starts_with("effect_") && e.detail == want)
-}
-
 /// Builds the waterfall. `now` is the store clock (the end of the axis of a run still going).
 pub(crate) fn build(h: &RunHeader, journal: &[Entry], events: &[RunEvent], now: u64) -> Timeline {
     // A claim starts a slice: a call recorded in it started no earlier. A takeover does not
     // restart the call the dead worker was in: its bar spans the crash (the marker shows it).
     let claims: Vec<u64> = events.iter().filter(|e| e.typ == "claimed").map(|e| e.at).collect();
     let last_claim = |upto: u64| claims.iter().copied().filter(|t| *t <= upto).max();
+    // The effect events (`effect_done`, `effect_skipped`, `effect_failed`) by their detail
+    // (`<index> <name>`), read once for all entries; the first of each, as it happened.
+    let effect_events: std::collections::HashMap<&str, &str> = events
+        .iter()
+        .rev()
+        .filter(|e| e.typ.starts_with("effect_"))
+        .map(|e| (e.detail.as_str(), e.typ.as_str()))
+        .collect();
     let mut bars = Vec::new();
     let mut boundary = h.created_at;
     for (i, e) in journal.iter().enumerate() {
@@ -145,7 +147,7 @@ pub(crate) fn build(h: &RunHeader, journal: &[Entry], events: &[RunEvent], now: 
             _ => (last_claim(e.at).unwrap_or(boundary).max(boundary).min(e.at), e.at),
         };
         if e.kind == EntryKind::Effect {
-            state = match effect_event(events, i, &e.name).map(|ev| ev.typ.as_str()) {
+            state = match effect_events.get(format!("{i} {}", e.name).as_str()).copied() {
                 Some("effect_skipped") => "skipped (already applied)".into(),
                 Some("effect_failed") => "failed".into(),
                 _ => "done".into(),

@@ -201,54 +201,18 @@ impl ScriptStore {
     /// filtered from the creation-time index (trimmed after the retention). Index entries whose
     /// run has expired are dropped.
     pub async fn list(&self, status: Option<RunStatus>, limit: usize) -> Result<Vec<RunHeader>, StoreError> {
-        let mut candidates: Vec<(u64, u16, String)> = Vec::new();
-        let own_index = matches!(status, Some(RunStatus::Blocked | RunStatus::Waiting));
-        let index = |p: u16| match status {
-            Some(s @ (RunStatus::Blocked | RunStatus::Waiting)) => self.keys.status_index(p, s.as_str()),
-            _ => self.keys.index(p),
+        // A status other than blocked and waiting is filtered from the creation index: read up
+        // to 4x the limit (at least 100) per partition for it.
+        let per = match status {
+            Some(RunStatus::Blocked | RunStatus::Waiting) | None => limit,
+            Some(_) => limit.saturating_mul(4).max(100),
         };
-        let per = if status.is_some() && !own_index {
-            limit.saturating_mul(4).max(100)
-        } else {
-            limit
+        let filter = ListFilter {
+            status,
+            ..ListFilter::default()
         };
-        for p in 0..self.keys.partitions() {
-            let ids: Vec<(String, u64)> = self
-                .engine
-                .query(
-                    redis::cmd("ZREVRANGE")
-                        .arg(index(p))
-                        .arg(0)
-                        .arg(per.saturating_sub(1))
-                        .arg("WITHSCORES"),
-                )
-                .await?;
-            candidates.extend(ids.into_iter().map(|(id, at)| (at, p, id)));
-        }
-        candidates.sort_by_key(|c| std::cmp::Reverse(c.0));
-        let mut out = Vec::new();
-        for (_, p, id) in candidates {
-            if out.len() >= limit {
-                break;
-            }
-            let Ok(thread) = ThreadId::new(id.clone()) else {
-                continue;
-            };
-            let v: redis::Value = self
-                .engine
-                .query(redis::cmd("HGETALL").arg(self.keys.run_in(p, &id)))
-                .await?;
-            let fields: BTreeMap<String, Vec<u8>> = flat_map(&v);
-            if fields.is_empty() {
-                let _: i64 = self.engine.query(redis::cmd("ZREM").arg(index(p)).arg(&id)).await?;
-                continue;
-            }
-            let h = RunHeader::from_fields(&thread, &fields)?;
-            if status.is_none_or(|s| s == h.status) {
-                out.push(h);
-            }
-        }
-        Ok(out)
+        let scan_cap = per.saturating_mul(usize::from(self.keys.partitions()));
+        Ok(self.list_page(&filter, None, limit, scan_cap).await?.0)
     }
 
     /// One page of runs, newest first (by creation time, then thread id), for the console:
@@ -370,38 +334,50 @@ impl ScriptStore {
     /// Runs by status among the newest `cap` runs of the creation index (blocked and waiting
     /// counted exactly from their own indexes), and whether the count stopped at `cap`.
     pub async fn status_counts(&self, cap: usize) -> Result<(BTreeMap<RunStatus, u64>, bool), StoreError> {
+        let parts = self.keys.partitions();
+        let per = (cap / usize::from(parts.max(1))).max(1);
+        // The newest ids of every partition and the two status indexes' sizes, in one round
+        // trip; then every id's status in a second.
+        let mut pipe = redis::pipe();
+        for p in 0..parts {
+            pipe.cmd("ZREVRANGE").arg(self.keys.index(p)).arg(0).arg(per);
+        }
+        let ids: Vec<Vec<String>> = self.engine.pipeline(&pipe).await?;
         let mut counts: BTreeMap<RunStatus, u64> = BTreeMap::new();
-        let per = (cap / usize::from(self.keys.partitions().max(1))).max(1);
-        let mut capped = false;
-        for p in 0..self.keys.partitions() {
-            let ids: Vec<String> = self
-                .engine
-                .query(redis::cmd("ZREVRANGE").arg(self.keys.index(p)).arg(0).arg(per))
-                .await?;
-            if ids.len() > per {
-                capped = true;
-            }
-            if !ids.is_empty() {
-                let mut pipe = redis::pipe();
-                for id in ids.iter().take(per) {
-                    pipe.cmd("HGET").arg(self.keys.run_in(p, id)).arg("status");
-                }
-                let statuses: Vec<Option<String>> = self.engine.pipeline(&pipe).await?;
-                for s in statuses.into_iter().flatten().filter_map(|s| RunStatus::parse(&s)) {
-                    if !matches!(s, RunStatus::Blocked | RunStatus::Waiting) {
-                        *counts.entry(s).or_default() += 1;
-                    }
-                }
-            }
-            for s in [RunStatus::Blocked, RunStatus::Waiting] {
-                let n: u64 = self
-                    .engine
-                    .query(redis::cmd("ZCARD").arg(self.keys.status_index(p, s.as_str())))
-                    .await?;
-                *counts.entry(s).or_default() += n;
+        let capped = ids.iter().any(|ids| ids.len() > per);
+        let mut pipe = redis::pipe();
+        for (p, ids) in ids.iter().enumerate() {
+            for id in ids.iter().take(per) {
+                pipe.cmd("HGET").arg(self.keys.run_in(p as u16, id)).arg("status");
             }
         }
+        let statuses: Vec<Option<String>> = match ids.iter().any(|ids| !ids.is_empty()) {
+            true => self.engine.pipeline(&pipe).await?,
+            false => Vec::new(),
+        };
+        for s in statuses.into_iter().flatten().filter_map(|s| RunStatus::parse(&s)) {
+            if !matches!(s, RunStatus::Blocked | RunStatus::Waiting) {
+                *counts.entry(s).or_default() += 1;
+            }
+        }
+        for s in [RunStatus::Blocked, RunStatus::Waiting] {
+            counts.insert(s, self.status_index_size(s).await?);
+        }
         Ok((counts, capped))
+    }
+
+    /// How many runs the `blocked` or `waiting` index holds (every such run, however old);
+    /// 0 for other statuses, which have no index of their own.
+    pub async fn status_index_size(&self, status: RunStatus) -> Result<u64, StoreError> {
+        if !matches!(status, RunStatus::Blocked | RunStatus::Waiting) {
+            return Ok(0);
+        }
+        let mut pipe = redis::pipe();
+        for p in 0..self.keys.partitions() {
+            pipe.cmd("ZCARD").arg(self.keys.status_index(p, status.as_str()));
+        }
+        let sizes: Vec<u64> = self.engine.pipeline(&pipe).await?;
+        Ok(sizes.into_iter().sum())
     }
 
     /// Bytes Redis holds for one run: `MEMORY USAGE … SAMPLES 0` of its hash, event log and
