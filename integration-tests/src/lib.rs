@@ -18,6 +18,8 @@ pub mod inproc;
 pub mod procs;
 pub mod proxy;
 pub mod python;
+pub mod rabbitmq_cluster;
+pub mod redis_cluster;
 pub mod scenario;
 pub mod tasks;
 
@@ -129,16 +131,13 @@ async fn start_containers() -> Services {
 
 /// Fails (never skips) when a service does not answer, saying which one and how to fix it.
 async fn check_reachable(s: &Services, source: &str) {
+    // Through the store's own connect, so a Redis Cluster URL is checked the same way.
     let redis_ok = async {
-        let client = redis::Client::open(s.redis_url.as_str()).map_err(|e| e.to_string())?;
-        let mut conn = client
-            .get_multiplexed_async_connection()
+        let cfg = Config::default();
+        let store = ScriptStore::connect(&s.redis_url, cfg.keys(), cfg.store())
             .await
             .map_err(|e| e.to_string())?;
-        redis::cmd("PING")
-            .query_async::<String>(&mut conn)
-            .await
-            .map_err(|e| e.to_string())
+        store.server_time().await.map_err(|e| e.to_string())
     };
     match tokio::time::timeout(Duration::from_secs(10), redis_ok).await {
         Ok(Ok(_)) => {}

@@ -10,6 +10,7 @@ use savepoint::store::ScriptStore;
 
 use crate::procs::Proc;
 use crate::{fresh_namespace, services, start_scheduler, test_config, SchedulerHandle};
+use savepoint_scheduler::loadgen::receiver::{self, Deliveries, ReceiverOptions};
 
 /// One test's world.
 pub struct World {
@@ -203,5 +204,184 @@ impl World {
             }
         });
         Submitter { task, accepted }
+    }
+}
+
+impl World {
+    /// Starts `runs` webhook runs (6 steps, the effect at step 3, policy `block`, posting to
+    /// `hook`) `<prefix>-<i>`, one every `every`; a start the API refuses
+    /// (503 while a master is down) is sent again with the same thread id until it is accepted
+    /// (the thread id makes the start idempotent).
+    pub fn submit_webhook_runs_retrying(
+        &self,
+        hook: &str,
+        prefix: &str,
+        runs: usize,
+        every: Duration,
+    ) -> tokio::task::JoinHandle<Vec<String>> {
+        let (base, hook, prefix) = (self.sched.base_url.clone(), hook.to_owned(), prefix.to_owned());
+        tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let mut refused = Vec::new();
+            let t0 = tokio::time::Instant::now();
+            for i in 0..runs {
+                tokio::time::sleep_until(t0 + every * i as u32).await;
+                let thread = format!("{prefix}-{i}");
+                let input = json!({"url": hook, "steps": 6, "effect_at": 3, "policy": "block"});
+                let body = json!({"workflow": "webhook", "input": input, "thread_id": thread});
+                let deadline = Instant::now() + Duration::from_secs(30);
+                loop {
+                    let r = http.post(format!("{base}/v1/runs")).json(&body).send().await;
+                    match r.map(|r| r.status().as_u16()) {
+                        Ok(200 | 201) => break,
+                        other => {
+                            refused.push(format!("{thread}: {other:?}"));
+                            assert!(Instant::now() < deadline, "start {thread} refused for 30 s: {other:?}");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    }
+                }
+            }
+            refused
+        })
+    }
+
+    /// Waits until every run `<prefix>-<i>` is completed or blocked with a reason; returns the counts.
+    pub async fn settle(&self, prefix: &str, runs: usize) -> (usize, usize) {
+        let threads: Vec<ThreadId> = (0..runs)
+            .map(|i| ThreadId::new(format!("{prefix}-{i}")).unwrap())
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let (mut completed, mut blocked, mut open) = (0, 0, Vec::new());
+            for t in &threads {
+                let h = self
+                    .store
+                    .header(t)
+                    .await
+                    .expect("read")
+                    .unwrap_or_else(|| panic!("run {t} was lost"));
+                match h.status.as_str() {
+                    "completed" => completed += 1,
+                    "blocked" => {
+                        blocked += 1;
+                        assert!(
+                            !h.reason.clone().unwrap_or_default().is_empty(),
+                            "{t} blocked without a reason"
+                        );
+                    }
+                    _ => open.push(t.clone()),
+                }
+            }
+            if open.is_empty() {
+                return (completed, blocked);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} runs still open, e.g. {}",
+                open.len(),
+                self.run(&open[0]).await
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+/// Counts at the provider once it is quiet: (keys applied, keys applied twice).
+pub async fn quiet_counts(provider: &Deliveries) -> (usize, Vec<(String, u32)>) {
+    let quiet = Instant::now() + Duration::from_secs(10);
+    while provider.in_flight() > 0 && Instant::now() < quiet {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let counts = provider.snapshot();
+    let twice = counts
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(k, n)| (k.clone(), *n))
+        .collect();
+    (counts.len(), twice)
+}
+
+/// Samples how many keys the provider has applied, every 20 ms, so a test can tell how long
+/// the fleet made no progress around a fault.
+pub struct ProgressProbe {
+    samples: std::sync::Arc<std::sync::Mutex<Vec<(Instant, usize)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ProgressProbe {
+    /// Starts sampling `provider`.
+    pub fn start(provider: &Deliveries) -> Self {
+        let samples = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (out, provider) = (samples.clone(), provider.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let n = provider.snapshot().len();
+                out.lock().unwrap_or_else(|p| p.into_inner()).push((Instant::now(), n));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        Self { samples, task }
+    }
+
+    /// The longest time in `from..to` during which the count did not grow (a stall).
+    pub fn longest_stall(&self, from: Instant, to: Instant) -> Duration {
+        let s = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut longest, mut since, mut last) = (Duration::ZERO, from, None);
+        for (at, n) in s.iter().filter(|(at, _)| *at >= from && *at <= to) {
+            if last.is_some_and(|l| *n > l) {
+                since = *at;
+            }
+            last = Some(*n);
+            longest = longest.max(at.duration_since(since));
+        }
+        longest
+    }
+}
+
+impl Drop for ProgressProbe {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Worker processes serving `webhook`, and the HTTP provider their effects post to (outside
+/// Redis, so what it counts is the truth whatever happens to the store). Dropping it stops
+/// the provider and the workers.
+pub struct WebhookFleet {
+    /// The provider's URL (the runs' `url`).
+    pub hook: String,
+    /// What the provider applied.
+    pub provider: Deliveries,
+    /// The worker processes.
+    pub workers: Vec<Proc>,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl Drop for WebhookFleet {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl World {
+    /// Starts the provider (10 ms a request, fencing tokens not checked: the engine alone must
+    /// keep keys from being applied twice) and `n` worker processes, and waits until `webhook`
+    /// is served.
+    pub async fn webhook_fleet(&self, bin: &str, n: usize) -> WebhookFleet {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let opts = ReceiverOptions {
+            delay: Duration::from_millis(10),
+            check_tokens: false,
+        };
+        let (hook, provider) = receiver::start_with(stop.clone(), opts).await.expect("provider");
+        let workers = (0..n).map(|i| self.worker(bin, &format!("w{i}"), "")).collect();
+        self.wait_registered("webhook").await;
+        WebhookFleet {
+            hook,
+            provider,
+            workers,
+            stop,
+        }
     }
 }

@@ -31,9 +31,6 @@ async fn fleet_survives_workers_paused_past_their_lease() {
 
     let started = Instant::now();
     let submitter = w.submit_webhook_runs(&hook, "pause", RUNS, Duration::from_millis(40));
-    let threads: Vec<savepoint::ids::ThreadId> = (0..RUNS)
-        .map(|i| savepoint::ids::ThreadId::new(format!("pause-{i}")).unwrap())
-        .collect();
     // Chaos for 12 s: a SIGSTOP a second, each for longer than the lease, then SIGCONT.
     let mut pauses = 0;
     let mut frozen: Vec<(usize, Instant)> = Vec::new();
@@ -63,33 +60,7 @@ async fn fleet_survives_workers_paused_past_their_lease() {
         workers[i].signal("CONT");
     }
     submitter.task.await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let (completed, blocked) = loop {
-        let (mut completed, mut blocked) = (0, 0);
-        let mut open = Vec::new();
-        for t in &threads {
-            let h = w.store.header(t).await.unwrap().expect("run exists");
-            match h.status.as_str() {
-                "completed" => completed += 1,
-                "blocked" => {
-                    blocked += 1;
-                    let reason = h.reason.clone().unwrap_or_default();
-                    assert!(!reason.is_empty(), "run {t} blocked without a reason");
-                }
-                _ => open.push(t.clone()),
-            }
-        }
-        if open.is_empty() {
-            break (completed, blocked);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} runs still open, e.g. {}",
-            open.len(),
-            w.run(&open[0]).await
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    let (completed, blocked) = w.settle("pause", RUNS).await;
     // Wait for the provider to finish anything still in flight, then count at the provider.
     let quiet = Instant::now() + Duration::from_secs(10);
     while provider.in_flight() > 0 && Instant::now() < quiet {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::broker::{BrokerConfig, Topology};
 use crate::ids::Namespace;
 use crate::keys::{Keys, DEFAULT_PARTITIONS};
-use crate::store::StoreConfig;
+use crate::store::{AckScope, ReplicaAck, StoreConfig};
 use crate::workflow::SliceLimits;
 
 /// Where environment variables come from.
@@ -139,8 +139,16 @@ impl Default for SchedulerSection {
 pub struct Config {
     /// RabbitMQ URL.
     pub amqp_url: String,
-    /// Redis URL.
+    /// Redis URL: `redis://` / `rediss://` for one server, `redis+cluster://host:port,…` (or
+    /// `rediss+cluster://`) for a Redis Cluster through its seed nodes, `mem://NAME` for the
+    /// embedded engine.
     pub redis_url: String,
+    /// Replicas that must confirm a write in scope (`WAIT`) before it counts; 0 = off.
+    pub redis_wait_replicas: u32,
+    /// How long a write waits for those replicas (ms); less than the Redis command timeout.
+    pub redis_wait_timeout_ms: u64,
+    /// Which writes wait: `effects` (effect intent and done) or `writes` (every script).
+    pub redis_wait_scope: String,
     /// Namespace of keys and queues.
     pub namespace: String,
     /// Partitions (fixed when a deployment is created).
@@ -192,6 +200,9 @@ impl Default for Config {
         Self {
             amqp_url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
             redis_url: "redis://127.0.0.1:6379".into(),
+            redis_wait_replicas: 0,
+            redis_wait_timeout_ms: 100,
+            redis_wait_scope: "effects".into(),
             namespace: "sp".into(),
             partitions: DEFAULT_PARTITIONS,
             queue: "default".into(),
@@ -256,6 +267,9 @@ impl Config {
     pub fn apply_env(&mut self, env: &dyn Env) -> Result<(), ConfigError> {
         env_parse(env, "SAVEPOINT_AMQP_URL", &mut self.amqp_url)?;
         env_parse(env, "SAVEPOINT_REDIS_URL", &mut self.redis_url)?;
+        env_parse(env, "SAVEPOINT_REDIS_WAIT_REPLICAS", &mut self.redis_wait_replicas)?;
+        env_parse(env, "SAVEPOINT_REDIS_WAIT_TIMEOUT_MS", &mut self.redis_wait_timeout_ms)?;
+        env_parse(env, "SAVEPOINT_REDIS_WAIT_SCOPE", &mut self.redis_wait_scope)?;
         env_parse(env, "SAVEPOINT_NAMESPACE", &mut self.namespace)?;
         env_parse(env, "SAVEPOINT_PARTITIONS", &mut self.partitions)?;
         env_parse(env, "SAVEPOINT_QUEUE", &mut self.queue)?;
@@ -313,6 +327,24 @@ impl Config {
                 self.redis_timeout_ms, self.lease_ms
             ));
         }
+        if let Some(Err(e)) = crate::store::cluster::seed_urls(&self.redis_url) {
+            return bad(e.to_string());
+        }
+        if !["effects", "writes"].contains(&self.redis_wait_scope.as_str()) {
+            return bad(format!(
+                "redis_wait_scope must be effects or writes, got {:?}",
+                self.redis_wait_scope
+            ));
+        }
+        if self.redis_wait_replicas > 0
+            && (self.redis_wait_timeout_ms == 0 || self.redis_wait_timeout_ms >= self.redis_command_timeout_ms())
+        {
+            return bad(format!(
+                "redis_wait_timeout_ms ({}) must be positive and less than the Redis command timeout ({} ms)",
+                self.redis_wait_timeout_ms,
+                self.redis_command_timeout_ms()
+            ));
+        }
         if self.queued_redeliver_ms < self.redeliver_ms {
             return bad(format!(
                 "queued_redeliver_ms ({}) must be at least redeliver_ms ({})",
@@ -362,6 +394,15 @@ impl Config {
             retention: Duration::from_secs(self.retention_secs),
             effect_ttl: Duration::from_secs(self.effect_ttl_secs),
             event_cap: self.event_cap,
+            replica_ack: (self.redis_wait_replicas > 0).then(|| ReplicaAck {
+                replicas: self.redis_wait_replicas,
+                timeout: Duration::from_millis(self.redis_wait_timeout_ms),
+                scope: if self.redis_wait_scope == "writes" {
+                    AckScope::Writes
+                } else {
+                    AckScope::Effects
+                },
+            }),
         }
     }
 

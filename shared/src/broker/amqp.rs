@@ -50,14 +50,39 @@ impl Backoff {
     }
 }
 
-/// Opens a connection to the configured broker (bounded by `timeout`).
+/// The broker nodes of `amqp_url`: one URL, or several separated by commas (the nodes of a
+/// RabbitMQ cluster, each a full `amqp://` or `amqps://` URL).
+pub(crate) fn node_urls(amqp_url: &str) -> Vec<&str> {
+    amqp_url.split(',').map(str::trim).filter(|u| !u.is_empty()).collect()
+}
+
+/// Opens a connection to the configured broker (bounded by `timeout`). With several nodes
+/// it starts at a random one (so a fleet spreads over the cluster) and goes on to the next
+/// while a node refuses or does not answer, each attempt bounded by its share of `timeout`.
 pub(crate) async fn open_connection(
     cfg: &BrokerConfig,
     role: &str,
     timeout: Duration,
 ) -> Result<Connection, BrokerError> {
-    let uri: AMQPUri = cfg
-        .amqp_url
+    let nodes = node_urls(&cfg.amqp_url);
+    if nodes.is_empty() {
+        return Err(BrokerError::InvalidConfig("the AMQP URL is empty".into()));
+    }
+    let start = rand::rng().random_range(0..nodes.len());
+    let share = timeout / nodes.len() as u32;
+    let mut last = None;
+    for i in 0..nodes.len() {
+        match open_node(nodes[(start + i) % nodes.len()], cfg, role, share).await {
+            Ok(conn) => return Ok(conn),
+            Err(e @ BrokerError::InvalidConfig(_)) => return Err(e),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or(BrokerError::ConnectTimeout(timeout)))
+}
+
+async fn open_node(url: &str, cfg: &BrokerConfig, role: &str, timeout: Duration) -> Result<Connection, BrokerError> {
+    let uri: AMQPUri = url
         .parse()
         .map_err(|e: String| BrokerError::InvalidConfig(format!("bad AMQP URL: {e}")))?;
     let name = format!("savepoint {role} ({})", cfg.topology.namespace);

@@ -4,8 +4,10 @@
 //! is one Lua script that validates before it writes, and every script and read runs on an
 //! engine (see `engine.rs`): a Redis server, or the embedded engine ([`crate::embedded`]) that
 //! runs the same scripts in-process. Open one with [`ScriptStore::connect`]: a `redis://` or
-//! `rediss://` URL selects Redis, `mem://NAME` the embedded instance `NAME`.
+//! `rediss://` URL selects Redis, `redis+cluster://host:port,…` a Redis Cluster (see
+//! [`cluster`]), `mem://NAME` the embedded instance `NAME`.
 
+pub mod cluster;
 mod engine;
 pub mod model;
 mod script;
@@ -15,6 +17,7 @@ pub use self::script::{
     RetryOutcome, RunEvent, Rung, ScriptStore, ServedSpec, SignalOutcome, StoreConfig, Suspend, Suspended, WorkerInfo,
     SCHEMA_VERSION,
 };
+pub use engine::{AckScope, ReplicaAck};
 pub use model::{ClaimOutcome, Claimed, EffectClaim, Finish, Holder, Lease, RunHeader, RunStatus, Wait};
 
 /// Errors of the store.
@@ -70,10 +73,34 @@ pub enum StoreError {
     /// The embedded engine answered a command or script with an error reply.
     #[error("embedded store: {0}")]
     Embedded(String),
+    /// A script was handed keys of two hash slots (a bug of this build: on a Redis Cluster the
+    /// script would fail with `CROSSSLOT`). Nothing was sent.
+    #[error("script {script} was given keys of two hash slots: {first} and {other}")]
+    CrossSlot {
+        /// The script.
+        script: String,
+        /// Its first key.
+        first: String,
+        /// A key in another slot.
+        other: String,
+    },
+    /// A write was applied on the master but fewer replicas than required confirmed it in
+    /// time (`SAVEPOINT_REDIS_WAIT_REPLICAS`): transient, the caller retries the (idempotent)
+    /// write.
+    #[error("write confirmed by {acked} of {wanted} replicas within {timeout_ms} ms")]
+    NotReplicated {
+        /// Replicas required.
+        wanted: u32,
+        /// Replicas that confirmed.
+        acked: u32,
+        /// The wait.
+        timeout_ms: u64,
+    },
 }
 
 impl StoreError {
-    /// True when retrying later may succeed (Redis unreachable, timeouts, busy scripts).
+    /// True when retrying later may succeed (Redis unreachable, timeouts, busy scripts, and
+    /// on a cluster a slot moving or a failover the client's own retries did not outlast).
     pub fn is_transient(&self) -> bool {
         match self {
             StoreError::Redis(e) => {
@@ -87,12 +114,14 @@ impl StoreError {
                         ErrorKind::Server(
                             ::redis::ServerErrorKind::BusyLoading
                                 | ::redis::ServerErrorKind::TryAgain
+                                | ::redis::ServerErrorKind::Moved
+                                | ::redis::ServerErrorKind::Ask
                                 | ::redis::ServerErrorKind::ClusterDown
                                 | ::redis::ServerErrorKind::MasterDown
                         )
                     )
             }
-            StoreError::Unavailable(_) => true,
+            StoreError::Unavailable(_) | StoreError::NotReplicated { .. } => true,
             _ => false,
         }
     }

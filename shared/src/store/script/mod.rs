@@ -11,7 +11,8 @@ mod scripts;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::sync::Arc;
 
-use super::engine::{Engine, Invocation};
+use super::cluster;
+use super::engine::{Conn, Engine, Invocation, ReplicaAck};
 use crate::embedded::{self, MemEngine};
 use std::time::Duration;
 
@@ -62,6 +63,8 @@ pub struct StoreConfig {
     pub effect_ttl: Duration,
     /// Events kept per run (approximate cap of the stream).
     pub event_cap: u32,
+    /// Replication acknowledgement of writes (`WAIT`), off when `None`.
+    pub replica_ack: Option<ReplicaAck>,
 }
 
 impl Default for StoreConfig {
@@ -78,6 +81,7 @@ impl Default for StoreConfig {
             retention: Duration::from_secs(7 * 24 * 3600),
             effect_ttl: Duration::from_secs(30 * 24 * 3600),
             event_cap: 1000,
+            replica_ack: None,
         }
     }
 }
@@ -161,31 +165,39 @@ fn ms(d: Duration) -> u64 {
 
 impl ScriptStore {
     /// Connects (the connection manager reconnects with exponential backoff on its own).
-    /// `mem://NAME` opens the process-wide embedded instance `NAME` instead of a server.
+    /// `mem://NAME` opens the process-wide embedded instance `NAME` instead of a server;
+    /// `redis+cluster://host:port,…` a Redis Cluster through its seed nodes.
     pub async fn connect(url: &str, keys: Keys, cfg: StoreConfig) -> Result<Self, StoreError> {
         if let Some(name) = embedded::instance_name(url) {
             return Ok(Self::embedded(embedded::engine(name), keys, cfg));
         }
-        let client = redis::Client::open(url)?;
-        let mcfg = ConnectionManagerConfig::new()
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_secs(2))
-            .set_number_of_retries(6)
-            .set_connection_timeout(Some(cfg.command_timeout.max(Duration::from_millis(500))))
-            .set_response_timeout(Some(cfg.command_timeout));
-        let conn = ConnectionManager::new_with_config(client, mcfg).await?;
-        Ok(Self {
-            engine: Engine::Redis(conn),
-            keys,
-            cfg,
-            scripts: Arc::new(Scripts::new()),
-        })
+        let conn = match cluster::seed_urls(url) {
+            Some(seeds) => Conn::Cluster(cluster::ClusterConn::connect(seeds?, cfg.command_timeout).await?),
+            None => {
+                let client = redis::Client::open(url)?;
+                let mcfg = ConnectionManagerConfig::new()
+                    .set_min_delay(Duration::from_millis(50))
+                    .set_max_delay(Duration::from_secs(2))
+                    .set_number_of_retries(6)
+                    .set_connection_timeout(Some(cfg.command_timeout.max(Duration::from_millis(500))))
+                    .set_response_timeout(Some(cfg.command_timeout));
+                Conn::Redis(ConnectionManager::new_with_config(client, mcfg).await?)
+            }
+        };
+        Ok(Self::on(conn, keys, cfg))
     }
 
     /// A store on an embedded engine (the same scripts, run in-process).
     pub fn embedded(engine: Arc<MemEngine>, keys: Keys, cfg: StoreConfig) -> Self {
+        Self::on(Conn::Mem(engine), keys, cfg)
+    }
+
+    fn on(conn: Conn, keys: Keys, cfg: StoreConfig) -> Self {
         Self {
-            engine: Engine::Mem(engine),
+            engine: Engine {
+                conn,
+                ack: cfg.replica_ack,
+            },
             keys,
             cfg,
             scripts: Arc::new(Scripts::new()),
@@ -194,10 +206,15 @@ impl ScriptStore {
 
     /// The embedded engine this store runs on, if it is not Redis.
     pub fn mem_engine(&self) -> Option<&Arc<MemEngine>> {
-        match &self.engine {
-            Engine::Mem(m) => Some(m),
-            Engine::Redis(_) => None,
+        match &self.engine.conn {
+            Conn::Mem(m) => Some(m),
+            Conn::Redis(_) | Conn::Cluster(_) => None,
         }
+    }
+
+    /// True when the store runs on a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.engine.conn, Conn::Cluster(_))
     }
 
     /// Runs one plain command (demo effects, the load generator, tests).

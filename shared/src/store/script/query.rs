@@ -392,32 +392,43 @@ impl ScriptStore {
         Ok(sizes.into_iter().flatten().sum())
     }
 
-    /// Deletes every key of this namespace (`SCAN MATCH <ns>:*` + `UNLINK`); returns how many.
-    /// For tests and benchmarks: it removes runs, effect records and the catalog alike.
+    /// Deletes every key of this namespace (`SCAN MATCH <ns>:*` + `UNLINK`, on every master
+    /// of a cluster); returns how many. For tests and benchmarks: it removes runs, effect
+    /// records and the catalog alike.
     pub async fn purge_namespace(&self) -> Result<u64, StoreError> {
         let pattern = format!("{}:*", self.keys.namespace());
-        let (mut cursor, mut deleted) = (0u64, 0u64);
-        loop {
-            let (next, keys): (u64, Vec<String>) = self
-                .engine
-                .query(
-                    redis::cmd("SCAN")
-                        .arg(cursor)
-                        .arg("MATCH")
-                        .arg(&pattern)
-                        .arg("COUNT")
-                        .arg(1000),
-                )
-                .await?;
-            if !keys.is_empty() {
-                let n: u64 = self.engine.query(redis::cmd("UNLINK").arg(&keys)).await?;
-                deleted += n;
+        let nodes: Vec<Option<(String, u16)>> = if self.is_cluster() {
+            let text: String = self.engine.query(redis::cmd("CLUSTER").arg("NODES")).await?;
+            crate::store::cluster::masters(&text).into_iter().map(Some).collect()
+        } else {
+            vec![None]
+        };
+        let mut deleted = 0u64;
+        for node in nodes {
+            let mut cursor = 0u64;
+            loop {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000);
+                let (next, keys): (u64, Vec<String>) = match &node {
+                    Some((host, port)) => self.engine.query_node(&scan, host, *port).await?,
+                    None => self.engine.query(&scan).await?,
+                };
+                if !keys.is_empty() {
+                    // One key a command: keys of several slots may not share one.
+                    let mut pipe = redis::pipe();
+                    for k in &keys {
+                        pipe.cmd("UNLINK").arg(k);
+                    }
+                    let n: Vec<u64> = self.engine.pipeline(&pipe).await?;
+                    deleted += n.iter().sum::<u64>();
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            if next == 0 {
-                return Ok(deleted);
-            }
-            cursor = next;
         }
+        Ok(deleted)
     }
 
     /// Redis server time (ms).

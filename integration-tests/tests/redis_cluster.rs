@@ -1,0 +1,176 @@
+//! Savepoint on a real Redis Cluster (6 nodes: 3 masters, 3 replicas, started by
+//! `deploy/cluster/redis-cluster.sh` on this test's own ports), under the two things a cluster
+//! does to its clients:
+//!
+//! - **Failover**: a master is SIGKILLed mid-load; its replica is promoted; the fleet (an
+//!   in-process scheduler, three worker processes) reconnects. Every write waits for one
+//!   replica (`SAVEPOINT_REDIS_WAIT_REPLICAS=1`, scope `writes`), so nothing acknowledged can
+//!   be lost with the master. Checked at the provider (an HTTP receiver outside Redis): no key
+//!   applied twice, every accepted run ends completed or blocked with a reason. Reported:
+//!   the failover time and how much of the replication stream the replica had not received.
+//! - **Resharding**: while runs are in flight, every slot of the namespace's partitions that
+//!   one master serves is moved to another, keys and all (IMPORTING/MIGRATING, MIGRATE);
+//!   clients meet ASK and TRYAGAIN. Nothing is lost or repeated.
+//!
+//! The two tests share the machine's 2 cores, so they run one after the other.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use savepoint_integration_tests::redis_cluster::{on, RedisCluster};
+use savepoint_integration_tests::scenario::{quiet_counts, World};
+
+const WORKER: &str = env!("CARGO_BIN_EXE_it-worker");
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn world_on(cluster: &RedisCluster, prefix: &str) -> World {
+    let url = cluster.url.clone();
+    World::new(prefix, move |c| {
+        c.redis_url = url;
+        c.worker.slice_max_steps = 2;
+        c.redis_wait_replicas = 1;
+        c.redis_wait_scope = "writes".into();
+        c.redis_wait_timeout_ms = 200;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_killed_under_load_fails_over_and_nothing_is_lost_or_repeated() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cluster = RedisCluster::start(7100);
+    let w = world_on(&cluster, "rcf").await;
+    let fleet = w.webhook_fleet(WORKER, 3).await;
+    let (hook, provider) = (&fleet.hook, &fleet.provider);
+
+    const RUNS: usize = 150;
+    let started = Instant::now();
+    let submitter = w.submit_webhook_runs_retrying(hook, "fo", RUNS, Duration::from_millis(30));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The master of partition 0's slot (a third of the runs' partitions are on it).
+    let victim = cluster
+        .master_of(cluster.base + 3, slot_of(cluster.base, "{p00}").await)
+        .await;
+    let replica = cluster
+        .nodes(cluster.base + 3)
+        .await
+        .into_iter()
+        .find(|n| n.master_id.as_deref() == Some(victim.id.as_str()))
+        .expect("the victim has a replica");
+    let offset_before = cluster.repl_offset(victim.port).await;
+    let done_before = provider.snapshot().len();
+    cluster.kill(victim.port);
+    let killed = Instant::now();
+    let promoted_in = cluster.wait_promoted(replica.port, Duration::from_secs(20)).await;
+    let replica_had = cluster.promoted_at(replica.port).await;
+    // The promoted master has no replica, so writes in WAIT's scope cannot be confirmed on
+    // its slots (they are refused as not replicated, and retried) until the killed node,
+    // restarted as an orchestrator would, rejoins as its replica.
+    cluster.restart(victim.port);
+    let rejoined_in = cluster.wait_replica_synced(victim.port, Duration::from_secs(30)).await;
+    let at_rejoin = provider.snapshot().len();
+    let flowing = Instant::now();
+    while provider.snapshot().len() == at_rejoin && flowing.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stall = killed.elapsed();
+    let refused = submitter.await.unwrap();
+    let (completed, blocked) = w.settle("fo", RUNS).await;
+    let (applied, twice) = quiet_counts(provider).await;
+    assert!(twice.is_empty(), "keys applied twice after the failover: {twice:?}");
+    assert!(
+        applied >= completed,
+        "every completed run applied its webhook ({applied} < {completed})"
+    );
+    assert!(
+        done_before > 0 && done_before < RUNS,
+        "the master died mid-load ({done_before} applied before)"
+    );
+    let _ = writeln!(
+        std::io::stderr(),
+        "redis cluster failover: {RUNS} runs in {:.1}s; master :{} SIGKILLed after {done_before} webhooks, replica :{} \
+         promoted in {:.2}s (cluster-node-timeout 1000 ms), the killed node restarted and in sync as its replica {:.2}s \
+         later, webhooks flowing again {:.2}s after the kill; replication stream the replica had not received: {} \
+         bytes (of offset {offset_before}; every write waited for WAIT 1); {completed} completed, {blocked} blocked with a \
+         reason, {applied} keys applied, 0 twice; {} starts refused meanwhile and sent again; {:.1}s from the kill to \
+         the last run settled",
+        started.elapsed().as_secs_f64(),
+        victim.port,
+        replica.port,
+        promoted_in.as_secs_f64(),
+        rejoined_in.as_secs_f64(),
+        stall.as_secs_f64(),
+        offset_before.saturating_sub(replica_had),
+        refused.len(),
+        killed.elapsed().as_secs_f64(),
+    );
+}
+
+async fn slot_of(port: u16, key: &str) -> u16 {
+    on(port, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))
+        .await
+        .expect("KEYSLOT")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slots_moved_between_masters_with_runs_in_flight_lose_nothing() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cluster = RedisCluster::start(7110);
+    let w = world_on(&cluster, "rcr").await;
+    let fleet = w.webhook_fleet(WORKER, 3).await;
+    let (hook, provider) = (&fleet.hook, &fleet.provider);
+
+    const RUNS: usize = 150;
+    let started = Instant::now();
+    let submitter = w.submit_webhook_runs_retrying(hook, "rs", RUNS, Duration::from_millis(30));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Every slot of this namespace's tags ({pNN} runs, {fxNN} effect records) that the
+    // first master serves moves to the second.
+    let nodes = cluster.nodes(cluster.base).await;
+    let masters: Vec<_> = nodes.iter().filter(|n| n.master).cloned().collect();
+    let (from, to) = (&masters[0], &masters[1]);
+    let mut slots = Vec::new();
+    for p in 0..w.cfg.partitions {
+        for tag in [format!("{{p{p:02}}}"), format!("{{fx{p:02}}}")] {
+            let s = slot_of(cluster.base, &tag).await;
+            if from.slots.iter().any(|(a, b)| (*a..=*b).contains(&s)) {
+                slots.push(s);
+            }
+        }
+    }
+    assert!(
+        !slots.is_empty(),
+        "the first master serves some of the namespace's slots"
+    );
+    let t0 = Instant::now();
+    let mut keys = 0;
+    for s in &slots {
+        keys += cluster.move_slot(*s, from, to).await;
+    }
+    let moved_in = t0.elapsed();
+    let done_at_move = provider.snapshot().len();
+    let refused = submitter.await.unwrap();
+    let (completed, blocked) = w.settle("rs", RUNS).await;
+    let (applied, twice) = quiet_counts(provider).await;
+    assert!(twice.is_empty(), "keys applied twice across the resharding: {twice:?}");
+    assert!(applied >= completed, "every completed run applied its webhook");
+    assert!(
+        keys > 0 && done_at_move < RUNS,
+        "keys moved while runs were in flight ({keys} keys, {done_at_move} done)"
+    );
+    for s in &slots {
+        assert_eq!(cluster.master_of(cluster.base, *s).await.id, to.id, "slot {s} moved");
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "redis cluster resharding: {RUNS} runs in {:.1}s; {} slots ({keys} keys) moved from :{} to :{} in {:.2}s \
+         while runs were in flight; {completed} completed, {blocked} blocked with a reason, {applied} keys applied, \
+         0 twice; {} starts refused meanwhile and sent again",
+        started.elapsed().as_secs_f64(),
+        slots.len(),
+        from.port,
+        to.port,
+        moved_in.as_secs_f64(),
+        refused.len(),
+    );
+}
