@@ -7,7 +7,7 @@ use futures::StreamExt;
 use savepoint::ids::ThreadId;
 use savepoint::metrics::metrics;
 use savepoint::protocol::TaskReason;
-use savepoint::store::{ScriptStore, StoreError};
+use savepoint::store::{owns_partition, ScriptStore, StoreError};
 use std::time::Duration;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -17,6 +17,8 @@ use crate::publish::Publisher;
 
 /// Publishes in flight at once per batch (each waits for a broker confirm).
 const PUBLISH_CONCURRENCY: usize = 32;
+/// Partitions scanned at once.
+const SCAN_CONCURRENCY: usize = 32;
 /// Extra scan rounds on a partition whose batch came back full, per tick.
 const MAX_ROUNDS: usize = 8;
 
@@ -29,21 +31,36 @@ pub(crate) struct ScanSettings {
     pub batch: u32,
     /// How long a handed-out run is not handed out again.
     pub period: Duration,
+    /// Split the partitions among the live replicas (false: scan every partition, racing the
+    /// other replicas; the simulator does this to keep the race under test).
+    pub split: bool,
 }
 
 /// Runs until `shutdown`. Errors are logged and the next tick tries again (Redis and
 /// RabbitMQ reconnect on their own); the scanner never stops on its own.
+///
+/// Replicas split the partitions without a leader: each registers under its own id every
+/// tick (for [`Membership::ttl`]) and scans the partitions it owns among the live replicas
+/// ([`owns_partition`]). A replica that stops is forgotten when its registration expires
+/// (at once on a clean shutdown), and its partitions fall to the others.
 pub(crate) async fn run(store: ScriptStore, publisher: Publisher, s: ScanSettings, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(s.interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut failing = false;
+    let mut members = Membership::new(s.interval);
     loop {
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => break,
             _ = tick.tick() => {}
         }
-        match scan_all(&store, &publisher, &s, &shutdown).await {
+        if s.split {
+            members.refresh(&store).await;
+        }
+        let started = tokio::time::Instant::now();
+        let result = scan_all(&store, &publisher, &s, &members, &shutdown).await;
+        metrics().scan_tick_seconds.observe(started.elapsed().as_secs_f64());
+        match result {
             Ok(n) => {
                 if failing {
                     warn!("due scanner recovered");
@@ -61,30 +78,102 @@ pub(crate) async fn run(store: ScriptStore, publisher: Publisher, s: ScanSetting
             Err(e) => debug!(error = %e, "due scan still failing"),
         }
     }
+    if s.split {
+        members.leave(&store).await;
+    }
     debug!("due scanner stopped");
 }
 
-/// One tick over every partition; returns the number of runs handed out.
-async fn scan_all(
+/// This replica's view of the live scheduler replicas.
+pub(crate) struct Membership {
+    /// This replica's id.
+    pub(crate) id: String,
+    /// How long a registration lives without a refresh.
+    pub(crate) ttl: Duration,
+    /// The live replicas at the last refresh (empty until one succeeds: scan everything).
+    pub(crate) live: Vec<String>,
+}
+
+impl Membership {
+    pub(crate) fn new(interval: Duration) -> Self {
+        Self {
+            id: format!(
+                "{}-{}",
+                savepoint::ids::host_name(),
+                savepoint::entropy::uuid().simple()
+            ),
+            ttl: (interval * 10).clamp(Duration::from_secs(2), Duration::from_secs(10)),
+            live: Vec::new(),
+        }
+    }
+
+    async fn refresh(&mut self, store: &ScriptStore) {
+        match store.register_scheduler(&self.id, self.ttl).await {
+            Ok(live) => {
+                if live != self.live {
+                    debug!(replicas = live.len(), "scheduler replicas changed");
+                }
+                self.live = live;
+            }
+            // Keep the last view; a replica missing from it scans everything.
+            Err(e) => debug!(error = %e, "refreshing the scheduler registration failed"),
+        }
+    }
+
+    async fn leave(&self, store: &ScriptStore) {
+        if let Err(e) = store.register_scheduler(&self.id, Duration::ZERO).await {
+            debug!(error = %e, "removing the scheduler registration failed");
+        }
+    }
+
+    /// True when this replica scans partition `p`.
+    pub(crate) fn owns(&self, p: u16) -> bool {
+        owns_partition(&self.id, &self.live, p)
+    }
+}
+
+/// One tick over every partition this replica owns, `SCAN_CONCURRENCY` partitions at once
+/// (their scripts share the multiplexed connection, so they travel pipelined); returns the
+/// number of runs handed out. An error on one partition does not stop the others.
+pub(crate) async fn scan_all(
     store: &ScriptStore,
     publisher: &Publisher,
     s: &ScanSettings,
+    members: &Membership,
     shutdown: &CancellationToken,
 ) -> Result<usize, StoreError> {
+    let owned: Vec<u16> = (0..store.keys().partitions()).filter(|p| members.owns(*p)).collect();
+    metrics().scan_partitions.set(owned.len() as i64);
+    let results: Vec<Result<usize, StoreError>> = futures::stream::iter(owned)
+        .map(|p| async move {
+            let mut total = 0;
+            for _ in 0..MAX_ROUNDS {
+                if shutdown.is_cancelled() {
+                    break;
+                }
+                let n = scan_partition(store, publisher, p, s).await?;
+                total += n;
+                if n < s.batch as usize {
+                    break;
+                }
+            }
+            Ok(total)
+        })
+        .buffer_unordered(SCAN_CONCURRENCY)
+        .collect()
+        .await;
     let mut total = 0;
-    for p in 0..store.keys().partitions() {
-        for _ in 0..MAX_ROUNDS {
-            if shutdown.is_cancelled() {
-                return Ok(total);
-            }
-            let n = scan_partition(store, publisher, p, s).await?;
-            total += n;
-            if n < s.batch as usize {
-                break;
-            }
+    let mut first_error = None;
+    for r in results {
+        match r {
+            Ok(n) => total += n,
+            Err(e) => first_error = first_error.or(Some(e)),
         }
     }
-    Ok(total)
+    match first_error {
+        Some(e) if total == 0 => Err(e),
+        _ => Ok(total),
+    }
 }
 
 /// Hands out one batch of partition `p`, publishes a task for each run, and marks the runs

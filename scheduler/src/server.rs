@@ -79,6 +79,7 @@ pub async fn serve(cfg: Config, listener: TcpListener, shutdown: CancellationTok
         interval: Duration::from_millis(cfg.scheduler.scan_interval_ms),
         batch: cfg.scheduler.scan_batch.max(1),
         period: cfg.store().redeliver,
+        split: true,
     };
     let scanner = tokio::spawn(scanner::run(store, publisher, settings, stop.clone()));
 

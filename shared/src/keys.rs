@@ -119,6 +119,12 @@ impl Keys {
         format!("{}:schemas", self.ns)
     }
 
+    /// Live scheduler replicas (id → expiry), from which each replica derives the partitions
+    /// its due scanner scans.
+    pub fn schedulers(&self) -> String {
+        format!("{}:schedulers", self.ns)
+    }
+
     /// Namespace metadata fixed at first use (the partition count).
     pub fn meta(&self) -> String {
         format!("{}:meta", self.ns)

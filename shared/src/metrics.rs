@@ -42,6 +42,10 @@ pub struct Metrics {
     pub due_lag_seconds: Histogram,
     /// Runs handed out by the scanner.
     pub scanned: Counter,
+    /// Duration of one due-scanner tick over the partitions this replica owns (seconds).
+    pub scan_tick_seconds: Histogram,
+    /// Partitions this scheduler replica's due scanner owns.
+    pub scan_partitions: Gauge,
     /// Runs in flight in this worker.
     pub inflight: Gauge,
     /// Broker reconnects.
@@ -75,6 +79,8 @@ impl Metrics {
             runs_started: Family::default(),
             due_lag_seconds: latency(),
             scanned: Counter::default(),
+            scan_tick_seconds: latency(),
+            scan_partitions: Gauge::default(),
             inflight: Gauge::default(),
             reconnects: Gauge::default(),
             http_requests: Family::default(),
@@ -105,6 +111,16 @@ impl Metrics {
             "scanner_handed_out",
             "Runs handed out by the due scanner",
             m.scanned.clone(),
+        );
+        registry.register(
+            "scanner_tick_seconds",
+            "Duration of one due-scanner tick over the partitions this replica owns",
+            m.scan_tick_seconds.clone(),
+        );
+        registry.register(
+            "scanner_partitions",
+            "Partitions this scheduler replica's due scanner owns",
+            m.scan_partitions.clone(),
         );
         registry.register("runs_inflight", "Runs executing in this worker", m.inflight.clone());
         registry.register("broker_reconnects", "Broker reconnects", m.reconnects.clone());

@@ -455,6 +455,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         interval: Duration::from_millis(cfg.scheduler.scan_interval_ms),
         batch: cfg.scheduler.scan_batch.max(1),
         period: cfg.store().redeliver,
+        split: false,
     };
     for _ in 0..2 {
         tokio::spawn(scanner::run(

@@ -132,6 +132,17 @@ impl ScriptStore {
         Ok(())
     }
 
+    /// Registers (or refreshes, for `ttl`) scheduler replica `id`, or removes it when `ttl` is
+    /// zero; returns the ids of the live replicas, sorted (see [`owns_partition`]).
+    pub async fn register_scheduler(&self, id: &str, ttl: Duration) -> Result<Vec<String>, StoreError> {
+        let mut inv = self.scripts.schedulers.prepare_invoke();
+        inv.key(self.keys.schedulers()).arg(id).arg(ms(ttl));
+        let r = self.invoke(&inv).await?;
+        let mut ids: Vec<String> = (1..r.0.len()).map(|i| r.text(i)).collect();
+        ids.sort();
+        Ok(ids)
+    }
+
     /// Makes every run that a worker gave back as unserved due now (a worker that may serve
     /// them joined). Returns how many.
     pub async fn wake_unserved(&self) -> Result<u64, StoreError> {
@@ -246,5 +257,64 @@ impl ScriptStore {
                 self.keys.meta()
             ))),
         }
+    }
+}
+
+/// True when scheduler replica `me` scans partition `p` among the live replicas `live`
+/// (rendezvous hashing: the replica with the highest hash of (replica, partition) owns it).
+/// Each partition has one owner in any one view; when a replica joins or leaves, only the
+/// partitions it gains or loses change hands. A replica not in `live` (its registration
+/// failed) scans every partition: two replicas scanning one partition is safe (handing a run
+/// out is atomic), no replica scanning it is not.
+pub fn owns_partition(me: &str, live: &[String], p: u16) -> bool {
+    if !live.iter().any(|id| id == me) {
+        return true;
+    }
+    // A finalizer (splitmix64's) over the string hash: the ids differ in their tails, and
+    // the order of the hashes' high bits must not follow the ids' shared prefix.
+    let mix = |mut z: u64| {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let score = |id: &str| mix(crate::ids::stable_hash(&format!("{p}/{id}")));
+    live.iter()
+        .max_by_key(|id| (score(id), (*id).clone()))
+        .is_some_and(|id| id == me)
+}
+
+#[cfg(test)]
+mod owner_tests {
+    use super::owns_partition;
+
+    #[test]
+    fn every_partition_has_one_owner_and_a_leaver_moves_only_its_own() {
+        let live: Vec<String> = ["vm-0a1b2c3d4e5f", "vm-0a1b2c3d4e60", "vm-9f8e7d6c5b4a"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let owner = |live: &[String], p| {
+            live.iter()
+                .filter(|id| owns_partition(id, live, p))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        let before: Vec<Vec<String>> = (0..1024).map(|p| owner(&live, p)).collect();
+        assert!(before.iter().all(|o| o.len() == 1));
+        for id in &live {
+            let n = before.iter().filter(|o| &o[0] == id).count();
+            assert!((250..430).contains(&n), "{id} owns {n} of 1024");
+        }
+        let two: Vec<String> = vec![live[0].clone(), live[2].clone()];
+        for (p, o) in before.iter().enumerate() {
+            let after = owner(&two, p as u16);
+            if o[0] != live[1] {
+                assert_eq!(after, *o, "partition {p} kept its owner");
+            }
+        }
+        assert!(
+            owns_partition("x", &live, 7),
+            "a replica missing from the view scans everything"
+        );
     }
 }

@@ -26,7 +26,7 @@ use scripts::Scripts;
 
 pub use control::{Cancelled, Rerun, RetryOutcome, SignalOutcome};
 pub use effects::{EffectDone, EffectRecord, EffectRelease};
-pub use fleet::{CatalogEntry, ServedSpec, WorkerInfo};
+pub use fleet::{owns_partition, CatalogEntry, ServedSpec, WorkerInfo};
 pub use query::{ListFilter, PageCursor, RunEvent};
 pub use scan::Rung;
 

@@ -57,6 +57,7 @@ scripts!(
     register_worker,
     live_workers,
     wake_unserved,
+    schedulers,
 );
 
 #[cfg(test)]
