@@ -113,7 +113,7 @@ def cmd_k8s_crds(files: list[str]) -> None:
         ("keda.sh/v1alpha1", kind): strict(getattr(keda, kind).model_json_schema(by_alias=True))
         for kind in ("ScaledObject", "TriggerAuthentication")
     }
-    seen_rabbit = False
+    seen_rabbit = seen_redis_cluster = False
     for path in files:
         for doc in load_docs(path):
             key = (doc.get("apiVersion"), doc.get("kind"))
@@ -143,6 +143,29 @@ def cmd_k8s_crds(files: list[str]) -> None:
                     problems.append("additionalConfig lacks default_queue_type = quorum")
                 expect(not problems, f"crd-structure {name}", "replicas, known top-level spec fields, quorum default",
                        "; ".join(problems))
+            elif key == ("redis.redis.opstreelabs.in/v1beta2", "RedisCluster"):
+                seen_redis_cluster = True
+                spec = doc.get("spec", {})
+                problems = []
+                if not isinstance(spec.get("clusterSize"), int) or spec["clusterSize"] < 3:
+                    problems.append("spec.clusterSize should be at least 3 masters")
+                for role in ("redisLeader", "redisFollower"):
+                    if (spec.get(role) or {}).get("replicas") != spec.get("clusterSize"):
+                        problems.append(f"spec.{role}.replicas should equal clusterSize (one replica per master)")
+                allowed = {"clusterSize", "clusterVersion", "persistenceEnabled", "kubernetesConfig", "redisLeader",
+                           "redisFollower", "storage", "podSecurityContext", "redisExporter", "TLS", "acl",
+                           "priorityClassName", "serviceAccountName", "sidecars", "initContainer", "env", "hostNetwork",
+                           "port"}
+                problems += [f"unknown spec field {k}" for k in spec if k not in allowed]
+                if not spec.get("persistenceEnabled"):
+                    problems.append("persistenceEnabled must be true (AOF on volumes)")
+                if not (spec.get("kubernetesConfig") or {}).get("redisSecret"):
+                    problems.append("kubernetesConfig.redisSecret must name the password Secret")
+                expect(not problems, f"crd-structure {name}", "3+ masters, a replica each, known fields, persistence, auth",
+                       "; ".join(problems))
+    if seen_redis_cluster:
+        report("SKIP", "crd-schema RedisCluster",
+               "no PyPI package ships the Redis Operator CRD schema; only the structural checks above ran")
     if seen_rabbit:
         report("SKIP", "crd-schema RabbitmqCluster",
                "no PyPI package ships the RabbitMQ Cluster Operator CRD schema; only the structural checks above ran")

@@ -101,9 +101,9 @@ for pair in "${RENDERED[@]}"; do
     # The CRD kinds have no schema in kubernetes-validate: they are step 3's job, so the
     # "Couldn't find schema" warnings are dropped here.
     out=$("$BIN/kubernetes-validate" --strict --quiet -k "$v" "$file" 2>&1); rc=$?
-    errs=$(grep -v "Couldn't find schema for kind \(ScaledObject\|TriggerAuthentication\|RabbitmqCluster\)" <<<"$out" | grep -v '^$')
+    errs=$(grep -v "Couldn't find schema for kind \(ScaledObject\|TriggerAuthentication\|RabbitmqCluster\|RedisCluster\)" <<<"$out" | grep -v '^$')
     n=$(grep -c '^kind:' "$file")
-    crds=$(grep -c '^kind: \(ScaledObject\|TriggerAuthentication\|RabbitmqCluster\)$' "$file")
+    crds=$(grep -c '^kind: \(ScaledObject\|TriggerAuthentication\|RabbitmqCluster\|RedisCluster\)$' "$file")
     if ((rc == 0)) && [[ -z $errs ]]; then
       record PASS "kubernetes-validate $name k8s-$v" "$((n - crds)) built-in resources valid (strict)"
     else

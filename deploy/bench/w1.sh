@@ -4,11 +4,17 @@
 #   deploy/bench/w1.sh                      # 500 x 10, 2 workers
 #   RUNS=200 STEPS=1000 WORKERS=1 deploy/bench/w1.sh
 #   PAYLOAD=10000 deploy/bench/w1.sh        # bytes of padding per step result
+#   SAVEPOINT_REDIS_URL=redis+cluster://127.0.0.1:7000 REDIS_CLI="redis-cli -c -p 7000" \
+#     FLOOR=0 deploy/bench/w1.sh            # on a Redis Cluster (the I/O floor is single-node)
 # Prints loadgen's figures, the floor and the ratio. Uses a fresh namespace, cleans up.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUNS=${RUNS:-500}; STEPS=${STEPS:-10}; WORKERS=${WORKERS:-2}; PAYLOAD=${PAYLOAD:-0}
 PORT=${PORT:-7170}; FLOOR=${FLOOR:-1}
+# How this script itself reaches Redis (readiness, clean-up); on a cluster `redis-cli -c -p N`,
+# whose clean-up then covers that node's keys only (throwaway clusters are stopped whole).
+read -r -a RCLI <<<"${REDIS_CLI:-redis-cli}"
+DEL_BATCH=500; [ -n "${REDIS_CLI:-}" ] && DEL_BATCH=1 # keys of several slots never share a DEL
 # BIN=dir runs prebuilt binaries (e.g. a copy of an older build, for before/after figures).
 BIN=${BIN:-}
 if [ -z "$BIN" ]; then
@@ -24,7 +30,7 @@ PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  redis-cli --scan --pattern "$NS:*" | xargs -r -n 500 redis-cli del >/dev/null
+  "${RCLI[@]}" --scan --pattern "$NS:*" | xargs -r -n "$DEL_BATCH" "${RCLI[@]}" del >/dev/null
   rabbitmqctl -q delete_queue "$NS.q.default" >/dev/null 2>&1 || true
   rabbitmqctl -q delete_queue "$NS.dlq" >/dev/null 2>&1 || true
 }
@@ -32,12 +38,17 @@ trap cleanup EXIT
 "$BIN"/savepoint-scheduler & PIDS+=($!)
 for i in $(seq 1 "$WORKERS"); do SAVEPOINT_WORKER_NAME=w$i "$BIN"/savepoint-worker & PIDS+=($!); done
 for _ in $(seq 1 100); do
-  curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && { redis-cli hexists "$NS:workflows" chain | grep -q 1 || redis-cli hgetall "$NS:workers" | grep -q '"chain"'; } && break
+  curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && { "${RCLI[@]}" hgetall "$NS:workers" | grep -q '"chain"'; } && break
   sleep 0.2
 done
 echo "== savepoint: $RUNS runs x $STEPS steps of chain, $WORKERS workers, payload $PAYLOAD B (namespace $NS)"
+cpu_jiffies() { awk '/^cpu /{ idle=$5+$6; t=0; for(i=2;i<=NF;i++) t+=$i; print t-idle, t }' /proc/stat; }
+read -r BUSY0 TOTAL0 < <(cpu_jiffies)
 "$BIN"/savepoint --api "http://127.0.0.1:$PORT" loadgen --workflow chain --runs "$RUNS" --steps "$STEPS" \
   --payload-bytes "$PAYLOAD" --json > /tmp/w1-savepoint.json
+read -r BUSY1 TOTAL1 < <(cpu_jiffies)
+# The machine's CPU use while the load ran (every process on it), in % of all its cores.
+awk -v b=$((BUSY1 - BUSY0)) -v t=$((TOTAL1 - TOTAL0)) 'BEGIN { printf "%.0f\n", 100 * b / (t ? t : 1) }' >/tmp/w1-cpu.txt
 python3 - <<'PY'
 import json; r = json.load(open('/tmp/w1-savepoint.json'))
 print(f"steps/s {r['steps_per_s']:.0f}  runs/s {r['runs_per_s']:.1f}  wall {r['wall_s']:.2f}s")
@@ -45,6 +56,7 @@ l = r['run_latency_ms']; s = r['step_latency_ms']
 print(f"run latency ms p50 {l['p50']:.0f} p90 {l['p90']:.0f} p99 {l['p99']:.0f} max {l['max']:.0f}")
 print(f"step latency ms p50 {s['p50']:.1f} p99 {s['p99']:.1f}")
 print(f"redis bytes/run {r['redis_bytes_per_run']:.0f}  by status {r['by_status']}  lost {r['lost']}")
+print(f"machine CPU during the load {open('/tmp/w1-cpu.txt').read().strip()}% of all cores")
 PY
 if [ "$FLOOR" = 1 ]; then
   echo "== I/O floor: same shape"

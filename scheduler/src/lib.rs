@@ -24,6 +24,7 @@ pub mod sim;
 
 pub use api::openapi_json;
 pub use publish::{new_traceparent, reason_name, PublishError, Publisher, TRACEPARENT};
+pub use scanner::{run as run_scanner, tick_alone as scan_tick_alone, ScanSettings};
 pub use server::{run, serve, CONNECT_DEADLINE};
 
 use savepoint::broker::BrokerError;

@@ -24,7 +24,7 @@ const MAX_ROUNDS: usize = 8;
 
 /// Scanner settings.
 #[derive(Debug, Clone)]
-pub(crate) struct ScanSettings {
+pub struct ScanSettings {
     /// Time between ticks.
     pub interval: Duration,
     /// Runs handed out per partition per round.
@@ -43,7 +43,7 @@ pub(crate) struct ScanSettings {
 /// tick (for [`Membership::ttl`]) and scans the partitions it owns among the live replicas
 /// ([`owns_partition`]). A replica that stops is forgotten when its registration expires
 /// (at once on a clean shutdown), and its partitions fall to the others.
-pub(crate) async fn run(store: ScriptStore, publisher: Publisher, s: ScanSettings, shutdown: CancellationToken) {
+pub async fn run(store: ScriptStore, publisher: Publisher, s: ScanSettings, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(s.interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut failing = false;
@@ -130,6 +130,12 @@ impl Membership {
     pub(crate) fn owns(&self, p: u16) -> bool {
         owns_partition(&self.id, &self.live, p)
     }
+}
+
+/// One tick of the real scanner over every partition, as a replica alone (benchmarks).
+pub async fn tick_alone(store: &ScriptStore, publisher: &Publisher, s: &ScanSettings) -> Result<usize, StoreError> {
+    let members = Membership::new(s.interval);
+    scan_all(store, publisher, s, &members, &CancellationToken::new()).await
 }
 
 /// One tick over every partition this replica owns, `SCAN_CONCURRENCY` partitions at once

@@ -8,10 +8,9 @@ use clap::Parser;
 use std::time::{Duration, Instant};
 
 use savepoint::ids::{Namespace, ThreadId};
-use savepoint::journal::{Entry, EntryKind, Outcome};
 use savepoint::keys::Keys;
-use savepoint::store::{ClaimOutcome, RunStatus, ScriptStore, StoreConfig};
-use savepoint::store::{ServedSpec, Suspend};
+use savepoint::store::{ScriptStore, StoreConfig};
+use savepoint_benches::{sleeping_run, used_memory};
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -26,15 +25,6 @@ struct Args {
     partitions: u16,
 }
 
-async fn used_memory(store: &ScriptStore) -> anyhow::Result<i64> {
-    let info: String = store.query(redis::cmd("INFO").arg("memory")).await?;
-    Ok(info
-        .lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0))
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let a = Args::parse();
@@ -43,48 +33,13 @@ async fn main() -> anyhow::Result<()> {
         let keys = Keys::new(Namespace::new(ns.clone())?, a.partitions);
         let store = ScriptStore::connect(&a.redis, keys.clone(), StoreConfig::default()).await?;
         let before = used_memory(&store).await?;
-        let input = serde_json::json!({"steps": 1}).to_string();
         let started = Instant::now();
-        let mut set = tokio::task::JoinSet::new();
+        let mut set = tokio::task::JoinSet::<anyhow::Result<()>>::new();
         for i in 0..n {
-            let (store, input) = (store.clone(), input.clone());
+            let store = store.clone();
             set.spawn(async move {
                 let t = ThreadId::new(format!("timer-{i}"))?;
-                store
-                    .create(
-                        &t,
-                        "chain",
-                        1,
-                        &input,
-                        "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01",
-                    )
-                    .await?;
-                let ClaimOutcome::Claimed(c) = store.claim(&t, "bench-worker", Some(0), &ServedSpec::any()).await?
-                else {
-                    anyhow::bail!("claim failed");
-                };
-                let mut lease = c.lease;
-                let step = Entry::new(
-                    "s0",
-                    EntryKind::Step,
-                    Outcome::Ok(serde_json::json!({"i": 1, "acc": 0})),
-                    1,
-                );
-                store.commit(&mut lease, 0, &step, ("", ""), None).await?;
-                let nap = Entry::new(
-                    "nap",
-                    EntryKind::Sleep,
-                    Outcome::Ok(serde_json::json!({"duration_ms": 3_600_000})),
-                    1,
-                );
-                store
-                    .suspend(
-                        &mut lease,
-                        Some((1, &nap)),
-                        Suspend::until(RunStatus::Sleeping, Duration::from_secs(3600)),
-                        ("slept", "nap"),
-                    )
-                    .await?;
+                sleeping_run(&store, &t, Duration::from_secs(3600)).await?;
                 Ok(())
             });
             if set.len() >= 256 {
