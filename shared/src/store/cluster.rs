@@ -75,7 +75,7 @@ async fn connect(seeds: &[String], command_timeout: Duration) -> Result<ClusterC
 ///
 /// The cluster client follows `MOVED` and `ASK`, but a master that died does not answer
 /// `MOVED`: the client would keep reconnecting to its address, long after its replica was
-/// promoted. So a command that fails because its node is gone (refused, dropped, timed out,
+/// promoted. So a command that fails because its node is gone (refused, dropped,
 /// `CLUSTERDOWN`) starts one rebuild in the background: a new client learns the slot map
 /// from whichever seed answers, and replaces the old one. The failed command's error is
 /// transient; the caller's retry runs on the new map. Rebuilds are at most one at a time and
@@ -153,10 +153,10 @@ impl ClusterConn {
 /// maps), not that the command was wrong.
 fn node_lost(e: &redis::RedisError) -> bool {
     use redis::{ErrorKind, ServerErrorKind};
-    e.is_connection_refusal()
+    // Not a timeout: under load that is a slow node, and a rebuild would only add churn.
+    (e.is_io_error() && !e.is_timeout())
+        || e.is_connection_refusal()
         || e.is_connection_dropped()
-        || e.is_io_error()
-        || e.is_timeout()
         || matches!(
             e.kind(),
             ErrorKind::ClusterConnectionNotFound
