@@ -324,6 +324,12 @@ impl ProgressProbe {
         Self { samples, task }
     }
 
+    /// When the count last grew.
+    pub fn last_growth(&self) -> Option<Instant> {
+        let s = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        s.windows(2).rev().find(|w| w[1].1 > w[0].1).map(|w| w[1].0)
+    }
+
     /// The longest time in `from..to` during which the count did not grow (a stall).
     pub fn longest_stall(&self, from: Instant, to: Instant) -> Duration {
         let s = self.samples.lock().unwrap_or_else(|p| p.into_inner());

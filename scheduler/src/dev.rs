@@ -47,12 +47,21 @@ fn endpoint(url: &str, default_port: u16) -> Option<String> {
     Some(format!("{host}:{}", u.port().unwrap_or(default_port)))
 }
 
-/// Why a service cannot be reached (`None`: it accepts TCP connections).
+/// The first node a URL names: the first seed of a Redis Cluster URL, the first of a
+/// comma-separated list of AMQP nodes, or the URL itself.
+fn first_node(url: &str) -> String {
+    match savepoint::store::cluster::seed_urls(url) {
+        Some(Ok(seeds)) if !seeds.is_empty() => seeds[0].clone(),
+        _ => url.split(',').next().unwrap_or(url).trim().to_owned(),
+    }
+}
+
+/// Why a service cannot be reached (`None`: its first node accepts TCP connections).
 async fn unreachable(url: &str, default_port: u16) -> Option<String> {
     if savepoint::embedded::instance_name(url).is_some() {
         return None;
     }
-    let Some(addr) = endpoint(url, default_port) else {
+    let Some(addr) = endpoint(&first_node(url), default_port) else {
         return Some(format!("cannot read a host from {url:?}"));
     };
     match tokio::time::timeout(Duration::from_millis(800), tokio::net::TcpStream::connect(&addr)).await {
