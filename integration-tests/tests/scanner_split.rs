@@ -1,8 +1,9 @@
 //! Scheduler replicas split the due scanner's partitions without a leader, and a replica
 //! that is SIGKILLed loses its partitions to the others once its registration expires.
 //!
-//! Two scheduler processes and the test's in-process scheduler share one namespace. Runs created straight in the store (no task published: only a
-//! scanner can hand them out) land in every partition; a worker finishes them. Each replica's
+//! Two scheduler processes and the test's in-process scheduler share one namespace of 64
+//! partitions. Runs created straight in the store (no task published: only a scanner can
+//! hand them out), one in every partition; a worker finishes them. Each replica's
 //! `/metrics` says how many partitions it scans: together exactly all of them, each some.
 //! Then one replica is SIGKILLed and a second batch, again in every partition, completes too.
 
@@ -40,12 +41,23 @@ async fn gauge(http: &reqwest::Client, addr: &str, name: &str) -> Option<i64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// Creates `n` chain runs `<prefix>-<i>` in the store only (no task published).
-async fn create_unpublished(w: &World, prefix: &str, n: usize) -> Vec<ThreadId> {
+/// Creates chain runs `<prefix>-<i>` in the store only (no task published), one in every
+/// partition (ids are drawn until each partition has one).
+async fn create_unpublished(w: &World, prefix: &str) -> Vec<ThreadId> {
     let input = json!({"steps": 2}).to_string();
+    let parts = usize::from(w.cfg.partitions);
+    let mut covered = vec![false; parts];
     let mut out = Vec::new();
-    for i in 0..n {
+    for i in 0.. {
+        if out.len() == parts {
+            break;
+        }
         let t = ThreadId::new(format!("{prefix}-{i}")).unwrap();
+        let p = usize::from(w.store.keys().partition(&t));
+        if covered[p] {
+            continue;
+        }
+        covered[p] = true;
         w.store.create(&t, "chain", 1, &input, "").await.expect("create");
         out.push(t);
     }
@@ -63,7 +75,9 @@ async fn all_completed(w: &World, runs: &[ThreadId], within: Duration) -> Durati
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_split_the_partitions_and_take_over_a_dead_ones() {
-    let w = World::new("split", |_| {}).await;
+    // 64 partitions: with 8, one of three replicas owns none about one time in nine
+    // ((2/3)^8 each); with 64, practically never.
+    let w = World::new("split", |c| c.partitions = 64).await;
     let parts = i64::from(w.cfg.partitions);
     let addrs = [free_addr(), free_addr()];
     let mut scheds: Vec<Proc> = addrs
@@ -97,13 +111,13 @@ async fn replicas_split_the_partitions_and_take_over_a_dead_ones() {
     };
     let split = (a, b, local());
 
-    let first = create_unpublished(&w, "one", 64).await;
+    let first = create_unpublished(&w, "one").await;
     let took1 = all_completed(&w, &first, Duration::from_secs(30)).await;
 
     scheds[1].signal("KILL");
     let _ = scheds[1].wait_exit(Duration::from_secs(10)).await;
     let killed = Instant::now();
-    let second = create_unpublished(&w, "two", 64).await;
+    let second = create_unpublished(&w, "two").await;
     let took2 = all_completed(&w, &second, Duration::from_secs(40)).await;
     let survivors = gauge(&http, &addrs[0], "savepoint_scanner_partitions")
         .await
@@ -112,8 +126,8 @@ async fn replicas_split_the_partitions_and_take_over_a_dead_ones() {
     assert_eq!(survivors, parts, "the two survivors scan every partition");
     let _ = writeln!(
         std::io::stderr(),
-        "scanner split: 3 replicas scanning {split:?} of {parts} partitions; 64 unpublished runs \
-         over every partition completed in {:.2}s; after a SIGKILL of one replica, 64 more in {:.2}s ({:.2}s after \
+        "scanner split: 3 replicas scanning {split:?} of {parts} partitions; {parts} unpublished runs, \
+         one in every partition, completed in {:.2}s; after a SIGKILL of one replica, {parts} more in {:.2}s ({:.2}s after \
          the kill; the dead replica's registration lives 2 s)",
         took1.as_secs_f64(),
         took2.as_secs_f64(),
