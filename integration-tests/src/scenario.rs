@@ -270,6 +270,7 @@ impl World {
                             "{t} blocked without a reason"
                         );
                     }
+                    "failed" | "cancelled" => panic!("run {t} ended {}: {}", h.status.as_str(), self.run(t).await),
                     _ => open.push(t.clone()),
                 }
             }

@@ -20,6 +20,7 @@ pub use invoice::Invoice;
 pub use webhook::Webhook;
 
 use serde_json::{json, Value};
+use std::time::Duration;
 
 use savepoint::journal::now_ms;
 use savepoint::store::ScriptStore;
@@ -41,12 +42,18 @@ impl EffectLog {
         }
     }
 
-    /// Appends one record (an effect was applied).
+    /// Appends one record (an effect was applied). It is called after the effect happened,
+    /// so a store that is away for a moment (a failover) is waited out, up to 30 s, rather
+    /// than reported: an `Err` from an effect promises it did not happen.
     pub async fn record(&self, thread: &str, effect: &str, key: &str) -> Result<(), StepError> {
-        let rec = json!({"thread_id": thread, "effect": effect, "key": key, "at": now_ms()});
-        let _: i64 = self
-            .store
-            .query(redis::cmd("RPUSH").arg(&self.key).arg(rec.to_string()))
+        let rec = json!({"thread_id": thread, "effect": effect, "key": key, "at": now_ms()}).to_string();
+        let mut cmd = redis::cmd("RPUSH");
+        cmd.arg(&self.key).arg(rec);
+        let never = tokio_util::sync::CancellationToken::new();
+        let _: i64 =
+            savepoint::store::until_ok("recording a demo effect", Some(Duration::from_secs(30)), &never, || {
+                self.store.query(&cmd)
+            })
             .await?;
         Ok(())
     }
