@@ -23,6 +23,7 @@ fn config(url: &str, ns: &str, delivery_limit: u32) -> BrokerConfig {
         delivery_limit,
         reconnect_min: Duration::from_millis(50),
         reconnect_max: Duration::from_millis(500),
+        tls: Default::default(),
     }
 }
 

@@ -22,6 +22,8 @@ mod scanner;
 mod server;
 pub mod sim;
 
+#[doc(hidden)]
+pub use api::fuzzing;
 pub use api::openapi_json;
 pub use publish::{new_traceparent, reason_name, PublishError, Publisher, TRACEPARENT};
 pub use scanner::{run as run_scanner, tick_alone as scan_tick_alone, ScanSettings};

@@ -28,6 +28,29 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Schedul
     serve(cfg, listener, shutdown).await
 }
 
+/// An open API (no tokens) serves only loopback unless `allow_open_bind` says otherwise, and
+/// says so loudly either way.
+fn check_bind(cfg: &Config, addr: std::net::SocketAddr, auth: bool) -> Result<(), ConfigError> {
+    if auth {
+        info!(%addr, "API authentication on: every request but the probes needs a token");
+        return Ok(());
+    }
+    if !addr.ip().is_loopback() && !cfg.security.allow_open_bind {
+        return Err(ConfigError::Invalid(format!(
+            "refusing to serve an open API on {addr}: no API tokens are configured (SAVEPOINT_API_TOKENS or \
+             SAVEPOINT_API_TOKENS_FILE), so anyone who reaches this address could start, cancel and resume \
+             runs and settle effects. Configure tokens, bind 127.0.0.1, or set SAVEPOINT_ALLOW_OPEN_BIND=true \
+             if a proxy in front authenticates"
+        )));
+    }
+    tracing::warn!(
+        %addr,
+        "THE API IS OPEN: no API tokens are configured, anyone who reaches {addr} may start, cancel and resume \
+         runs and settle effects (README \"Security\")"
+    );
+    Ok(())
+}
+
 /// Runs the scheduler on a pre-bound listener (tests bind `127.0.0.1:0`) until `shutdown`
 /// is cancelled. The HTTP server answers at once (`/healthz`; API routes answer 503 and
 /// `/readyz` "not ready" until Redis and RabbitMQ are connected).
@@ -37,7 +60,8 @@ pub async fn serve(cfg: Config, listener: TcpListener, shutdown: CancellationTok
     let addr = listener.local_addr()?;
     let readiness = Readiness::default();
     let slot: Arc<OnceLock<Services>> = Arc::new(OnceLock::new());
-    let state = ApiState::new(slot.clone(), cfg.scheduler.max_input_bytes);
+    let state = ApiState::new(slot.clone(), &cfg).map_err(ConfigError::Invalid)?;
+    check_bind(&cfg, addr, state.auth.enabled())?;
     let app = api::router(state, readiness.clone());
 
     let stop = shutdown.child_token();

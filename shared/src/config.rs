@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::broker::{BrokerConfig, Topology};
 use crate::ids::Namespace;
 use crate::keys::{Keys, DEFAULT_PARTITIONS};
+use crate::security::{SecuritySection, TokenSpec};
 use crate::store::{AckScope, ReplicaAck, StoreConfig};
 use crate::workflow::SliceLimits;
 
@@ -85,6 +86,8 @@ pub struct WorkerSection {
     pub slice_max_ms: u64,
     /// Journal entries per run.
     pub max_entries: u32,
+    /// Bytes of journal per run (entries as stored); a run past it fails with the reason.
+    pub max_journal_bytes: u64,
     /// How long SIGTERM waits for in-flight slices (ms).
     pub shutdown_grace_ms: u64,
     /// Health/metrics listener.
@@ -101,6 +104,7 @@ impl Default for WorkerSection {
             slice_max_steps: 64,
             slice_max_ms: 10_000,
             max_entries: 10_000,
+            max_journal_bytes: 16 * 1024 * 1024,
             shutdown_grace_ms: 10_000,
             http_addr: "127.0.0.1:7071".into(),
             name: "worker".into(),
@@ -120,6 +124,8 @@ pub struct SchedulerSection {
     pub scan_batch: u32,
     /// Largest accepted run input / request body (bytes).
     pub max_input_bytes: usize,
+    /// Largest accepted signal or resume value (bytes of JSON).
+    pub max_signal_bytes: usize,
 }
 
 impl Default for SchedulerSection {
@@ -129,6 +135,7 @@ impl Default for SchedulerSection {
             scan_interval_ms: 200,
             scan_batch: 500,
             max_input_bytes: 256 * 1024,
+            max_signal_bytes: 64 * 1024,
         }
     }
 }
@@ -185,6 +192,8 @@ pub struct Config {
     pub effect_ttl_secs: u64,
     /// Events kept per run.
     pub event_cap: u32,
+    /// Signals a run may hold before it asks for them; more are refused (HTTP 429).
+    pub max_buffered_signals: u32,
     /// `text` or `json` logs.
     pub log_format: String,
     /// Failpoints (`name=action;…`).
@@ -193,6 +202,8 @@ pub struct Config {
     pub worker: WorkerSection,
     /// Scheduler section.
     pub scheduler: SchedulerSection,
+    /// Security section: API tokens, payload keys, TLS (README "Security").
+    pub security: SecuritySection,
 }
 
 impl Default for Config {
@@ -218,10 +229,12 @@ impl Default for Config {
             retention_secs: 7 * 24 * 3600,
             effect_ttl_secs: 30 * 24 * 3600,
             event_cap: 1000,
+            max_buffered_signals: 1000,
             log_format: "text".into(),
             failpoints: String::new(),
             worker: WorkerSection::default(),
             scheduler: SchedulerSection::default(),
+            security: SecuritySection::default(),
         }
     }
 }
@@ -293,6 +306,7 @@ impl Config {
         env_parse(env, "SAVEPOINT_SLICE_MAX_STEPS", &mut w.slice_max_steps)?;
         env_parse(env, "SAVEPOINT_SLICE_MAX_MS", &mut w.slice_max_ms)?;
         env_parse(env, "SAVEPOINT_MAX_ENTRIES", &mut w.max_entries)?;
+        env_parse(env, "SAVEPOINT_MAX_JOURNAL_BYTES", &mut w.max_journal_bytes)?;
         env_parse(env, "SAVEPOINT_SHUTDOWN_GRACE_MS", &mut w.shutdown_grace_ms)?;
         env_parse(env, "SAVEPOINT_WORKER_HTTP_ADDR", &mut w.http_addr)?;
         env_parse(env, "SAVEPOINT_WORKER_NAME", &mut w.name)?;
@@ -301,6 +315,31 @@ impl Config {
         env_parse(env, "SAVEPOINT_SCAN_INTERVAL_MS", &mut s.scan_interval_ms)?;
         env_parse(env, "SAVEPOINT_SCAN_BATCH", &mut s.scan_batch)?;
         env_parse(env, "SAVEPOINT_MAX_INPUT_BYTES", &mut s.max_input_bytes)?;
+        env_parse(env, "SAVEPOINT_MAX_SIGNAL_BYTES", &mut s.max_signal_bytes)?;
+        env_parse(env, "SAVEPOINT_MAX_BUFFERED_SIGNALS", &mut self.max_buffered_signals)?;
+        let sec = &mut self.security;
+        if let Some(v) = env.get("SAVEPOINT_API_TOKENS") {
+            let specs = TokenSpec::parse_list(&v).map_err(|message| ConfigError::Env {
+                var: "SAVEPOINT_API_TOKENS".into(),
+                value: "<not shown>".into(),
+                message,
+            })?;
+            sec.api_tokens.extend(specs);
+        }
+        env_parse(env, "SAVEPOINT_API_TOKENS_FILE", &mut sec.api_tokens_file)?;
+        env_parse(env, "SAVEPOINT_ALLOW_OPEN_BIND", &mut sec.allow_open_bind)?;
+        env_parse(env, "SAVEPOINT_RATE_LIMIT_PER_SEC", &mut sec.rate_limit_per_sec)?;
+        env_parse(env, "SAVEPOINT_RATE_LIMIT_BURST", &mut sec.rate_limit_burst)?;
+        if let Some(v) = env.get("SAVEPOINT_PAYLOAD_KEYS") {
+            sec.payload_keys.0 = v;
+        }
+        env_parse(env, "SAVEPOINT_PAYLOAD_KEYS_FILE", &mut sec.payload_keys_file)?;
+        env_parse(env, "SAVEPOINT_REDIS_TLS_CA", &mut sec.redis_tls.ca)?;
+        env_parse(env, "SAVEPOINT_REDIS_TLS_CERT", &mut sec.redis_tls.cert)?;
+        env_parse(env, "SAVEPOINT_REDIS_TLS_KEY", &mut sec.redis_tls.key)?;
+        env_parse(env, "SAVEPOINT_AMQP_TLS_CA", &mut sec.amqp_tls.ca)?;
+        env_parse(env, "SAVEPOINT_AMQP_TLS_CERT", &mut sec.amqp_tls.cert)?;
+        env_parse(env, "SAVEPOINT_AMQP_TLS_KEY", &mut sec.amqp_tls.key)?;
         Ok(())
     }
 
@@ -369,7 +408,47 @@ impl Config {
         if self.scheduler.scan_interval_ms == 0 || self.scheduler.max_input_bytes == 0 {
             return bad("scheduler.scan_interval_ms and max_input_bytes must be positive".into());
         }
+        if self.scheduler.max_signal_bytes == 0 || self.max_buffered_signals == 0 || self.worker.max_journal_bytes == 0
+        {
+            return bad(
+                "scheduler.max_signal_bytes, max_buffered_signals and worker.max_journal_bytes must be positive".into(),
+            );
+        }
         crate::failpoints::Failpoints::parse(&self.failpoints).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        self.validate_security()
+    }
+
+    /// Tokens parse, payload keys parse, TLS files exist and match the URLs' schemes.
+    fn validate_security(&self) -> Result<(), ConfigError> {
+        let sec = &self.security;
+        sec.tokens().map_err(ConfigError::Invalid)?;
+        sec.codec().map_err(ConfigError::Invalid)?;
+        if sec.rate_limit_per_sec > 0 && sec.rate_limit_burst == 0 {
+            return Err(ConfigError::Invalid(
+                "rate_limit_burst must be at least 1 when rate_limit_per_sec is set".into(),
+            ));
+        }
+        let redis_tls = self.redis_url.starts_with("rediss://") || self.redis_url.starts_with("rediss+cluster://");
+        sec.redis_tls
+            .check("redis_tls", redis_tls)
+            .map_err(ConfigError::Invalid)?;
+        sec.redis_tls.load("redis_tls").map_err(ConfigError::Invalid)?;
+        let nodes: Vec<&str> = self
+            .amqp_url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .collect();
+        let amqps = nodes.iter().filter(|u| u.starts_with("amqps://")).count();
+        if amqps != 0 && amqps != nodes.len() {
+            return Err(ConfigError::Invalid(
+                "amqp_url mixes amqps:// and amqp:// nodes: every node of a cluster is TLS or none is".into(),
+            ));
+        }
+        sec.amqp_tls
+            .check("amqp_tls", amqps != 0)
+            .map_err(ConfigError::Invalid)?;
+        sec.amqp_tls.load("amqp_tls").map_err(ConfigError::Invalid)?;
         Ok(())
     }
 
@@ -394,6 +473,12 @@ impl Config {
             retention: Duration::from_secs(self.retention_secs),
             effect_ttl: Duration::from_secs(self.effect_ttl_secs),
             event_cap: self.event_cap,
+            max_buffered_signals: self.max_buffered_signals,
+            // validate() read both; a file that vanished since degrades to none here and the
+            // store then refuses sealed values it cannot open (never writes plaintext silently
+            // in place of sealed ones: see README "Key rotation").
+            codec: self.security.codec().ok().flatten(),
+            tls: self.security.redis_tls.load("redis_tls").unwrap_or_default(),
             replica_ack: (self.redis_wait_replicas > 0).then(|| ReplicaAck {
                 replicas: self.redis_wait_replicas,
                 timeout: Duration::from_millis(self.redis_wait_timeout_ms),
@@ -424,6 +509,7 @@ impl Config {
             delivery_limit: 20,
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
+            tls: self.security.amqp_tls.load("amqp_tls").unwrap_or_default(),
         }
     }
 
@@ -433,6 +519,7 @@ impl Config {
             max_steps: self.worker.slice_max_steps,
             max_time: Duration::from_millis(self.worker.slice_max_ms),
             max_entries: self.worker.max_entries,
+            max_journal_bytes: self.worker.max_journal_bytes,
         }
     }
 }

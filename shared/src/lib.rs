@@ -13,6 +13,7 @@ pub mod keys;
 pub mod lease;
 pub mod metrics;
 pub mod protocol;
+pub mod security;
 pub mod store;
 pub mod telemetry;
 pub mod workflow;

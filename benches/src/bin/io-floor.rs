@@ -60,6 +60,7 @@ async fn main() -> anyhow::Result<()> {
         delivery_limit: 20,
         reconnect_min: Duration::from_millis(100),
         reconnect_max: Duration::from_secs(5),
+        tls: Default::default(),
     };
     let broker = Broker::connect(cfg, Duration::from_secs(30)).await?;
     let redis = redis::aio::ConnectionManager::new(redis::Client::open(a.redis.as_str())?).await?;

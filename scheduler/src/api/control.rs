@@ -202,6 +202,7 @@ pub(crate) async fn resume(
 ) -> Reply<Accepted> {
     let thread = thread_id(raw)?;
     let id = body.client_id()?;
+    check_value_size(&body.value, st.max_signal)?;
     let svc = st.services()?;
     check_for_run(svc, &thread, Expects::Interrupt(""), &body.value).await?;
     match svc.store.signal(&thread, "interrupt", "", &body.value, id).await? {
@@ -224,7 +225,31 @@ pub(crate) async fn resume(
         SignalOutcome::Missing => Err(ApiError::run_not_found(&thread)),
         SignalOutcome::Terminal(status) => Err(ended(status, "be resumed")),
         SignalOutcome::Buffered => accepted(Accepted::buffered(thread.as_str())),
+        SignalOutcome::Full(n) => Err(full(n)),
     }
+}
+
+/// The run holds as many unconsumed signals as it may.
+fn full(held: u64) -> ApiError {
+    ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "the run already holds {held} signals it has not asked for (the limit, \
+             SAVEPOINT_MAX_BUFFERED_SIGNALS): nothing was delivered"
+        ),
+    )
+}
+
+/// Refuses a signal or resume value larger than `max` bytes of JSON.
+fn check_value_size(value: &serde_json::Value, max: usize) -> Result<(), ApiError> {
+    let n = value.to_string().len();
+    if n > max {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the value is {n} bytes of JSON; the limit is {max} (SAVEPOINT_MAX_SIGNAL_BYTES)"),
+        ));
+    }
+    Ok(())
 }
 
 /// Send a signal
@@ -260,6 +285,7 @@ pub(crate) async fn signal(
         )));
     }
     let id = body.client_id()?;
+    check_value_size(&body.value, st.max_signal)?;
     let svc = st.services()?;
     check_for_run(svc, &thread, Expects::Signal(&name), &body.value).await?;
     match svc.store.signal(&thread, "signal", &name, &body.value, id).await? {
@@ -278,6 +304,7 @@ pub(crate) async fn signal(
         SignalOutcome::NotWaiting(status, ..) => {
             Err(ApiError::conflict(format!("run is {status}; signal not delivered")))
         }
+        SignalOutcome::Full(n) => Err(full(n)),
     }
 }
 

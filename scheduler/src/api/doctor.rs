@@ -536,7 +536,7 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
             let (kind, name, payload) = h
                 .wait
                 .as_ref()
-                .map(|w| (w.kind.as_str(), w.name.as_str(), w.payload.clone()))
+                .map(|w| (w.kind.as_str(), w.name.as_str(), savepoint::security::shown(&w.payload)))
                 .unwrap_or(("signal", "?", Value::Null));
             let since = span(now.saturating_sub(h.updated_at));
             let deadline = h

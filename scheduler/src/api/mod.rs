@@ -9,11 +9,14 @@
 //! `/openapi.json`, rendered at `/docs`, committed as `docs/openapi.json`) describes exactly
 //! the routes that exist.
 
+pub(crate) mod auth;
 mod body;
 mod control;
 pub(crate) mod doctor;
 mod error;
 mod extract;
+#[doc(hidden)]
+pub mod fuzzing;
 mod model;
 mod ops;
 mod result;
@@ -58,12 +61,21 @@ pub(crate) struct ApiState {
     services: Arc<OnceLock<Services>>,
     /// Largest accepted request body (bytes).
     pub max_body: usize,
+    /// Largest accepted signal or resume value (bytes of JSON).
+    pub max_signal: usize,
+    /// Tokens, roles and the rate limit.
+    pub auth: auth::SharedAuth,
 }
 
 impl ApiState {
-    /// State whose services are filled in once connected.
-    pub(crate) fn new(services: Arc<OnceLock<Services>>, max_body: usize) -> Self {
-        Self { services, max_body }
+    /// State whose services are filled in once connected; limits and tokens from `cfg`.
+    pub(crate) fn new(services: Arc<OnceLock<Services>>, cfg: &savepoint::config::Config) -> Result<Self, String> {
+        Ok(Self {
+            services,
+            max_body: cfg.scheduler.max_input_bytes,
+            max_signal: cfg.scheduler.max_signal_bytes,
+            auth: Arc::new(auth::Auth::from_config(cfg)?),
+        })
     }
 
     /// The connected services, or 503 while the scheduler is still connecting.
@@ -119,8 +131,16 @@ pub(crate) fn router(state: ApiState, readiness: Readiness) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .merge(spec::docs_router(doc))
         .merge(crate::console::routes(state.clone()))
+        .route(
+            "/ui/login",
+            axum::routing::get(auth::login_page)
+                .post(auth::login)
+                .with_state(state.clone()),
+        )
+        .route("/ui/logout", axum::routing::post(auth::logout))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(max_body, body::read_whole))
+        .layer(middleware::from_fn_with_state(state.clone(), auth::guard))
         .layer(middleware::from_fn(count_requests))
 }
 

@@ -89,7 +89,11 @@ impl CatalogCache {
         (status = 422, description = "No live worker serves the workflow, or the input breaks its schema", body = ErrorBody),
     )
 )]
-pub(crate) async fn start(State(st): State<ApiState>, ApiJson(req): ApiJson<StartRequest>) -> Reply<StartReply> {
+pub(crate) async fn start(
+    State(st): State<ApiState>,
+    principal: Option<axum::Extension<savepoint::security::Principal>>,
+    ApiJson(req): ApiJson<StartRequest>,
+) -> Reply<StartReply> {
     let svc = st.services()?;
     let thread = match req.thread_id {
         Some(raw) => thread_id(raw)?,
@@ -134,6 +138,9 @@ pub(crate) async fn start(State(st): State<ApiState>, ApiJson(req): ApiJson<Star
         CreateOutcome::Created => {
             inc(&metrics().runs_started, &[("outcome", "created")]);
             info!(thread.id = %thread, workflow = %req.workflow, workflow.version = entry.version, "run created");
+            if let (true, Some(p)) = (st.auth.enabled(), principal) {
+                super::auth::audit(&st, thread.as_str(), &p.name, "POST start").await;
+            }
             // A failed publish is only logged: the run has a due time and the scanner starts
             // it after the redelivery delay.
             super::control::ring(svc, &thread, Some(0), TaskReason::Start, Some(&trace), 0).await;

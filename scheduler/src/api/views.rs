@@ -2,6 +2,7 @@
 //! bodies of [`super::model`].
 
 use savepoint::journal::{Entry, Outcome};
+use savepoint::security::shown;
 use savepoint::store::RunEvent;
 use savepoint::store::{Holder, RunHeader, RunStatus};
 
@@ -29,7 +30,7 @@ fn interrupts(h: &RunHeader) -> Vec<InterruptView> {
     match answerable(h) {
         Some(w) if w.kind == "interrupt" => vec![InterruptView {
             name: w.name.clone(),
-            payload: w.payload.clone(),
+            payload: shown(&w.payload),
         }],
         _ => Vec::new(),
     }
@@ -158,7 +159,7 @@ pub(crate) fn run_view(h: &RunHeader, f: &Facts) -> RunView {
         at: position(h, f),
         version: h.version,
         attempt: h.attempt,
-        output: h.output.clone(),
+        output: h.output.as_ref().map(shown),
         error: h.error.clone(),
         blocked_reason: h.reason.clone().filter(|_| blocked),
         blocked_effect: h.blocked_effect.clone().filter(|_| blocked),
@@ -178,7 +179,7 @@ pub(crate) fn run_view(h: &RunHeader, f: &Facts) -> RunView {
         wait: answerable(h).map(|w| WaitView {
             kind: w.kind.clone(),
             name: w.name.clone(),
-            payload: w.payload.clone(),
+            payload: shown(&w.payload),
         }),
         waiting_for: h.waiting_for.clone().filter(|_| runnable),
         waiting_on_effect: h
@@ -202,7 +203,7 @@ pub(crate) fn run_view(h: &RunHeader, f: &Facts) -> RunView {
 /// One journal entry as shown by history and export.
 pub(crate) fn entry_view(index: usize, e: &Entry) -> EntryView {
     let (outcome, result, error) = match &e.outcome {
-        Outcome::Ok(v) => (EntryOutcome::Ok, v.clone(), None),
+        Outcome::Ok(v) => (EntryOutcome::Ok, shown(v), None),
         Outcome::Err(msg) => (EntryOutcome::Error, serde_json::Value::Null, Some(msg.clone())),
     };
     EntryView {
@@ -254,8 +255,8 @@ pub(crate) fn export_view(h: &RunHeader, journal: &[Entry]) -> ExportView {
         version: h.version,
         completed: journal.iter().map(|e| e.name.clone()).collect(),
         pending: next_names(h),
-        input: h.input.clone(),
-        output: h.output.clone(),
+        input: shown(&h.input),
+        output: h.output.as_ref().map(shown),
         journal: entries(journal),
     }
 }

@@ -99,6 +99,8 @@ pub fn encode(s: &str) -> String {
 pub struct ApiClient {
     base: String,
     http: reqwest::Client,
+    /// Never printed by `Debug`.
+    token: Option<savepoint::security::Redacted>,
 }
 
 impl ApiClient {
@@ -111,7 +113,14 @@ impl ApiClient {
         Self {
             base: base.into().trim_end_matches('/').to_owned(),
             http,
+            token: None,
         }
+    }
+
+    /// Sends `Authorization: Bearer <token>` with every request (when `Some`).
+    pub fn with_token(mut self, token: Option<String>) -> Self {
+        self.token = token.filter(|t| !t.is_empty()).map(savepoint::security::Redacted);
+        self
     }
 
     /// The base URL.
@@ -123,6 +132,9 @@ impl ApiClient {
     pub async fn request(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value, ClientError> {
         let url = format!("{}{path}", self.base);
         let mut req = self.http.request(method, &url);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(&t.0);
+        }
         if let Some(body) = body {
             req = req.json(body);
         }

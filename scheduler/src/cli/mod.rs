@@ -23,6 +23,10 @@ pub struct Cli {
     /// Base URL of the scheduler API.
     #[arg(long, global = true, env = "SAVEPOINT_API", default_value = DEFAULT_API)]
     pub api: String,
+    /// API token (`Authorization: Bearer`), when the scheduler requires one. Prefer the
+    /// environment variable: a flag is visible to other users in the process list.
+    #[arg(long, global = true, env = "SAVEPOINT_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// Print the raw JSON answer instead of readable text.
     #[arg(long, global = true)]
     pub json: bool,
@@ -125,6 +129,15 @@ pub enum Command {
         #[arg(long)]
         max_body: Option<usize>,
     },
+    /// API tokens: `token new --name NAME --role read|operate|admin` prints a new token and
+    /// the line to configure (only its SHA-256 digest is configured); `token hash` prints the
+    /// digest line of a token read from standard input.
+    #[command(subcommand)]
+    Token(TokenCmd),
+    /// Payload keys: `key new --id ID` prints a new 32-byte key entry for
+    /// SAVEPOINT_PAYLOAD_KEYS (put it first to seal with it; keep the old ones after it).
+    #[command(subcommand)]
+    Key(KeyCmd),
     /// List recent runs, newest first.
     List {
         /// Only runs with this status (pending, running, sleeping, waiting, completed, failed,
@@ -134,6 +147,40 @@ pub enum Command {
         /// At most this many (1-1000, default 50).
         #[arg(long)]
         limit: Option<u32>,
+    },
+}
+
+/// `savepoint token …`.
+#[derive(Debug, Subcommand)]
+pub enum TokenCmd {
+    /// A new random token for NAME with ROLE.
+    New {
+        /// Who holds it (recorded in the run's events for each action it takes).
+        #[arg(long)]
+        name: String,
+        /// read, operate or admin.
+        #[arg(long)]
+        role: String,
+    },
+    /// The configuration line of an existing token read from standard input.
+    Hash {
+        /// Who holds it.
+        #[arg(long)]
+        name: String,
+        /// read, operate or admin.
+        #[arg(long)]
+        role: String,
+    },
+}
+
+/// `savepoint key …`.
+#[derive(Debug, Subcommand)]
+pub enum KeyCmd {
+    /// A new payload key entry `ID:base64`.
+    New {
+        /// The key's id (1-32 characters of A-Z a-z 0-9 _ - .), e.g. the month it was made.
+        #[arg(long)]
+        id: String,
     },
 }
 
@@ -238,9 +285,14 @@ fn print(json: bool, v: &Value, readable: impl FnOnce(&Value) -> String) -> anyh
 
 /// Executes one parsed command line.
 pub async fn execute(cli: Cli) -> anyhow::Result<()> {
-    let client = ApiClient::new(&cli.api);
+    let client = ApiClient::new(&cli.api).with_token(cli.token.clone());
     let json = cli.json;
     match cli.command {
+        Command::Token(cmd) => token_command(cmd),
+        Command::Key(KeyCmd::New { id }) => {
+            println!("{}", savepoint::security::PayloadCodec::new_key_entry(&id)?);
+            Ok(())
+        }
         Command::Start(a) => {
             let input = a.input.as_deref().map(|s| parse_json_arg("--input", s)).transpose()?;
             let v = client.start(&a.workflow, input, a.thread_id.as_deref()).await?;
@@ -393,4 +445,29 @@ mod tests {
         let e = parse_json_arg("value", "yes").unwrap_err().to_string();
         assert!(e.contains("strings need quotes"), "{e}");
     }
+}
+
+fn token_command(cmd: TokenCmd) -> anyhow::Result<()> {
+    use savepoint::security::tokens::{new_token, token_digest};
+    use savepoint::security::{Role, TokenSpec};
+    let (name, role, token, fresh) = match cmd {
+        TokenCmd::New { name, role } => (name, role, new_token(), true),
+        TokenCmd::Hash { name, role } => {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line)?;
+            (name, role, line.trim().to_owned(), false)
+        }
+    };
+    if Role::parse(&role).is_none() {
+        anyhow::bail!("--role must be read, operate or admin, got {role:?}");
+    }
+    let spec = format!("{name}:{role}:{}", token_digest(&token));
+    TokenSpec::parse_line(&spec).map_err(anyhow::Error::msg)?;
+    if fresh {
+        eprintln!("token (give it to {name}; it is not stored anywhere):");
+        println!("{token}");
+        eprintln!("configuration line (SAVEPOINT_API_TOKENS or a line of SAVEPOINT_API_TOKENS_FILE):");
+    }
+    println!("{spec}");
+    Ok(())
 }

@@ -158,6 +158,8 @@ struct Json {
 }
 
 fn json(v: &Value) -> Json {
+    // Secrets are never shown, whoever asks.
+    let v = &savepoint::security::shown(v);
     let text = serde_json::to_string_pretty(v).unwrap_or_default();
     let collapsed = text.len() > COLLAPSE_AT || text.lines().count() > 24;
     let flat = v.to_string();

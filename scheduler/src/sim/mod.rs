@@ -449,7 +449,10 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         catalog: Default::default(),
         schemas: Default::default(),
     });
-    let router = api::router(ApiState::new(slot, cfg.scheduler.max_input_bytes), Readiness::default());
+    let router = api::router(
+        ApiState::new(slot, &cfg).expect("the simulator's config has no tokens to parse"),
+        Readiness::default(),
+    );
     // Two scanner replicas race for the same due runs.
     let settings = ScanSettings {
         interval: Duration::from_millis(cfg.scheduler.scan_interval_ms),

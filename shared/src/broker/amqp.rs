@@ -87,7 +87,16 @@ async fn open_node(url: &str, cfg: &BrokerConfig, role: &str, timeout: Duration)
         .map_err(|e: String| BrokerError::InvalidConfig(format!("bad AMQP URL: {e}")))?;
     let name = format!("savepoint {role} ({})", cfg.topology.namespace);
     let props = ConnectionProperties::default().with_connection_name(LongString::from(name));
-    match tokio::time::timeout(timeout, Connection::connect_uri(uri, props)).await {
+    let connect = async {
+        if url.starts_with("amqps://") {
+            crate::security::tls::install_crypto_provider();
+            let runtime = lapin::runtime::default_runtime()?;
+            Connection::connect_uri_with_config(uri, props, cfg.tls.amqp_config(), runtime).await
+        } else {
+            Connection::connect_uri(uri, props).await
+        }
+    };
+    match tokio::time::timeout(timeout, connect).await {
         Ok(Ok(conn)) => Ok(conn),
         Ok(Err(e)) => Err(BrokerError::Connect(e)),
         Err(_) => Err(BrokerError::ConnectTimeout(timeout)),

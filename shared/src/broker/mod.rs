@@ -43,4 +43,6 @@ pub struct BrokerConfig {
     pub reconnect_min: Duration,
     /// Reconnect backoff cap (e.g. 5s).
     pub reconnect_max: Duration,
+    /// CA and client certificate for `amqps://` (empty: the system's roots, no client cert).
+    pub tls: crate::security::TlsMaterial,
 }

@@ -19,6 +19,7 @@ fn config(url: &str, ns: &str) -> BrokerConfig {
         delivery_limit: 20,
         reconnect_min: Duration::from_millis(50),
         reconnect_max: Duration::from_millis(500),
+        tls: Default::default(),
     }
 }
 

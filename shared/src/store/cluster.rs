@@ -60,8 +60,17 @@ pub fn redact(url: &str) -> String {
 
 /// Connects to the cluster named by `seeds`. The client retries a command that meets a moved
 /// slot, a failover in progress or a dropped node, with back-off, within the response timeout.
-async fn connect(seeds: &[String], command_timeout: Duration) -> Result<ClusterConnection, StoreError> {
-    let client = ClusterClient::builder(seeds.to_vec())
+async fn connect(
+    seeds: &[String],
+    command_timeout: Duration,
+    tls: &crate::security::TlsMaterial,
+) -> Result<ClusterConnection, StoreError> {
+    let mut builder = ClusterClient::builder(seeds.to_vec());
+    if seeds.iter().any(|s| s.starts_with("rediss://")) {
+        crate::security::tls::install_crypto_provider();
+        builder = builder.certs(tls.redis_certs());
+    }
+    let client = builder
         .retries(6)
         .min_retry_wait(50)
         .max_retry_wait(2000)
@@ -88,6 +97,7 @@ pub(crate) struct ClusterConn {
 struct Inner {
     seeds: Vec<String>,
     command_timeout: Duration,
+    tls: crate::security::TlsMaterial,
     conn: RwLock<ClusterConnection>,
     rebuilding: AtomicBool,
     rebuilds: AtomicU64,
@@ -98,12 +108,17 @@ pub const REBUILD_EVERY: Duration = Duration::from_millis(250);
 
 impl ClusterConn {
     /// Connects through the seeds.
-    pub(crate) async fn connect(seeds: Vec<String>, command_timeout: Duration) -> Result<Self, StoreError> {
-        let conn = connect(&seeds, command_timeout).await?;
+    pub(crate) async fn connect(
+        seeds: Vec<String>,
+        command_timeout: Duration,
+        tls: &crate::security::TlsMaterial,
+    ) -> Result<Self, StoreError> {
+        let conn = connect(&seeds, command_timeout, tls).await?;
         Ok(Self {
             inner: Arc::new(Inner {
                 seeds,
                 command_timeout,
+                tls: tls.clone(),
                 conn: RwLock::new(conn),
                 rebuilding: AtomicBool::new(false),
                 rebuilds: AtomicU64::new(0),
@@ -132,7 +147,7 @@ impl ClusterConn {
         }
         let inner = Arc::clone(&self.inner);
         tokio::spawn(async move {
-            match connect(&inner.seeds, inner.command_timeout).await {
+            match connect(&inner.seeds, inner.command_timeout, &inner.tls).await {
                 Ok(conn) => {
                     *inner.conn.write().unwrap_or_else(|p| p.into_inner()) = conn;
                     let n = inner.rebuilds.fetch_add(1, Ordering::Relaxed) + 1;

@@ -64,6 +64,10 @@ pub enum StoreError {
     /// A stored record could not be read.
     #[error("corrupt record: {0}")]
     Corrupt(String),
+    /// A sealed payload could not be opened: its key is not configured here, or it was
+    /// tampered with or moved (README "Security").
+    #[error("sealed payload: {0}")]
+    Sealed(String),
     /// The namespace was created with another key layout than this process is configured for.
     #[error("{0}")]
     Layout(String),

@@ -65,6 +65,9 @@ pub struct SliceLimits {
     pub max_time: Duration,
     /// Journal entries per run; a run that would exceed it fails.
     pub max_entries: u32,
+    /// Journal bytes per run (entries' MessagePack, before sealing); a run whose next entry
+    /// would exceed it fails with the reason instead of growing its hash without bound.
+    pub max_journal_bytes: u64,
 }
 
 impl Default for SliceLimits {
@@ -73,6 +76,7 @@ impl Default for SliceLimits {
             max_steps: 64,
             max_time: Duration::from_secs(10),
             max_entries: 10_000,
+            max_journal_bytes: 16 * 1024 * 1024,
         }
     }
 }
@@ -142,13 +146,17 @@ pub struct Ctx {
     pub(super) patches: HashMap<String, bool>,
     /// The live call in flight was recorded in the run (after a crash).
     noted: bool,
+    /// Bytes of the journal so far (MessagePack of every entry).
+    journal_bytes: u64,
 }
 
 impl Ctx {
     /// A context over a claimed run.
     pub fn new(parts: CtxParts) -> Self {
         let replay_span = Some(tracing::debug_span!("replay", journal.entries = parts.journal.len()));
+        let journal_bytes = parts.journal.iter().map(|e| e.encode().len() as u64).sum();
         Self {
+            journal_bytes,
             replay_span,
             p: parts,
             cursor: 0,
@@ -391,6 +399,24 @@ impl Ctx {
     pub(super) async fn commit(&mut self, mut entry: Entry, event: &str, consume_signal: Option<&str>) {
         entry.at = self.server_now_ms();
         let idx = self.cursor;
+        let size = entry.encode().len() as u64;
+        if self.journal_bytes + size > self.p.limits.max_journal_bytes {
+            let reason = format!(
+                "journal would exceed the maximum of {} bytes (SAVEPOINT_MAX_JOURNAL_BYTES): entry {idx} {} is {size} \
+                 bytes and the journal holds {}",
+                self.p.limits.max_journal_bytes, entry.name, self.journal_bytes
+            );
+            let r = self
+                .p
+                .store
+                .finish(&mut self.p.lease, None, Finish::Failed(&reason), ("failed", &reason))
+                .await;
+            return match r {
+                Ok(()) => self.stop::<()>(SliceExit::Failed(reason)).await,
+                Err(e) => self.store_failed::<()>(e).await,
+            };
+        }
+        self.journal_bytes += size;
         let is_step = entry.kind == EntryKind::Step;
         if is_step {
             self.failpoint("step.before_commit").await;

@@ -40,6 +40,9 @@ pub enum SignalOutcome {
     Terminal(RunStatus),
     /// (Resume only) the run is not waiting for an interrupt: (status, wait kind, wait name).
     NotWaiting(String, String, String),
+    /// The run already holds this many signals it has not asked for (the store's
+    /// `max_buffered_signals`): refused, nothing changed.
+    Full(u64),
 }
 
 /// A cancelled run and what became of the effect intents it held.
@@ -70,10 +73,14 @@ impl ScriptStore {
             .key(&k.signals)
             .key(&k.waiting)
             .key(&k.blocked);
-        inv.arg(thread.as_str()).arg(kind).arg(name).arg(value.to_string());
+        inv.arg(thread.as_str())
+            .arg(kind)
+            .arg(name)
+            .arg(self.seal_run(thread, "signal", value.to_string()));
         inv.arg(ms(self.cfg.redeliver))
             .arg(self.cfg.event_cap)
-            .arg(id.unwrap_or(""));
+            .arg(id.unwrap_or(""))
+            .arg(self.cfg.max_buffered_signals);
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
             "woke" => SignalOutcome::Woke(Rerun::from_reply(&r, 2)),
@@ -82,8 +89,19 @@ impl ScriptStore {
             "missing" => SignalOutcome::Missing,
             "terminal" => SignalOutcome::Terminal(RunStatus::parse(&r.text(1)).unwrap_or(RunStatus::Completed)),
             "not_waiting" => SignalOutcome::NotWaiting(r.text(1), r.text(2), r.text(3)),
+            "full" => SignalOutcome::Full(r.num(1)),
             other => return Err(StoreError::Reply(format!("signal: {other}"))),
         })
+    }
+
+    /// Records in the run's event log that `actor` (an API token's name) asked for `action`
+    /// (event `operator`). False when the run does not exist.
+    pub async fn audit(&self, thread: &ThreadId, actor: &str, action: &str) -> Result<bool, StoreError> {
+        let k = self.keys.run(thread);
+        let mut inv = self.scripts.audit.prepare_invoke();
+        inv.key(&k.run).key(&k.events);
+        inv.arg(self.cfg.event_cap).arg(format!("{actor}: {action}"));
+        Ok(self.invoke(&inv).await?.tag() == "ok")
     }
 
     /// Cancels a run that has not ended and settles the effect intents it held as "in

@@ -122,7 +122,7 @@ impl ScriptStore {
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
             "won" => EffectClaim::Won,
-            "done" => EffectClaim::Done(parse_result(&r.text(1))),
+            "done" => EffectClaim::Done(self.open_effect(key, &r.text(1))?),
             "in_doubt" => EffectClaim::InDoubt(holder(&r, 1)),
             "stale" => EffectClaim::Stale(r.num(1)),
             "self" => EffectClaim::SelfHeld(r.num(1) as u32),
@@ -171,12 +171,13 @@ impl ScriptStore {
         let mut inv = self.scripts.effect_done.prepare_invoke();
         inv.key(self.keys.effect(key));
         inv.arg(thread.as_str()).arg(index_arg(index)).arg(fence);
-        inv.arg(result.to_string()).arg(ms(self.cfg.effect_ttl));
+        inv.arg(self.seal_effect(key, result.to_string()))
+            .arg(ms(self.cfg.effect_ttl));
         inv.arg(expect.map(Holder::token).unwrap_or_default());
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
             "ok" => EffectDone::Recorded,
-            "already" => EffectDone::Already(parse_result(&r.text(1))),
+            "already" => EffectDone::Already(self.open_effect(key, &r.text(1))?),
             "not_owner" => EffectDone::NotOwner(r.text(1)),
             "stale" => EffectDone::Stale,
             "changed" => EffectDone::Changed(r.text(1)),
@@ -222,7 +223,7 @@ impl ScriptStore {
         Ok(match r.tag().as_str() {
             "ok" => EffectRelease::Released,
             "absent" => EffectRelease::Absent,
-            "done" => EffectRelease::Done(parse_result(&r.text(1))),
+            "done" => EffectRelease::Done(self.open_effect(key, &r.text(1))?),
             "not_owner" => EffectRelease::NotOwner(r.text(1)),
             "changed" => EffectRelease::Changed(r.text(1)),
             other => return Err(StoreError::Reply(format!("effect_release: {other}"))),
@@ -263,7 +264,16 @@ impl ScriptStore {
     /// The raw dedup record of an effect key (JSON), for the API and tests.
     pub async fn effect_record(&self, key: &EffectKey) -> Result<Option<Value>, StoreError> {
         let raw: Option<String> = self.engine.query(redis::cmd("GET").arg(self.keys.effect(key))).await?;
-        Ok(raw.map(|s| serde_json::from_str(&s).unwrap_or(Value::String(s))))
+        let Some(raw) = raw else { return Ok(None) };
+        let mut v = serde_json::from_str(&raw).unwrap_or(Value::String(raw));
+        // The result as it was recorded (JSON text), opened when sealed.
+        if let Some(stored) = v.get("result").and_then(Value::as_str).map(str::to_owned) {
+            if crate::security::codec::is_sealed(stored.as_bytes()) {
+                let plain = self.open_effect(key, &stored)?;
+                v["result"] = Value::String(plain.to_string());
+            }
+        }
+        Ok(Some(v))
     }
 
     /// The dedup record of an effect key, parsed.
@@ -277,14 +287,10 @@ impl ScriptStore {
             fence: v["fence"].as_u64().unwrap_or(0),
         };
         Ok(Some(match v["state"].as_str() {
-            Some("done") => EffectRecord::Done(h, parse_result(v["result"].as_str().unwrap_or("null"))),
+            Some("done") => EffectRecord::Done(h, self.open_effect(key, v["result"].as_str().unwrap_or("null"))?),
             Some("orphaned") => EffectRecord::Orphaned(h, v["owner_status"].as_str().unwrap_or_default().to_owned()),
             Some("intent") => EffectRecord::Intent(h),
             other => return Err(StoreError::Corrupt(format!("effect {key}: unknown state {other:?}"))),
         }))
     }
-}
-
-fn parse_result(s: &str) -> Value {
-    serde_json::from_str(s).unwrap_or(Value::Null)
 }

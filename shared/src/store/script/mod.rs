@@ -7,6 +7,7 @@ mod query;
 pub(crate) mod reply;
 mod scan;
 mod scripts;
+mod seal;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::sync::Arc;
@@ -65,6 +66,12 @@ pub struct StoreConfig {
     pub event_cap: u32,
     /// Replication acknowledgement of writes (`WAIT`), off when `None`.
     pub replica_ack: Option<ReplicaAck>,
+    /// Signals a run may hold before it asks for them.
+    pub max_buffered_signals: u32,
+    /// Seals user payloads before they reach Redis (README "Security"); `None`: plaintext.
+    pub codec: Option<crate::security::PayloadCodec>,
+    /// CA and client certificate for `rediss://`.
+    pub tls: crate::security::TlsMaterial,
 }
 
 impl Default for StoreConfig {
@@ -81,6 +88,9 @@ impl Default for StoreConfig {
             retention: Duration::from_secs(7 * 24 * 3600),
             effect_ttl: Duration::from_secs(30 * 24 * 3600),
             event_cap: 1000,
+            max_buffered_signals: 1000,
+            codec: None,
+            tls: Default::default(),
             replica_ack: None,
         }
     }
@@ -172,9 +182,14 @@ impl ScriptStore {
             return Ok(Self::embedded(embedded::engine(name), keys, cfg));
         }
         let conn = match cluster::seed_urls(url) {
-            Some(seeds) => Conn::Cluster(cluster::ClusterConn::connect(seeds?, cfg.command_timeout).await?),
+            Some(seeds) => Conn::Cluster(cluster::ClusterConn::connect(seeds?, cfg.command_timeout, &cfg.tls).await?),
             None => {
-                let client = redis::Client::open(url)?;
+                let client = if url.starts_with("rediss://") {
+                    crate::security::tls::install_crypto_provider();
+                    redis::Client::build_with_tls(url, cfg.tls.redis_certs())?
+                } else {
+                    redis::Client::open(url)?
+                };
                 let mcfg = ConnectionManagerConfig::new()
                     .set_min_delay(Duration::from_millis(50))
                     .set_max_delay(Duration::from_secs(2))
@@ -251,10 +266,10 @@ impl ScriptStore {
         inv
     }
 
-    /// Optional journal entry arguments: index and bytes, or two empty strings.
-    fn entry_args(inv: &mut Invocation<'_>, entry: Option<(u32, &Entry)>) {
+    /// Optional journal entry arguments: index and (sealed) bytes, or two empty strings.
+    fn entry_args(&self, inv: &mut Invocation<'_>, thread: &ThreadId, entry: Option<(u32, &Entry)>) {
         match entry {
-            Some((i, e)) => inv.arg(i).arg(e.encode()),
+            Some((i, e)) => inv.arg(i).arg(self.seal_entry(thread, i, e)),
             None => inv.arg("").arg(""),
         };
     }
@@ -284,7 +299,7 @@ impl ScriptStore {
             .arg(workflow)
             .arg(workflow_version)
             .arg(SCHEMA_VERSION);
-        inv.arg(input)
+        inv.arg(self.seal_run(thread, "input", input.to_owned()))
             .arg(ms(self.cfg.redeliver))
             .arg(self.cfg.event_cap)
             .arg(trace)
@@ -296,6 +311,14 @@ impl ScriptStore {
             "exists" => Ok(CreateOutcome::Exists(
                 RunStatus::parse(&r.text(1)).unwrap_or(RunStatus::Pending),
             )),
+            // Sealed inputs differ byte for byte (random nonces): the same input is found by
+            // opening the stored one.
+            "conflict" if self.cfg.codec.is_some() && r.text(1) == workflow => match self.header(thread).await? {
+                Some(h) if serde_json::from_str::<serde_json::Value>(input).ok().as_ref() == Some(&h.input) => {
+                    Ok(CreateOutcome::Exists(h.status))
+                }
+                _ => Ok(CreateOutcome::Conflict(r.text(1))),
+            },
             "conflict" => Ok(CreateOutcome::Conflict(r.text(1))),
             other => Err(StoreError::Reply(format!("create: {other}"))),
         }
@@ -333,11 +356,14 @@ impl ScriptStore {
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
             "ok" => {
-                let fields = r.map(2);
+                let mut fields = r.map(2);
+                self.open_fields(thread, &mut fields)?;
                 let header = RunHeader::from_fields(thread, &fields)?;
                 let journal = journal_from_fields(&header, &fields).map_err(|e| e.to_string());
-                let signals = r
-                    .map(3)
+                let mut signals = r.map(3);
+                signals.retain(|f, _| f.starts_with("i:") || f.starts_with("s:"));
+                self.open_fields(thread, &mut signals)?;
+                let signals = signals
                     .into_iter()
                     .filter(|(f, _)| f.starts_with("i:") || f.starts_with("s:"))
                     .map(|(f, v)| (f, serde_json::from_slice(&v).unwrap_or(serde_json::Value::Null)))
@@ -418,7 +444,7 @@ impl ScriptStore {
         };
         let mut inv = Self::fenced(&self.scripts.commit, lease);
         inv.arg(index)
-            .arg(entry.encode())
+            .arg(self.seal_entry(&lease.thread, index, entry))
             .arg(ms(self.cfg.lease))
             .arg(ms(self.cfg.grace));
         inv.arg(self.cfg.event_cap)
@@ -445,13 +471,18 @@ impl ScriptStore {
         event: (&str, &str),
     ) -> Result<Suspended, StoreError> {
         let mut inv = Self::fenced(&self.scripts.suspend, lease);
-        Self::entry_args(&mut inv, entry);
+        self.entry_args(&mut inv, &lease.thread, entry);
         inv.arg(how.status.as_str())
             .arg(how.due_in.map(|d| ms(d).to_string()).unwrap_or_default());
         match how.wait {
-            Some(w) => inv.arg(&w.kind).arg(&w.name).arg(w.payload.to_string()),
+            Some(w) => {
+                inv.arg(&w.kind)
+                    .arg(&w.name)
+                    .arg(self.seal_run(&lease.thread, "wait_payload", w.payload.to_string()))
+            }
             None => inv.arg("").arg("").arg(""),
         };
+        let event = self.seal_event(&lease.thread, event.0, event.1);
         inv.arg(self.cfg.event_cap)
             .arg(event.0)
             .arg(event.1)
@@ -486,15 +517,19 @@ impl ScriptStore {
         event: (&str, &str),
     ) -> Result<(), StoreError> {
         let mut inv = Self::fenced(&self.scripts.finish, lease);
-        Self::entry_args(&mut inv, entry);
+        self.entry_args(&mut inv, &lease.thread, entry);
         let (output, error, reason, effect) = match how {
             Finish::Completed(o) => (o.to_string(), "", "", None),
             Finish::Failed(e) => (String::new(), e, "", None),
             Finish::Blocked { reason, effect } => (String::new(), "", reason, effect),
             Finish::Rejected { reason, .. } => (String::new(), "", reason, None),
         };
-        inv.arg(how.status().as_str()).arg(output);
-        inv.arg(error).arg(reason).arg(effect.map(|e| e.0).unwrap_or(""));
+        let t = &lease.thread;
+        inv.arg(how.status().as_str()).arg(self.seal_run(t, "output", output));
+        inv.arg(self.seal_run(t, "error", error.to_owned()))
+            .arg(self.seal_run(t, "reason", reason.to_owned()))
+            .arg(effect.map(|e| e.0).unwrap_or(""));
+        let event = self.seal_event(t, event.0, event.1);
         inv.arg(ms(self.cfg.retention))
             .arg(self.cfg.event_cap)
             .arg(event.0)
@@ -505,7 +540,7 @@ impl ScriptStore {
                 .arg(consumed)
                 .arg(&wait.kind)
                 .arg(&wait.name)
-                .arg(wait.payload.to_string()),
+                .arg(self.seal_run(&lease.thread, "wait_payload", wait.payload.to_string())),
             _ => inv.arg("").arg("").arg("").arg(""),
         };
         let r = self.invoke(&inv).await?;
@@ -537,6 +572,7 @@ impl ScriptStore {
         let k = &lease.keys;
         let mut inv = self.scripts.event.prepare_invoke();
         inv.key(&k.run).key(&k.events);
+        let (typ, detail) = self.seal_event(&lease.thread, typ, detail);
         inv.arg(&lease.owner)
             .arg(lease.fence)
             .arg(self.cfg.event_cap)

@@ -105,8 +105,12 @@ const HEADER_FIELDS: [&str; 29] = [
 ];
 
 /// A header from the values of `HMGET <run> HEADER_FIELDS…` (`None`: no such run).
-fn header_from_values(thread: &ThreadId, values: Vec<Option<Vec<u8>>>) -> Result<Option<RunHeader>, StoreError> {
-    let fields: BTreeMap<String, Vec<u8>> = HEADER_FIELDS
+fn header_from_values(
+    store: &ScriptStore,
+    thread: &ThreadId,
+    values: Vec<Option<Vec<u8>>>,
+) -> Result<Option<RunHeader>, StoreError> {
+    let mut fields: BTreeMap<String, Vec<u8>> = HEADER_FIELDS
         .iter()
         .zip(values)
         .filter_map(|(k, v)| v.map(|v| ((*k).to_owned(), v)))
@@ -114,6 +118,7 @@ fn header_from_values(thread: &ThreadId, values: Vec<Option<Vec<u8>>>) -> Result
     if fields.is_empty() {
         return Ok(None);
     }
+    store.open_fields(thread, &mut fields)?;
     RunHeader::from_fields(thread, &fields).map(Some)
 }
 
@@ -124,10 +129,11 @@ impl ScriptStore {
             .engine
             .query(redis::cmd("HGETALL").arg(&self.keys.run(thread).run))
             .await?;
-        let fields = flat_map(&v);
+        let mut fields = flat_map(&v);
         if fields.is_empty() {
             return Ok(None);
         }
+        self.open_fields(thread, &mut fields)?;
         let header = RunHeader::from_fields(thread, &fields)?;
         let journal = journal_from_fields(&header, &fields)?;
         Ok(Some((header, journal)))
@@ -144,7 +150,7 @@ impl ScriptStore {
                     .arg(&HEADER_FIELDS[..]),
             )
             .await?;
-        header_from_values(thread, values)
+        header_from_values(self, thread, values)
     }
 
     /// One journal entry of a run (`None` if the run or the entry does not exist).
@@ -157,8 +163,11 @@ impl ScriptStore {
                     .arg(format!("j:{index}")),
             )
             .await?;
-        raw.map(|r| Entry::decode(&r).map_err(|e| StoreError::Corrupt(format!("run {thread}: entry {index}: {e}"))))
-            .transpose()
+        raw.map(|r| {
+            let r = self.open_run(thread, &format!("j:{index}"), &r)?;
+            Entry::decode(&r).map_err(|e| StoreError::Corrupt(format!("run {thread}: entry {index}: {e}")))
+        })
+        .transpose()
     }
 
     /// The last `count` events of a run, oldest first.
@@ -184,7 +193,7 @@ impl ScriptStore {
                 let mut parts = line.splitn(3, '\u{1f}');
                 let at = parts.next().unwrap_or("0").parse().unwrap_or(0);
                 let typ = parts.next().unwrap_or("").to_owned();
-                let detail = parts.next().unwrap_or("").to_owned();
+                let detail = self.open_event(thread, parts.next().unwrap_or("").to_owned());
                 RunEvent {
                     id: (first + i as i64).to_string(),
                     typ,
@@ -307,7 +316,7 @@ impl ScriptStore {
                 if filter.prefix.as_deref().is_some_and(|pre| !id.starts_with(pre)) {
                     continue;
                 }
-                let Some(h) = header_from_values(&thread, values)? else {
+                let Some(h) = header_from_values(self, &thread, values)? else {
                     expired.push((p, id));
                     continue;
                 };

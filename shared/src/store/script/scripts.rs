@@ -58,6 +58,7 @@ scripts!(
     live_workers,
     wake_unserved,
     schedulers,
+    audit,
 );
 
 #[cfg(test)]

@@ -29,3 +29,11 @@ local function check_lease(run, owner, fence, ver)
   if ver ~= '' and h[4] ~= ver then return { 'conflict', h[4] } end
   return nil
 end
+
+-- Deletes a consumed signal or answer field; a named signal also leaves the count of signals
+-- the run holds (#n, capped by signal.lua).
+local function consume_signal(sig, field)
+  if redis.call('HDEL', sig, field) == 1 and string.sub(field, 1, 2) == 's:' then
+    if tonumber(redis.call('HGET', sig, '#n') or '0') > 0 then redis.call('HINCRBY', sig, '#n', -1) end
+  end
+end

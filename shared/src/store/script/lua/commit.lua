@@ -19,7 +19,7 @@ local due = lease + tonumber(ARGV[8])
 redis.call('HSET', KEYS[1], 'j:' .. ARGV[5], ARGV[6], 'steps', steps + 1, 'ver', ver,
   'lease', lease, 'due', due, 'updated', t)
 redis.call('ZADD', KEYS[2], due, ARGV[1])
-if ARGV[12] ~= '' then redis.call('HDEL', KEYS[4], ARGV[12]) end
+if ARGV[12] ~= '' then consume_signal(KEYS[4], ARGV[12]) end
 if ARGV[13] ~= '' then redis.call('HDEL', KEYS[1], 'x:' .. ARGV[13], 'n:' .. ARGV[13]) end
 event(KEYS[3], ARGV[9], ARGV[10], ARGV[11], t)
 return { 'ok', ver }

@@ -25,7 +25,7 @@ redis.call('HSET', KEYS[1], 'status', ARGV[7], 'owner', '', 'lease', 0, 'ver', v
 if ARGV[7] ~= 'blocked' then redis.call('HSET', KEYS[1], 'finished', t) end
 redis.call('HDEL', KEYS[1], 'due', 'wait_kind', 'wait_name', 'wait_payload')
 if ARGV[17] ~= '' then
-  redis.call('HDEL', KEYS[4], ARGV[17])
+  consume_signal(KEYS[4], ARGV[17])
   redis.call('HSET', KEYS[1], 'wait_kind', ARGV[18], 'wait_name', ARGV[19], 'wait_payload', ARGV[20])
 end
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'output', ARGV[8]) end

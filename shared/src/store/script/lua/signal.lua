@@ -4,10 +4,12 @@
 -- A run blocked because the value it was given did not decode keeps its wait and takes a new
 -- one like a waiting run (it leaves the blocked index and loses its reason).
 -- ARGV: 1 thread id, 2 kind (interrupt | signal), 3 name ('' = the pending interrupt),
---       4 value (JSON), 5 redeliver_ms, 6 event cap, 7 client id ('' = none: not deduplicated)
+--       4 value (JSON), 5 redeliver_ms, 6 event cap, 7 client id ('' = none: not deduplicated),
+--       8 most named signals the run may hold unconsumed (#n counts them)
 -- Returns: {'woke', name, rv, trace} (run is pending again: publish a task) | {'buffered', name}
 --        | {'duplicate', name} (this client id was delivered before: nothing changed)
 --        | {'missing'} | {'terminal', status} | {'not_waiting', status, wait kind, wait name}
+--        | {'full', held} (the run holds ARGV[8] signals it has not asked for: nothing changed)
 -- Client ids are kept in the signals hash as d:<id> for the run's life.
 local h = redis.call('HMGET', KEYS[1], 'status', 'wait_kind', 'wait_name', 'ver')
 if not h[1] then return { 'missing' } end
@@ -25,6 +27,9 @@ if kind == 'interrupt' then
   name = h[3]
   redis.call('HSET', KEYS[4], 'i:' .. name, ARGV[4])
 else
+  local held = tonumber(redis.call('HGET', KEYS[4], '#n') or '0')
+  if held >= tonumber(ARGV[8]) then return { 'full', tostring(held) } end
+  redis.call('HINCRBY', KEYS[4], '#n', 1)
   local seq = redis.call('HINCRBY', KEYS[4], '#seq', 1)
   redis.call('HSET', KEYS[4], string.format('s:%s:%010d', name, seq), ARGV[4])
 end

@@ -1,0 +1,107 @@
+//! TLS to Redis (`rediss://`) and RabbitMQ (`amqps://`): a CA to trust instead of the system's
+//! roots, and an optional client certificate (mutual TLS). Both ride on rustls with the ring
+//! provider. A CA or certificate configured for a plaintext URL is a configuration error, never
+//! a silent plaintext connection.
+
+use serde::Deserialize;
+
+/// PEM files for one TLS client (`[security.redis_tls]`, `[security.amqp_tls]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsFiles {
+    /// CA certificate(s) to trust (PEM); empty: the system's roots.
+    pub ca: String,
+    /// Client certificate chain (PEM), for servers that ask for one.
+    pub cert: String,
+    /// The client certificate's private key (PEM, PKCS#8, SEC1 or PKCS#1).
+    pub key: String,
+}
+
+/// The files' contents, read once at start.
+#[derive(Clone, Default)]
+pub struct TlsMaterial {
+    /// The CA's PEM.
+    pub ca: Option<Vec<u8>>,
+    /// The client certificate's PEM and its key's PEM.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for TlsMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsMaterial")
+            .field("ca", &self.ca.is_some())
+            .field("client_cert", &self.identity.is_some())
+            .finish()
+    }
+}
+
+impl TlsFiles {
+    /// True when nothing is configured.
+    pub fn is_empty(&self) -> bool {
+        self.ca.is_empty() && self.cert.is_empty() && self.key.is_empty()
+    }
+
+    /// Checks the combination against the URL's scheme (`what` names the setting in errors).
+    pub fn check(&self, what: &str, url_is_tls: bool) -> Result<(), String> {
+        if self.cert.is_empty() != self.key.is_empty() {
+            return Err(format!("{what}: a client certificate needs both cert and key"));
+        }
+        if !self.is_empty() && !url_is_tls {
+            return Err(format!(
+                "{what} is set but the URL is not a TLS URL (rediss:// or amqps://): \
+                 refusing to connect in plaintext"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads the files.
+    pub fn load(&self, what: &str) -> Result<TlsMaterial, String> {
+        let read = |path: &str, part: &str| -> Result<Option<Vec<u8>>, String> {
+            if path.is_empty() {
+                return Ok(None);
+            }
+            let bytes = std::fs::read(path).map_err(|e| format!("{what} {part} {path}: {e}"))?;
+            if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
+                return Err(format!("{what} {part} {path}: not a PEM file"));
+            }
+            Ok(Some(bytes))
+        };
+        let ca = read(&self.ca, "ca")?;
+        let identity = match (read(&self.cert, "cert")?, read(&self.key, "key")?) {
+            (Some(c), Some(k)) => Some((c, k)),
+            _ => None,
+        };
+        Ok(TlsMaterial { ca, identity })
+    }
+}
+
+/// Makes ring the process's rustls provider (once; the first caller wins, later calls are
+/// no-ops). Both the Redis and the AMQP client build their TLS configs from it.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+impl TlsMaterial {
+    /// The redis-rs form.
+    pub fn redis_certs(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self.identity.as_ref().map(|(c, k)| redis::ClientTlsConfig {
+                client_cert: c.clone(),
+                client_key: k.clone(),
+            }),
+            root_cert: self.ca.clone(),
+        }
+    }
+
+    /// The lapin form.
+    pub fn amqp_config(&self) -> lapin::tcp::OwnedTLSConfig {
+        lapin::tcp::OwnedTLSConfig {
+            identity: self.identity.as_ref().map(|(c, k)| lapin::tcp::OwnedIdentity::PKCS8 {
+                pem: c.clone(),
+                key: k.clone(),
+            }),
+            cert_chain: self.ca.as_ref().map(|c| String::from_utf8_lossy(c).into_owned()),
+        }
+    }
+}
