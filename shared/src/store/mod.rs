@@ -107,6 +107,9 @@ impl StoreError {
     /// on a cluster a slot moving or a failover the client's own retries did not outlast).
     pub fn is_transient(&self) -> bool {
         match self {
+            // A certificate the client refuses, or a handshake the server refuses, does not
+            // heal by retrying: start-up fails at once with the reason.
+            StoreError::Redis(e) if tls_refused(&e.to_string()) => false,
             StoreError::Redis(e) => {
                 use ::redis::ErrorKind;
                 e.is_io_error()
@@ -137,6 +140,11 @@ impl StoreError {
             StoreError::Fenced { .. } | StoreError::Conflict { .. } | StoreError::Index { .. }
         )
     }
+}
+
+/// True for a TLS handshake that failed on a certificate (ours or the server's).
+fn tls_refused(text: &str) -> bool {
+    text.contains("invalid peer certificate") || text.contains("received fatal alert")
 }
 
 /// Runs a store operation until it succeeds, retrying transient errors (Redis unreachable,
