@@ -5,6 +5,7 @@
 //! resumed on the other worker, printing each step and effect and how many times each effect
 //! was applied.
 
+use savepoint::store::cluster::redact_list;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -93,7 +94,8 @@ async fn choose_backend(cfg: &mut Config, args: &DevArgs) -> anyhow::Result<()> 
     if why.is_empty() {
         println!(
             "savepoint dev: backend rabbitmq + redis ({} and {})",
-            cfg.amqp_url, cfg.redis_url
+            redact_list(&cfg.amqp_url),
+            redact_list(&cfg.redis_url)
         );
         return Ok(());
     }
@@ -170,7 +172,9 @@ pub async fn run(mut cfg: Config, args: DevArgs) -> anyhow::Result<()> {
     }));
     println!(
         "savepoint dev: scheduler API on {api} (namespace {:?}, store {}, queue {})",
-        cfg.namespace, cfg.redis_url, cfg.amqp_url
+        cfg.namespace,
+        redact_list(&cfg.redis_url),
+        redact_list(&cfg.amqp_url)
     );
     if !args.no_story {
         let ok = story(&cfg, &store, &api, &mut fleet).await?;

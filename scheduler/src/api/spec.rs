@@ -35,11 +35,27 @@ use super::ApiState;
 pub(super) struct ApiDoc;
 
 /// The shared error responses: (component name, status, description).
-const ERRORS: [(&str, &str, &str); 6] = [
+const ERRORS: [(&str, &str, &str); 9] = [
     (
         "BadRequest",
         "400",
         "A malformed path, query or body (the message says which part and why)",
+    ),
+    (
+        "Unauthorized",
+        "401",
+        "API tokens are configured and the request has none, or not a valid one",
+    ),
+    (
+        "Forbidden",
+        "403",
+        "The token's role may not do this (read < operate < admin)",
+    ),
+    (
+        "TooManyRequests",
+        "429",
+        "The token's rate limit is reached (`Retry-After` says when to retry), or the run holds as \
+         many unconsumed signals as it may",
     ),
     ("RunNotFound", "404", "No run has this thread id"),
     ("PayloadTooLarge", "413", "The request body exceeds the limit"),
@@ -97,6 +113,18 @@ fn to_json(doc: &OpenApi) -> Value {
 /// body size limit.
 fn finish(mut doc: OpenApi, max_body: usize) -> OpenApi {
     let components = doc.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+        "bearerAuth",
+        utoipa::openapi::security::SecurityScheme::Http(
+            utoipa::openapi::security::HttpBuilder::new()
+                .scheme(utoipa::openapi::security::HttpAuthScheme::Bearer)
+                .description(Some(
+                    "An API token (`savepoint token new`), required when the scheduler is configured with \
+                     tokens (README \"Security\"); a deployment without tokens serves loopback only.",
+                ))
+                .build(),
+        ),
+    );
     for (name, status, description) in ERRORS {
         let description = if status == "413" {
             format!("{description} of {max_body} bytes (`scheduler.max_input_bytes`)")
@@ -125,6 +153,11 @@ fn finish(mut doc: OpenApi, max_body: usize) -> OpenApi {
         }
         let per_run = path.contains("{thread_id}");
         for op in [item.get.as_mut(), item.post.as_mut()].into_iter().flatten() {
+            // A bearer token when tokens are configured; none on an open (loopback) API.
+            op.security = Some(vec![
+                utoipa::openapi::security::SecurityRequirement::new("bearerAuth", Vec::<String>::new()),
+                utoipa::openapi::security::SecurityRequirement::default(),
+            ]);
             let with_body = op.request_body.is_some();
             for (name, status, _) in ERRORS {
                 let applies = match status {
