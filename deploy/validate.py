@@ -10,6 +10,8 @@ FAIL was printed. Subcommands:
   k8s-semantics NAME=FILE...  cross-resource rules of the rendered overlays.
   compose FILE            Compose: official JSON schema (check-jsonschema's vendored copy, run
                           by validate.sh), compose-spec parse, and project rules.
+  example-config FILE     deploy/savepoint.example.toml against the config structs of the Rust
+                          sources: every field, no unknown one, built-in defaults, env names.
   observability           otel-collector, prometheus and grafana provisioning configs.
   dashboard               deploy/grafana/savepoint.json.
 """
@@ -17,6 +19,7 @@ FAIL was printed. Subcommands:
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -53,6 +56,54 @@ def known_env_names() -> set[str]:
         for rs in (ROOT / crate / "src").rglob("*.rs"):
             names.update(re.findall(r'"(SAVEPOINT_[A-Z0-9_]+)"', rs.read_text()))
     return names
+
+
+def rust_structs() -> dict[str, dict[str, dict]]:
+    """The config structs (`[section]`s) of the Rust sources: struct -> field -> {type, skip, default}.
+
+    Defaults come from `impl Default` bodies (simple literals and products of integers) or, for
+    `#[derive(Default)]` structs, from the field type; None where the value is not a literal.
+    """
+    sources = [ROOT / "shared/src/config.rs", ROOT / "shared/src/security/mod.rs", ROOT / "shared/src/security/tls.rs"]
+    structs: dict[str, dict[str, dict]] = {}
+    derived: set[str] = set()
+    for src in sources:
+        text = src.read_text()
+        for m in re.finditer(r"#\[derive\(([^)]*)\)\]\s*(?:#\[[^\]]*\]\s*)*pub struct (\w+) \{(.*?)\n\}", text, re.S):
+            derives, name, body = m.groups()
+            if "Deserialize" not in derives:
+                continue
+            if "Default" in derives:
+                derived.add(name)
+            fields: dict[str, dict] = {}
+            for fm in re.finditer(r"((?:\s*(?:///[^\n]*|#\[[^\n]*\]))*)\s*pub (\w+): ([^,\n]+),", body):
+                attrs, field, ty = fm.groups()
+                fields[field] = {"type": ty.strip(), "skip": "serde(skip)" in attrs, "default": None}
+            structs[name] = fields
+        for m in re.finditer(r"impl Default for (\w+) \{.*?Self \{(.*?)\n        \}", text, re.S):
+            name, body = m.groups()
+            for field, value in re.findall(r"^\s*(\w+): (.+?),\s*$", body, re.M):
+                if name not in structs or field not in structs[name]:
+                    continue
+                value = value.strip()
+                if re.fullmatch(r"[\d_ *]+", value):
+                    structs[name][field]["default"] = math.prod(int(x) for x in value.replace("_", "").split("*"))
+                elif m2 := re.fullmatch(r'"([^"]*)"\.into\(\)', value):
+                    structs[name][field]["default"] = m2.group(1)
+                elif value == "String::new()":
+                    structs[name][field]["default"] = ""
+                elif value in ("true", "false"):
+                    structs[name][field]["default"] = value == "true"
+                elif re.fullmatch(r"[A-Z][A-Z0-9_]+", value):
+                    for rs in (ROOT / "shared/src").rglob("*.rs"):
+                        if c := re.search(rf"pub const {value}: \w+ = ([\d_]+);", rs.read_text()):
+                            structs[name][field]["default"] = int(c.group(1).replace("_", ""))
+    zero = {"String": "", "bool": False}
+    for name in derived:
+        for f in structs[name].values():
+            t = f["type"]
+            f["default"] = zero.get(t, 0 if re.fullmatch(r"u\d+|usize|i\d+", t) else None)
+    return structs
 
 
 def exported_metrics() -> dict[str, str]:
@@ -138,10 +189,16 @@ def cmd_k8s_crds(files: list[str]) -> None:
                            "affinity", "tolerations", "rabbitmq", "tls", "override", "skipPostDeployChecks",
                            "terminationGracePeriodSeconds", "delayStartSeconds", "secretBackend", "autoEnableAllFeatureFlags"}
                 problems += [f"unknown spec field {k}" for k in spec if k not in allowed]
+                tls = spec.get("tls") or {}
+                problems += [f"unknown spec.tls field {k}" for k in tls
+                             if k not in {"secretName", "caSecretName", "disableNonTLSListeners"}]
+                if tls.get("disableNonTLSListeners") and not tls.get("secretName"):
+                    problems.append("spec.tls.disableNonTLSListeners without spec.tls.secretName")
                 extra = (spec.get("rabbitmq") or {}).get("additionalConfig", "")
                 if "default_queue_type = quorum" not in extra:
                     problems.append("additionalConfig lacks default_queue_type = quorum")
-                expect(not problems, f"crd-structure {name}", "replicas, known top-level spec fields, quorum default",
+                expect(not problems, f"crd-structure {name}",
+                       "replicas, known top-level spec fields, quorum default" + (", TLS from a Secret" if tls else ""),
                        "; ".join(problems))
             elif key == ("redis.redis.opstreelabs.in/v1beta2", "RedisCluster"):
                 seen_redis_cluster = True
@@ -161,7 +218,12 @@ def cmd_k8s_crds(files: list[str]) -> None:
                     problems.append("persistenceEnabled must be true (AOF on volumes)")
                 if not (spec.get("kubernetesConfig") or {}).get("redisSecret"):
                     problems.append("kubernetesConfig.redisSecret must name the password Secret")
-                expect(not problems, f"crd-structure {name}", "3+ masters, a replica each, known fields, persistence, auth",
+                tls = spec.get("TLS") or {}
+                problems += [f"unknown spec.TLS field {k}" for k in tls if k not in {"ca", "cert", "key", "secret"}]
+                if tls and not (tls.get("secret") or {}).get("secretName"):
+                    problems.append("spec.TLS.secret.secretName must name the certificate Secret")
+                expect(not problems, f"crd-structure {name}",
+                       "3+ masters, a replica each, known fields, persistence, auth" + (", TLS from a Secret" if tls else ""),
                        "; ".join(problems))
     if seen_redis_cluster:
         report("SKIP", "crd-schema RedisCluster",
@@ -188,8 +250,45 @@ def env_value(container: dict, name: str, configmap: dict) -> str | None:
     return configmap.get(name)
 
 
+def effective_env(container: dict, configmap: dict) -> dict[str, str]:
+    """SAVEPOINT_* settings a container starts with: the ConfigMap, overridden by its own env
+    (values from a Secret show as "<secret>")."""
+    env = dict(configmap)
+    for e in container.get("env", []):
+        env[e["name"]] = e.get("value", "<secret>" if "secretKeyRef" in e.get("valueFrom", {}) else "<ref>")
+    return env
+
+
+# Settings that name a file: a process whose file is missing stops at start.
+FILE_SETTINGS = ("SAVEPOINT_CONFIG", "SAVEPOINT_API_TOKENS_FILE", "SAVEPOINT_PAYLOAD_KEYS_FILE",
+                 "SAVEPOINT_REDIS_TLS_CA", "SAVEPOINT_REDIS_TLS_CERT", "SAVEPOINT_REDIS_TLS_KEY",
+                 "SAVEPOINT_AMQP_TLS_CA", "SAVEPOINT_AMQP_TLS_CERT", "SAVEPOINT_AMQP_TLS_KEY")
+# Settings every scheduler and worker must share: keys (one seals what the other opens) and TLS.
+SHARED_SETTINGS = ("SAVEPOINT_PAYLOAD_KEYS", "SAVEPOINT_PAYLOAD_KEYS_FILE", "SAVEPOINT_REDIS_TLS_CA",
+                   "SAVEPOINT_REDIS_TLS_CERT", "SAVEPOINT_REDIS_TLS_KEY", "SAVEPOINT_AMQP_TLS_CA",
+                   "SAVEPOINT_AMQP_TLS_CERT", "SAVEPOINT_AMQP_TLS_KEY")
+
+
+def file_source(dep: dict, container: dict, path: str) -> tuple[str, str] | None:
+    """(volume name, Secret name or "") of the read-only mount that provides `path`, or None
+    when no mount (or no projected key of a Secret with `items`) provides it."""
+    vols = {v["name"]: v for v in pod_spec(dep).get("volumes", [])}
+    for m in container.get("volumeMounts", []):
+        root = m["mountPath"].rstrip("/") + "/"
+        if not path.startswith(root):
+            continue
+        v = vols.get(m["name"], {})
+        secret = v.get("secret")
+        rel = path[len(root):]
+        if secret and secret.get("items") and rel not in {i["path"] for i in secret["items"]}:
+            return None
+        return m["name"], (secret or {}).get("secretName", "")
+    return None
+
+
 def cmd_k8s_semantics(pairs: list[str]) -> None:
     env_names = known_env_names() | {"SAVEPOINT_CONFIG", "SAVEPOINT_API"}
+    readme = (DEPLOY / "k8s/README.md").read_text()
     for pair in pairs:
         overlay, path = pair.split("=", 1)
         docs = load_docs(path)
@@ -234,6 +333,94 @@ def cmd_k8s_semantics(pairs: list[str]) -> None:
             expect(not secrets, f"{tag} no secret values", "renders no Secret (references only)",
                    f"renders {[x['metadata']['name'] for x in secrets]}")
 
+        # Every Secret referenced (env, volumes, KEDA, operators) is documented, so the platform
+        # operator knows to create it (deploy/k8s/README.md names each in backticks).
+        referenced: set[str] = set()
+        for d in by_kind.get("Deployment", []) + by_kind.get("StatefulSet", []):
+            for c in containers_of(d):
+                referenced |= {e["valueFrom"]["secretKeyRef"]["name"] for e in c.get("env", [])
+                               if "secretKeyRef" in e.get("valueFrom", {})}
+                referenced |= {f["secretRef"]["name"] for f in c.get("envFrom", []) if "secretRef" in f}
+            referenced |= {v["secret"]["secretName"] for v in pod_spec(d).get("volumes", []) if "secret" in v}
+        for ta in by_kind.get("TriggerAuthentication", []):
+            referenced |= {r["name"] for r in ta["spec"].get("secretTargetRef", [])}
+        for rc in by_kind.get("RabbitmqCluster", []):
+            tls = rc["spec"].get("tls") or {}
+            referenced |= {tls[k] for k in ("secretName", "caSecretName") if tls.get(k)}
+        for rc in by_kind.get("RedisCluster", []):
+            spec = rc["spec"]
+            referenced |= {x for x in ((spec.get("kubernetesConfig") or {}).get("redisSecret", {}).get("name"),
+                                       ((spec.get("TLS") or {}).get("secret") or {}).get("secretName")) if x}
+        undocumented = sorted(n for n in referenced if f"`{n}`" not in readme)
+        expect(not undocumented, f"{tag} secrets documented",
+               f"{len(referenced)} referenced Secrets named in deploy/k8s/README.md: {sorted(referenced)}",
+               f"not in deploy/k8s/README.md: {undocumented}")
+
+        # Secret files: read-only mounts, 0440 at most, readable through fsGroup 65532, and every
+        # file setting of a container served by one of its mounts (a missing file stops it).
+        problems = []
+        envs = {}
+        for dep in (sched, worker):
+            dn, ps = dep["metadata"]["name"], pod_spec(dep)
+            c = containers_of(dep)[0]
+            envs[dn] = effective_env(c, cfg)
+            secret_vols = {v["name"]: v["secret"] for v in ps.get("volumes", []) if "secret" in v}
+            for name, sv in secret_vols.items():
+                modes = [sv.get("defaultMode", 0o644)] + [i["mode"] for i in sv.get("items", []) if "mode" in i]
+                if any(m & ~0o440 for m in modes):
+                    problems.append(f"{dn}: volume {name} mode {oct(max(modes))} (want 0440 or less)")
+                for cc in containers_of(dep):
+                    for m in cc.get("volumeMounts", []):
+                        if m["name"] == name and m.get("readOnly") is not True:
+                            problems.append(f"{dn}/{cc['name']}: mount of {name} not readOnly")
+            if secret_vols and (ps.get("securityContext") or {}).get("fsGroup") != 65532:
+                problems.append(f"{dn}: Secret volumes without securityContext.fsGroup 65532 (uid 65532 could not read 0440 files)")
+            for var in FILE_SETTINGS:
+                path = envs[dn].get(var, "")
+                if path and file_source(dep, c, path) is None:
+                    problems.append(f"{dn}: {var}={path} is not provided by a mount of this container")
+        nvols = sum(1 for d in (sched, worker) for v in pod_spec(d).get("volumes", []) if "secret" in v)
+        nfiles = sum(1 for e in envs.values() for var in FILE_SETTINGS if e.get(var))
+        expect(not problems, f"{tag} secret files",
+               f"{nvols} Secret volumes (read-only, mode <= 0440, fsGroup 65532), {nfiles} file settings "
+               "each served by a mount of its own container", "; ".join(problems))
+
+        # Scheduler and workers agree on payload keys and TLS (same values, same Secrets).
+        sn, wn = sched["metadata"]["name"], worker["metadata"]["name"]
+        def shared(dn: str, dep: dict) -> dict:
+            out = {}
+            for var in SHARED_SETTINGS:
+                val = envs[dn].get(var, "")
+                src = file_source(dep, containers_of(dep)[0], val) if val and var != "SAVEPOINT_PAYLOAD_KEYS" else None
+                out[var] = (val, src[1] if src else None)
+            return out
+        a, b = shared(sn, sched), shared(wn, worker)
+        diff = [f"{v}: scheduler {a[v]} / worker {b[v]}" for v in SHARED_SETTINGS if a[v] != b[v]]
+        on = sorted(v for v in SHARED_SETTINGS if a[v][0])
+        expect(not diff, f"{tag} shared security settings",
+               f"scheduler and workers read the same {on}" if on else "neither sets payload keys or TLS files",
+               "; ".join(diff))
+
+        # The API: a scheduler bound beyond loopback needs tokens, or (dev only) an explicit
+        # SAVEPOINT_ALLOW_OPEN_BIND; production uses tokens and never allows an open API.
+        if overlay != "base":
+            se = envs[sn]
+            addr = se.get("SAVEPOINT_HTTP_ADDR", "127.0.0.1:7070")
+            loopback = addr.startswith(("127.", "[::1]", "localhost"))
+            tokens = bool(se.get("SAVEPOINT_API_TOKENS") or se.get("SAVEPOINT_API_TOKENS_FILE"))
+            open_bind = se.get("SAVEPOINT_ALLOW_OPEN_BIND", "false").strip().lower() == "true"
+            if overlay == "prod":
+                ok = tokens and not open_bind
+                want = "API tokens configured, SAVEPOINT_ALLOW_OPEN_BIND not set"
+            else:
+                ok = loopback or tokens or open_bind
+                want = "tokens or SAVEPOINT_ALLOW_OPEN_BIND=true for a non-loopback bind"
+            worker_tokens = [v for v in ("SAVEPOINT_API_TOKENS_FILE", "SAVEPOINT_API_TOKENS") if envs[wn].get(v)]
+            expect(ok and not worker_tokens, f"{tag} api access",
+                   f"{addr}: " + ("tokens" if tokens else "open (allowed explicitly)" if open_bind else "loopback")
+                   + "; workers get no API tokens",
+                   f"{addr}: tokens {tokens}, allow_open_bind {open_bind} (want {want}); worker token settings {worker_tokens}")
+
         # Autoscaling: exactly one autoscaler per Deployment in an overlay, none fixed replicas.
         targets: dict[str, list[str]] = {}
         for h in by_kind.get("HorizontalPodAutoscaler", []):
@@ -257,6 +444,19 @@ def cmd_k8s_semantics(pairs: list[str]) -> None:
                     refs = [(r["parameter"], r["name"], r["key"]) for r in (auth or {}).get("spec", {}).get("secretTargetRef", [])]
                     expect(("host", "savepoint-credentials", "amqp-url") in refs, f"{tag} keda auth",
                            "host from savepoint-credentials/amqp-url", f"secretTargetRef {refs}")
+                    if cfg.get("SAVEPOINT_AMQP_TLS_CA"):
+                        # The amqp-url is amqps:// here: KEDA needs tls=enable and the same CA.
+                        spec = (auth or {}).get("spec", {})
+                        params = {r["parameter"]: r for r in spec.get("secretTargetRef", []) + spec.get("configMapTargetRef", [])}
+                        tls_on = False
+                        if "tls" in params:
+                            cm = get("ConfigMap", params["tls"]["name"])
+                            tls_on = cm is None or (cm.get("data") or {}).get(params["tls"]["key"]) == "enable"
+                        ca = params.get("ca", {})
+                        ca_ok = any(v.get("secret", {}).get("secretName") == ca.get("name") for v in pod_spec(worker).get("volumes", []))
+                        expect(tls_on and ca_ok, f"{tag} keda tls",
+                               f"tls=enable, ca from {ca.get('name')}/{ca.get('key')} (the CA the workers trust)",
+                               f"TriggerAuthentication parameters {sorted(params)}: want tls=enable and ca from the workers' CA Secret")
 
         # Shutdown budget: grace + 5 s consumer drain must end before SIGKILL.
         wc = containers_of(worker)[0]
@@ -342,7 +542,8 @@ def cmd_k8s_semantics(pairs: list[str]) -> None:
                 continue
             ing = {p["port"] for r in np_["spec"].get("ingress", []) for p in r.get("ports", [])}
             egr = {p["port"] for r in np_["spec"].get("egress", []) for p in r.get("ports", [])}
-            need = {53, 5672, 6379, 4317, 4318}
+            amqp_port = 5671 if cfg.get("SAVEPOINT_AMQP_TLS_CA") else 5672   # amqps when TLS is on
+            need = {53, amqp_port, 6379, 4317, 4318}
             expect(ing == {ingress_port} and egr >= need, f"{tag} networkpolicy {np_name}",
                    f"ingress {sorted(ing)}, egress {sorted(egr)}",
                    f"ingress {sorted(ing)} (want [{ingress_port}]), egress {sorted(egr)} (need {sorted(need)})")
@@ -402,6 +603,20 @@ def cmd_compose(path: str) -> None:
                 problems.append(f"{name}: depends_on rabbitmq/redis must wait for service_healthy")
             if svc.get("build", {}).get("target") != name:
                 problems.append(f"{name}: build.target should be {name}")
+        if name == "scheduler":
+            # Without tokens the scheduler binds loopback only unless SAVEPOINT_ALLOW_OPEN_BIND;
+            # an open API is published on the host's loopback, never on every interface.
+            addr = env.get("SAVEPOINT_HTTP_ADDR", "127.0.0.1:7070")
+            tokens = env.get("SAVEPOINT_API_TOKENS") or env.get("SAVEPOINT_API_TOKENS_FILE")
+            if not tokens and not addr.startswith("127.") and str(env.get("SAVEPOINT_ALLOW_OPEN_BIND")).lower() != "true":
+                problems.append(f"scheduler: binds {addr} without tokens and without SAVEPOINT_ALLOW_OPEN_BIND=true (refused at start)")
+            if not tokens:
+                for port in svc.get("ports", []) or []:
+                    published = port if isinstance(port, str) else f"{port.get('host_ip', '')}:{port.get('published')}:{port.get('target')}"
+                    if not str(published).startswith("127.0.0.1:"):
+                        problems.append(f"scheduler: open API published as {published!r} (want 127.0.0.1:…)")
+        elif env.get("SAVEPOINT_ALLOW_OPEN_BIND") or env.get("SAVEPOINT_API_TOKENS") or env.get("SAVEPOINT_API_TOKENS_FILE"):
+            problems.append(f"{name}: API settings on a process that serves no API")
         for dep in (svc.get("depends_on") or {}):
             if dep in services and services[dep].get("profiles") and not svc.get("profiles"):
                 problems.append(f"{name}: depends on {dep}, which only runs in profile {services[dep]['profiles']}")
@@ -416,8 +631,63 @@ def cmd_compose(path: str) -> None:
     if obs != {"otel-collector", "jaeger", "prometheus", "grafana"}:
         problems.append(f"observability profile has {sorted(obs)}")
     expect(not problems, "compose project rules",
-           "env names known, OTLP env, health-gated depends_on, mounts exist, AOF, observability profile",
+           "env names known, OTLP env, health-gated depends_on, mounts exist, AOF, observability profile, "
+           "open API allowed explicitly and published on 127.0.0.1 only",
            "; ".join(problems))
+
+
+# ------------------------------------------------------------------------ example config
+def cmd_example_config(path: str) -> None:
+    """The example TOML parses, has every field of every section with its built-in default, no
+    unknown field (the binaries deny them), and names every SAVEPOINT_* variable apply_env reads."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        report("SKIP", "example config", "tomllib needs Python >= 3.11")
+        return
+    text = Path(path).read_text()
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        report("FAIL", "example config parse", str(e))
+        return
+    report("PASS", "example config parse", f"{path} is valid TOML")
+    structs = rust_structs()
+    problems: list[str] = []
+    # Fields that may stay commented out: inline API tokens need real digests.
+    optional = {("SecuritySection", "api_tokens")}
+
+    def walk(table: dict, struct: str, where: str) -> None:
+        fields = structs[struct]
+        for key, value in table.items():
+            f = fields.get(key)
+            if f is None or f["skip"]:
+                problems.append(f"{where}{key}: not a field of {struct} (unknown fields are errors)")
+            elif f["type"] in structs:
+                if not isinstance(value, dict):
+                    problems.append(f"{where}{key}: should be a [section]")
+                else:
+                    walk(value, f["type"], f"{where}{key}.")
+            elif f["default"] is not None and value != f["default"]:
+                problems.append(f"{where}{key} = {value!r}, built-in default {f['default']!r}")
+        for key, f in fields.items():
+            if key not in table and not f["skip"] and (struct, key) not in optional:
+                problems.append(f"{where}{key}: missing")
+
+    walk(data, "Config", "")
+    for t in (data.get("security") or {}).get("api_tokens", []):
+        if set(t) != {"name", "role", "sha256"} or t.get("role") not in ("read", "operate", "admin") \
+                or not re.fullmatch(r"(sha256:)?[0-9a-fA-F]{64}", str(t.get("sha256"))):
+            problems.append(f"security.api_tokens entry {t}: needs name, role (read|operate|admin), sha256 (64 hex)")
+    apply_env = re.search(r"pub fn apply_env\(.*?\n    \}\n", (ROOT / "shared/src/config.rs").read_text(), re.S).group(0)
+    read = set(re.findall(r'"(SAVEPOINT_[A-Z0-9_]+)"', apply_env))
+    named = set(re.findall(r"\bSAVEPOINT_[A-Z0-9_]+\b", text))
+    problems += [f"env {v} (read by apply_env) not mentioned" for v in sorted(read - named)]
+    unknown = named - known_env_names() - {"SAVEPOINT_CONFIG"}
+    problems += [f"env {v} mentioned but read by no binary" for v in sorted(unknown)]
+    expect(not problems, "example config fields",
+           f"every field of Config and its sections, built-in defaults, no unknown field, all {len(read)} "
+           "variables of apply_env named", "; ".join(problems[:12]))
 
 
 # ------------------------------------------------------------------------ observability
@@ -542,6 +812,7 @@ def main() -> int:
         "k8s-crds": lambda: cmd_k8s_crds(args),
         "k8s-semantics": lambda: cmd_k8s_semantics(args),
         "compose": lambda: cmd_compose(args[0]),
+        "example-config": lambda: cmd_example_config(args[0]),
         "observability": cmd_observability,
         "dashboard": cmd_dashboard,
     }[cmd]()

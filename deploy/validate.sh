@@ -16,7 +16,8 @@
 #   5. validates deploy/compose.yaml against the official Compose Specification schema
 #      (vendored in check-jsonschema) and parses it with compose-spec;
 #   6. yaml-parses and checks the observability configs, JSON-parses and checks the
-#      Grafana dashboard (metric names against shared/src/metrics.rs);
+#      Grafana dashboard (metric names against shared/src/metrics.rs), and checks
+#      deploy/savepoint.example.toml against the config structs of the Rust sources;
 #   7. lints deploy/docker/Dockerfile with hadolint and this script with shellcheck.
 # Prints a summary; exits 1 if any check failed (SKIPs do not fail), 2 on a setup error.
 set -uo pipefail
@@ -130,7 +131,7 @@ fi
 run_py compose deploy/compose.yaml
 
 # ------------------------------------------------------------------ 6. configs and dashboard
-echo "== observability configs and dashboard"
+echo "== observability configs, dashboard and example config"
 for f in deploy/observability/otel-collector.yaml deploy/observability/prometheus.yml \
          deploy/grafana/provisioning/datasources/*.yaml deploy/grafana/provisioning/dashboards/*.yaml; do
   if out=$("$PY" -c 'import sys, yaml; yaml.safe_load(open(sys.argv[1]))' "$f" 2>&1); then
@@ -146,6 +147,7 @@ else
 fi
 run_py observability
 run_py dashboard
+run_py example-config deploy/savepoint.example.toml
 
 # ------------------------------------------------------------------ 7. linters
 echo "== linters"
@@ -171,7 +173,8 @@ for r in "${RESULTS[@]}"; do
   st=${r%%|*} rest=${r#*|}
   [[ $st == PASS ]] || echo "$st ${rest%%|*}: ${rest#*|}"
 done
-echo "Not validated (no offline validator on PyPI): RabbitmqCluster against its CRD schema (structural"
-echo "checks only); otel-collector and prometheus configs against otelcol/promtool (structural checks"
-echo "only); the Dockerfile is linted, not built (no Docker engine); nothing was applied to a cluster."
+echo "Not validated (no offline validator on PyPI): RabbitmqCluster and RedisCluster against their CRD"
+echo "schemas (structural checks only); otel-collector and prometheus configs against otelcol/promtool"
+echo "(structural checks only); the Dockerfile is linted, not built (no Docker engine); nothing was"
+echo "applied to a cluster."
 ((fail == 0))

@@ -146,9 +146,11 @@ impl PayloadCodec {
         let mut keys = HashMap::new();
         let mut sealing = None;
         for item in spec
-            .split([',', ';', '\n'])
+            .lines()
+            .map(|line| line.split('#').next().unwrap_or_default())
+            .flat_map(|line| line.split([',', ';']))
             .map(str::trim)
-            .filter(|s| !s.is_empty() && !s.starts_with('#'))
+            .filter(|s| !s.is_empty())
         {
             let (id, b64) = item
                 .split_once(':')
@@ -354,7 +356,10 @@ mod tests {
             assert!(matches!(PayloadCodec::parse(bad), Err(CodecError::Config(_))), "{bad}");
         }
         let fresh = PayloadCodec::new_key_entry("2026-12").unwrap();
-        let c = PayloadCodec::parse(&format!("# comment\n{fresh}\n{K1}\n")).unwrap();
+        let c = PayloadCodec::parse(&format!(
+            "# rotated 2026-12, see the runbook; keep k1\n{fresh}\n{K1} # old\n"
+        ))
+        .unwrap();
         assert_eq!(c.sealing_key_id(), "2026-12");
         assert!(!format!("{c:?}").contains(&fresh[8..]), "Debug shows no key material");
     }

@@ -71,11 +71,13 @@ impl TokenSpec {
     }
 
     /// Parses a list: entries separated by commas, semicolons or newlines; `#` starts a comment
-    /// line.
+    /// that runs to the end of its line.
     pub fn parse_list(text: &str) -> Result<Vec<Self>, String> {
-        text.split([',', ';', '\n'])
+        text.lines()
+            .map(|line| line.split('#').next().unwrap_or_default())
+            .flat_map(|line| line.split([',', ';']))
             .map(str::trim)
-            .filter(|s| !s.is_empty() && !s.starts_with('#'))
+            .filter(|s| !s.is_empty())
             .map(Self::parse_line)
             .collect()
     }
@@ -186,7 +188,7 @@ mod tests {
         let admin = new_token();
         assert!(ops.starts_with("spt_") && ops.len() == 47, "{ops}");
         let specs = TokenSpec::parse_list(&format!(
-            "# comment\nci-bot:operate:{}\nalice@example:admin:{}",
+            "# a comment, with commas; and semicolons\nci-bot:operate:{}  # CI\nalice@example:admin:{}",
             token_digest(&ops),
             token_digest(&admin).trim_start_matches("sha256:")
         ))

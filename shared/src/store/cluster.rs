@@ -46,6 +46,11 @@ pub fn seed_urls(url: &str) -> Option<Result<Vec<String>, StoreError>> {
     Some(Ok(seeds))
 }
 
+/// A comma-separated list of URLs (AMQP cluster nodes) with every password replaced by `***`.
+pub fn redact_list(urls: &str) -> String {
+    urls.split(',').map(|u| redact(u.trim())).collect::<Vec<_>>().join(",")
+}
+
 /// `url` with any password replaced by `***` (for errors and logs).
 pub fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
