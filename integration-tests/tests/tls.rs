@@ -209,11 +209,10 @@ async fn a_run_over_tls_to_redis_and_rabbitmq() {
     let mut wrong = w.cfg.clone();
     wrong.security.amqp_tls.ca = lab.file("other-ca.pem");
     let started = Instant::now();
-    let e = Broker::connect(wrong.broker(), Duration::from_secs(5))
-        .await
-        .err()
-        .expect("the wrong CA is refused")
-        .to_string();
+    let e = match Broker::connect(wrong.broker(), Duration::from_secs(5)).await {
+        Ok(_) => panic!("amqps with the wrong CA connected"),
+        Err(e) => e.to_string(),
+    };
     assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
     eprintln!("amqps with the wrong CA refused after {:?}: {e}", started.elapsed());
     assert!(

@@ -41,6 +41,15 @@ pub fn u64() -> u64 {
     draw(|r| r.random::<u64>())
 }
 
+/// Key material and nonces: always the operating system's generator, never the simulator's
+/// seeded one (a reproducible key or nonce would be a broken one; the bytes never reach a
+/// decision the simulator replays).
+pub fn secure_bytes<const N: usize>() -> [u8; N] {
+    let mut out = [0u8; N];
+    rand::rng().fill(&mut out[..]);
+    out
+}
+
 /// A random (version 4) UUID.
 pub fn uuid() -> uuid::Uuid {
     let bytes: [u8; 16] = draw(|r| r.random());

@@ -407,6 +407,31 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+fn token_command(cmd: TokenCmd) -> anyhow::Result<()> {
+    use savepoint::security::tokens::{new_token, token_digest};
+    use savepoint::security::{Role, TokenSpec};
+    let (name, role, token, fresh) = match cmd {
+        TokenCmd::New { name, role } => (name, role, new_token(), true),
+        TokenCmd::Hash { name, role } => {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line)?;
+            (name, role, line.trim().to_owned(), false)
+        }
+    };
+    if Role::parse(&role).is_none() {
+        anyhow::bail!("--role must be read, operate or admin, got {role:?}");
+    }
+    let spec = format!("{name}:{role}:{}", token_digest(&token));
+    TokenSpec::parse_line(&spec).map_err(anyhow::Error::msg)?;
+    if fresh {
+        eprintln!("token (give it to {name}; it is not stored anywhere):");
+        println!("{token}");
+        eprintln!("configuration line (SAVEPOINT_API_TOKENS or a line of SAVEPOINT_API_TOKENS_FILE):");
+    }
+    println!("{spec}");
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -445,29 +470,4 @@ mod tests {
         let e = parse_json_arg("value", "yes").unwrap_err().to_string();
         assert!(e.contains("strings need quotes"), "{e}");
     }
-}
-
-fn token_command(cmd: TokenCmd) -> anyhow::Result<()> {
-    use savepoint::security::tokens::{new_token, token_digest};
-    use savepoint::security::{Role, TokenSpec};
-    let (name, role, token, fresh) = match cmd {
-        TokenCmd::New { name, role } => (name, role, new_token(), true),
-        TokenCmd::Hash { name, role } => {
-            let mut line = String::new();
-            std::io::stdin().read_line(&mut line)?;
-            (name, role, line.trim().to_owned(), false)
-        }
-    };
-    if Role::parse(&role).is_none() {
-        anyhow::bail!("--role must be read, operate or admin, got {role:?}");
-    }
-    let spec = format!("{name}:{role}:{}", token_digest(&token));
-    TokenSpec::parse_line(&spec).map_err(anyhow::Error::msg)?;
-    if fresh {
-        eprintln!("token (give it to {name}; it is not stored anywhere):");
-        println!("{token}");
-        eprintln!("configuration line (SAVEPOINT_API_TOKENS or a line of SAVEPOINT_API_TOKENS_FILE):");
-    }
-    println!("{spec}");
-    Ok(())
 }

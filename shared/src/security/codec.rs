@@ -199,7 +199,7 @@ impl PayloadCodec {
         if !valid_key_id(id) {
             return Err(CodecError::Config(format!("key id {id:?} is not valid")));
         }
-        let key: [u8; 32] = rand::random();
+        let key: [u8; 32] = crate::entropy::secure_bytes();
         Ok(format!(
             "{id}:{}",
             base64::engine::general_purpose::STANDARD.encode(key)
@@ -216,7 +216,7 @@ impl PayloadCodec {
         let Some(key) = self.keys.get(&self.sealing) else {
             unreachable!("the sealing key is one of the keys")
         };
-        let nonce_bytes: [u8; NONCE_LEN] = rand::random();
+        let nonce_bytes: [u8; NONCE_LEN] = crate::entropy::secure_bytes();
         let nonce = XNonce::from_slice(&nonce_bytes);
         let aad = binding.aad();
         // Encryption with a valid key and nonce cannot fail for inputs below 256 GiB.
@@ -342,6 +342,21 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    /// The wire format of version 1 (`$sp1:`), pinned: a value sealed by an earlier build
+    /// must open in every later one (also the fuzz target's seed).
+    #[test]
+    fn golden_sealed_value_opens() {
+        let c = PayloadCodec::parse("fuzz:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=").unwrap();
+        let golden = "$sp1:fuzz:z4fQwZ-3bnJhryz7IR7wVcXYuYJaHVWE8XE_BAqoi8b4hCg1aJ3xAQf-B9OxikzDMKrKRVU";
+        let at = Binding::Run {
+            thread: "fuzz-run",
+            field: "j:0",
+        };
+        assert_eq!(&*c.open(at, golden.as_bytes()).unwrap(), br#"{"amount":42}"#);
+        let parts = parse_sealed(golden.as_bytes()).unwrap().unwrap();
+        assert_eq!((parts.key_id, parts.body.len()), ("fuzz", NONCE_LEN + 13 + TAG_LEN));
     }
 
     #[test]

@@ -115,7 +115,7 @@ pub fn token_digest(token: &str) -> String {
 /// A new random token (`spt_` and 43 characters of base64url: 256 bits).
 pub fn new_token() -> String {
     use base64::Engine as _;
-    let raw: [u8; 32] = rand::random();
+    let raw: [u8; 32] = crate::entropy::secure_bytes();
     format!("spt_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw))
 }
 
