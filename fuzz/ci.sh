@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds every fuzz target and runs each for SECONDS (default 10) from a fresh copy of its
+# committed seed corpus; fails on any crash, panic, timeout or OOM. Prints one line a target:
+#   fuzz TARGET: N execs in S s, cov C, 0 crashes
+#
+# Usage: fuzz/ci.sh [SECONDS]
+# Needs cargo-fuzz. The only toolchain is stable, so RUSTC_BOOTSTRAP=1 lets it take the
+# `-Zsanitizer=address` flag cargo-fuzz passes. Build parallelism follows CARGO_BUILD_JOBS.
+set -euo pipefail
+
+secs="${1:-10}"
+case "$secs" in
+  '' | *[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 2 ;;
+esac
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$here"
+export RUSTC_BOOTSTRAP=1
+
+command -v cargo-fuzz > /dev/null || { echo "fuzz: cargo-fuzz is not installed" >&2; exit 1; }
+
+start=$(date +%s)
+cargo fuzz build -O
+echo "fuzz: built all targets in $(( $(date +%s) - start )) s"
+
+mapfile -t targets < <(cargo fuzz list)
+[ "${#targets[@]}" -gt 0 ] || { echo "fuzz: no targets" >&2; exit 1; }
+
+failed=0
+for t in "${targets[@]}"; do
+  # The run writes the inputs it finds into corpus-run/ (ignored by git), never into the
+  # committed seeds under corpus/.
+  run="corpus-run/$t"
+  rm -rf "$run"
+  mkdir -p "$run" "artifacts/$t"
+  if [ -d "corpus/$t" ]; then
+    cp -r "corpus/$t/." "$run/"
+  fi
+  log="artifacts/$t/ci.log"
+  before=$(find "artifacts/$t" -type f ! -name ci.log | wc -l)
+  t0=$(date +%s.%N)
+  rc=0
+  cargo fuzz run "$t" -O "$run" -- \
+    -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 > "$log" 2>&1 || rc=$?
+  t1=$(date +%s.%N)
+  after=$(find "artifacts/$t" -type f ! -name ci.log | wc -l)
+  crashes=$(( after - before ))
+  if [ "$rc" -ne 0 ] && [ "$crashes" -eq 0 ]; then
+    crashes=1  # died without writing an artifact (e.g. a sanitizer abort)
+  fi
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || true)
+  cov=$(grep -o 'cov: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || true)
+  elapsed=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  echo "fuzz $t: ${execs:-?} execs in $elapsed s, cov ${cov:-?}, $crashes crashes"
+  if [ "$crashes" -ne 0 ]; then
+    failed=1
+    echo "fuzz $t: FAILED (exit $rc); the log's end, and the reproducer under fuzz/artifacts/$t/:" >&2
+    tail -40 "$log" >&2
+    find "artifacts/$t" -type f ! -name ci.log -newer "$run" >&2 || true
+  fi
+done
+exit "$failed"
