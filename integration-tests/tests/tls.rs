@@ -71,6 +71,7 @@ impl TlsLab {
         port
     }
 
+    /// A second RabbitMQ node with only an AMQPS listener that requires a client certificate.
     fn rabbit(&mut self) -> u16 {
         let port = free_port();
         let dist = free_port();
@@ -80,6 +81,7 @@ impl TlsLab {
                 "start",
                 self.dir.to_str().unwrap(),
                 &port.to_string(),
+                "--mtls",
                 "--dist-port",
                 &dist.to_string(),
             ],
@@ -177,8 +179,8 @@ async fn redis_over_tls_with_a_client_certificate_and_the_ways_it_is_refused() {
     connect_err(&to_plain).await;
 }
 
-/// The invoice story with the scheduler and a worker process speaking TLS to both Redis
-/// (client certificate required) and RabbitMQ; then the AMQP refusals.
+/// The invoice story with the scheduler and a worker process speaking TLS to both Redis and
+/// RabbitMQ, each requiring a client certificate; then the AMQP refusals.
 #[tokio::test]
 async fn a_run_over_tls_to_redis_and_rabbitmq() {
     savepoint_integration_tests::services().await;
@@ -190,6 +192,8 @@ async fn a_run_over_tls_to_redis_and_rabbitmq() {
         lab.redis_config(c, redis_port);
         c.amqp_url = amqps_url.clone();
         c.security.amqp_tls.ca = lab.file("ca.pem");
+        c.security.amqp_tls.cert = lab.file("client.pem");
+        c.security.amqp_tls.key = lab.file("client.key");
     })
     .await;
     let _wk = w.worker(WORKER, "wk", "");
@@ -219,6 +223,15 @@ async fn a_run_over_tls_to_redis_and_rabbitmq() {
         e.to_lowercase().contains("certificate") || e.contains("UnknownIssuer"),
         "{e}"
     );
+    // Without the client certificate the node refuses the handshake.
+    let mut no_cert = w.cfg.clone();
+    no_cert.security.amqp_tls.cert.clear();
+    no_cert.security.amqp_tls.key.clear();
+    let e = match Broker::connect(no_cert.broker(), Duration::from_secs(5)).await {
+        Ok(_) => panic!("amqps without a client certificate connected"),
+        Err(e) => e.to_string(),
+    };
+    eprintln!("amqps without a client certificate refused: {e}");
     let mut mixed = w.cfg.clone();
     mixed.amqp_url = format!("{amqps_url},amqp://guest:guest@127.0.0.1:5672/%2f");
     let e = mixed.validate().unwrap_err().to_string();

@@ -50,6 +50,13 @@ impl Client {
         }
     }
 
+    /// Sends `Authorization: Bearer <token>` with every request (a scheduler with API tokens).
+    pub fn with_token(self, token: Option<String>) -> Self {
+        Self {
+            api: self.api.with_token(token),
+        }
+    }
+
     /// The untyped client underneath (every endpoint, JSON in and out).
     pub fn api(&self) -> &ApiClient {
         &self.api

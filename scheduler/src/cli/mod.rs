@@ -390,7 +390,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Loadgen(a) => {
             let cfg = savepoint::config::Config::load(a.config.as_deref(), &savepoint::config::ProcessEnv)?;
-            let report = crate::loadgen::run(cfg, &cli.api, a.clone()).await?;
+            let report = crate::loadgen::run_with_token(cfg, &cli.api, cli.token.as_deref(), a.clone()).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

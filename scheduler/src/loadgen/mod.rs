@@ -76,6 +76,11 @@ fn input(args: &LoadgenArgs, i: usize, hook: &str) -> Result<Value, anyhow::Erro
 
 /// Runs the load and returns the report (the caller prints it and picks the exit code).
 pub async fn run(cfg: Config, api: &str, args: LoadgenArgs) -> anyhow::Result<Report> {
+    run_with_token(cfg, api, None, args).await
+}
+
+/// [`run`] against a scheduler that requires an API token (`operate` or higher).
+pub async fn run_with_token(cfg: Config, api: &str, token: Option<&str>, args: LoadgenArgs) -> anyhow::Result<Report> {
     let store = ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
         .await
         .context("connecting to Redis")?;
@@ -88,7 +93,16 @@ pub async fn run(cfg: Config, api: &str, args: LoadgenArgs) -> anyhow::Result<Re
         }
         _ => (String::new(), None),
     };
-    let http = reqwest::Client::builder().pool_max_idle_per_host(64).build()?;
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(t) = token {
+        let mut v = reqwest::header::HeaderValue::from_str(&format!("Bearer {t}"))?;
+        v.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, v);
+    }
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .default_headers(headers)
+        .build()?;
     let permits = Arc::new(Semaphore::new(args.inflight.max(1)));
     let tracker = track::Tracker::start(store.clone(), stop.clone());
     let prefix = format!("lg-{}", &savepoint::entropy::uuid().simple().to_string()[..8]);
