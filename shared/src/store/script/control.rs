@@ -76,7 +76,7 @@ impl ScriptStore {
         inv.arg(thread.as_str())
             .arg(kind)
             .arg(name)
-            .arg(self.seal_run(thread, "signal", value.to_string()));
+            .arg(self.seal_run(thread, "signal", &value.to_string()).as_ref());
         inv.arg(ms(self.cfg.redeliver))
             .arg(self.cfg.event_cap)
             .arg(id.unwrap_or(""))

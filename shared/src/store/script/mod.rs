@@ -299,7 +299,7 @@ impl ScriptStore {
             .arg(workflow)
             .arg(workflow_version)
             .arg(SCHEMA_VERSION);
-        inv.arg(self.seal_run(thread, "input", input.to_owned()))
+        inv.arg(self.seal_run(thread, "input", input).as_ref())
             .arg(ms(self.cfg.redeliver))
             .arg(self.cfg.event_cap)
             .arg(trace)
@@ -365,7 +365,6 @@ impl ScriptStore {
                 self.open_fields(thread, &mut signals)?;
                 let signals = signals
                     .into_iter()
-                    .filter(|(f, _)| f.starts_with("i:") || f.starts_with("s:"))
                     .map(|(f, v)| (f, serde_json::from_slice(&v).unwrap_or(serde_json::Value::Null)))
                     .collect();
                 let takeover = r.num(4) == 1;
@@ -475,11 +474,10 @@ impl ScriptStore {
         inv.arg(how.status.as_str())
             .arg(how.due_in.map(|d| ms(d).to_string()).unwrap_or_default());
         match how.wait {
-            Some(w) => {
-                inv.arg(&w.kind)
-                    .arg(&w.name)
-                    .arg(self.seal_run(&lease.thread, "wait_payload", w.payload.to_string()))
-            }
+            Some(w) => inv.arg(&w.kind).arg(&w.name).arg(
+                self.seal_run(&lease.thread, "wait_payload", &w.payload.to_string())
+                    .as_ref(),
+            ),
             None => inv.arg("").arg("").arg(""),
         };
         let event = self.seal_event(&lease.thread, event.0, event.1);
@@ -525,9 +523,10 @@ impl ScriptStore {
             Finish::Rejected { reason, .. } => (String::new(), "", reason, None),
         };
         let t = &lease.thread;
-        inv.arg(how.status().as_str()).arg(self.seal_run(t, "output", output));
-        inv.arg(self.seal_run(t, "error", error.to_owned()))
-            .arg(self.seal_run(t, "reason", reason.to_owned()))
+        inv.arg(how.status().as_str())
+            .arg(self.seal_run(t, "output", &output).as_ref());
+        inv.arg(self.seal_run(t, "error", error).as_ref())
+            .arg(self.seal_run(t, "reason", reason).as_ref())
             .arg(effect.map(|e| e.0).unwrap_or(""));
         let event = self.seal_event(t, event.0, event.1);
         inv.arg(ms(self.cfg.retention))
@@ -536,11 +535,10 @@ impl ScriptStore {
             .arg(event.1);
         inv.arg(effect.map(|e| e.1.token()).unwrap_or_default());
         match how {
-            Finish::Rejected { wait, consumed, .. } => inv
-                .arg(consumed)
-                .arg(&wait.kind)
-                .arg(&wait.name)
-                .arg(self.seal_run(&lease.thread, "wait_payload", wait.payload.to_string())),
+            Finish::Rejected { wait, consumed, .. } => inv.arg(consumed).arg(&wait.kind).arg(&wait.name).arg(
+                self.seal_run(&lease.thread, "wait_payload", &wait.payload.to_string())
+                    .as_ref(),
+            ),
             _ => inv.arg("").arg("").arg("").arg(""),
         };
         let r = self.invoke(&inv).await?;

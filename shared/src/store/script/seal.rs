@@ -3,6 +3,7 @@
 //! Without a codec, values pass through unchanged; a sealed value met without the key that
 //! sealed it is a typed error, never shown as text.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::ScriptStore;
@@ -31,16 +32,17 @@ fn sealed_error(what: &str, e: codec::CodecError) -> StoreError {
 
 impl ScriptStore {
     /// Seals a run's field value (identity without a codec).
-    pub(crate) fn seal_run(&self, thread: &ThreadId, field: &str, plain: String) -> String {
+    /// (Borrowed as it is without a codec: no copy on the write path.)
+    pub(crate) fn seal_run<'a>(&self, thread: &ThreadId, field: &str, plain: &'a str) -> Cow<'a, str> {
         match &self.cfg.codec {
-            Some(c) if !plain.is_empty() => c.seal(
+            Some(c) if !plain.is_empty() => Cow::Owned(c.seal(
                 Binding::Run {
                     thread: thread.as_str(),
                     field: field_binding(field),
                 },
                 plain.as_bytes(),
-            ),
-            _ => plain,
+            )),
+            _ => Cow::Borrowed(plain),
         }
     }
 
@@ -103,11 +105,11 @@ impl ScriptStore {
     }
 
     /// An event's detail as stored: sealed for the types that carry user text.
-    pub(crate) fn seal_event<'a>(&self, thread: &ThreadId, typ: &'a str, detail: &str) -> (&'a str, String) {
+    pub(crate) fn seal_event<'a>(&self, thread: &ThreadId, typ: &'a str, detail: &'a str) -> (&'a str, Cow<'a, str>) {
         if SEALED_EVENTS.contains(&typ) {
-            (typ, self.seal_run(thread, "event", detail.to_owned()))
+            (typ, self.seal_run(thread, "event", detail))
         } else {
-            (typ, detail.to_owned())
+            (typ, Cow::Borrowed(detail))
         }
     }
 
