@@ -55,6 +55,13 @@ impl InProc {
             .expect("the worker should have crashed at its failpoint");
     }
 
+    /// Crashes it now, as `kill -9` would (every slice dropped, nothing settled), and waits
+    /// until it is gone.
+    pub async fn kill(self) {
+        self.crash.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(30), self.join).await;
+    }
+
     /// Stops it (in-flight runs yield) and waits up to 30 s.
     pub async fn stop(self) {
         self.stop.cancel();

@@ -1088,6 +1088,77 @@ async fn a_panic_in_a_step_is_a_failed_attempt_retried_then_returned_as_call_fai
     cleanup(&w.cfg).await;
 }
 
+/// Step "doomed" always fails (retryable), with a back-off long enough to kill the worker in.
+struct AlwaysFails {
+    calls: Counts,
+}
+
+impl Workflow for AlwaysFails {
+    const NAME: &'static str = "always_fails";
+    type Input = Value;
+    type Output = Value;
+    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let calls = self.calls.clone();
+        let policy = RetryPolicy {
+            initial: Duration::from_secs(3),
+            jitter: 0.0,
+            ..RetryPolicy::attempts(3)
+        };
+        let r: Result<u32, WorkflowError> = ctx
+            .step_with("doomed", &policy, || {
+                let calls = calls.clone();
+                async move { Err::<u32, _>(StepError::retryable(format!("down {}", calls.bump("doomed")))) }
+            })
+            .await;
+        match r {
+            Err(WorkflowError::CallFailed { message, .. }) => Ok(json!(message)),
+            other => Err(WorkflowError::failed(format!("unexpected: {other:?}"))),
+        }
+    }
+}
+
+/// The retry budget is the run's, not the slice's: a worker killed during the back-off after
+/// the first failed attempt leaves the count in the run, and the worker that takes over makes
+/// attempts 2 and 3 only (without it, it would start over at 1 and call the step 4 times).
+#[tokio::test]
+async fn a_worker_killed_between_retries_hands_on_the_attempt_count() {
+    let w = World::new("hzretrykill", |_| {}).await;
+    let calls = Counts::default();
+    let mut reg = Registry::new();
+    reg.register(AlwaysFails { calls: calls.clone() });
+    let first = InProc::start(&w.cfg, reg);
+    w.wait_registered("always_fails").await;
+    let t = w.start("always_fails", json!(null)).await;
+    wait_until(LONG, "the first retry recorded", || async {
+        (!details_of(&w, &t, "retried").await.is_empty()).then_some(())
+    })
+    .await;
+    first.kill().await;
+    assert_eq!(calls.get("doomed"), 1);
+    let mut reg = Registry::new();
+    reg.register(AlwaysFails { calls: calls.clone() });
+    let second = InProc::start(&w.cfg, reg);
+    let run = w.wait_status(&t, &["completed", "blocked", "failed"], LONG).await;
+    assert_eq!(run["output"], json!("down 3"), "{run}");
+    assert_eq!(calls.get("doomed"), 3, "the step ran once more than its budget");
+    let e = &history(&w, &t).await["entries"];
+    assert_eq!(
+        (e[0]["outcome"].as_str(), e[0]["attempts"].as_u64()),
+        (Some("error"), Some(3))
+    );
+    let retried = details_of(&w, &t, "retried").await;
+    assert_eq!(retried.len(), 2, "{retried:?}");
+    assert!(retried[1].contains("attempt 2: down 2"), "{retried:?}");
+    let count: Option<String> = w
+        .store
+        .query(redis::cmd("HGET").arg(w.store.keys().run(&t).run).arg("t:0"))
+        .await
+        .unwrap();
+    assert_eq!(count, None, "the entry's commit drops its retry count");
+    second.stop().await;
+    cleanup(&w.cfg).await;
+}
+
 /// Panics after one step unless `input.panic` is false.
 struct CodePanic;
 

@@ -166,6 +166,7 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         clock,
         crashes: c.header.crashes,
         busy_tries: c.header.wait_effect.as_ref().map(|w| w.1).unwrap_or(0),
+        tries: c.tries.clone(),
         shutdown: shared.slices_stop.clone(),
         retry: wf.retry_policy(),
         replay_only: false,

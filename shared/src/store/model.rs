@@ -250,6 +250,9 @@ pub struct Claimed {
     pub journal: Result<Vec<Entry>, String>,
     /// Buffered signal fields (`i:<name>`, `s:<name>:<seq>`) → JSON values.
     pub signals: BTreeMap<String, Value>,
+    /// Failed attempts recorded so far by journal index (`t:<index>`), for calls a previous
+    /// slice retried and did not record.
+    pub tries: BTreeMap<u32, u32>,
     /// Server time at the claim (ms).
     pub server_now: u64,
     /// True when this claim took over another worker's expired lease.

@@ -105,6 +105,9 @@ pub struct CtxParts {
     /// How often the run has backed off on an effect key held by another run (from the
     /// claim), so the back-off keeps growing.
     pub busy_tries: u32,
+    /// Failed attempts a previous slice recorded by journal index (from the claim): a call
+    /// that was being retried goes on from the next attempt, under the same budget.
+    pub tries: BTreeMap<u32, u32>,
     /// Cancelled when the worker shuts down (the run yields at the next call).
     pub shutdown: CancellationToken,
     /// Default retry policy of the workflow.
@@ -507,7 +510,11 @@ impl Ctx {
         E: Into<StepError>,
     {
         let tools = self.call_tools();
-        match self.guarded(attempts(&tools, name, policy, panic_is_failure, f)).await {
+        let index = self.cursor;
+        match self
+            .guarded(attempts(&tools, index, name, policy, panic_is_failure, f))
+            .await
+        {
             Ok(a) => a,
             Err(e) => self.store_failed(e).await,
         }
@@ -518,6 +525,7 @@ impl Ctx {
         CallTools {
             store: self.p.store.clone(),
             lease: self.p.lease.clone(),
+            tries: self.p.tries.clone(),
         }
     }
 
@@ -592,13 +600,19 @@ impl Ctx {
 pub(super) struct CallTools {
     pub store: ScriptStore,
     pub lease: Lease,
+    /// Failed attempts recorded by earlier slices, by journal index.
+    pub tries: BTreeMap<u32, u32>,
 }
 
-/// Runs `f(attempt)` under the retry policy, each retry recorded as a `retried` event. Borrows
-/// nothing of the context, so the calls of a parallel group run their attempts at once; the
-/// caller guards it with the lease ([`Ctx::guarded`]).
+/// Runs `f(attempt)` under the retry policy, each retry recorded as a `retried` event with
+/// the count kept in the run, so attempts go on where an earlier slice left them (a slice that
+/// ends mid-retry does not hand its call a fresh budget). An attempt cut short by a crash before
+/// its failure was recorded is not counted. Borrows nothing of the context, so the calls of a
+/// parallel group run their attempts at once; the caller guards it with the lease
+/// ([`Ctx::guarded`]).
 pub(super) async fn attempts<T, F, Fut, E>(
     tools: &CallTools,
+    index: u32,
     name: &str,
     policy: &RetryPolicy,
     panic_is_failure: bool,
@@ -609,7 +623,7 @@ where
     Fut: Future<Output = Result<T, E>>,
     E: Into<StepError>,
 {
-    let mut attempt = 1;
+    let mut attempt = tools.tries.get(&index).map_or(1, |failed| failed + 1);
     loop {
         let r = match AssertUnwindSafe(f(attempt)).catch_unwind().await {
             Ok(r) => r.map_err(Into::into),
@@ -623,7 +637,7 @@ where
                 let delay = policy.backoff(attempt);
                 tracing::warn!(step.name = name, task.attempt = attempt, error = %e, ?delay, "call failed, retrying");
                 let detail = format!("{name} attempt {attempt}: {e}");
-                tools.store.event(&tools.lease, "retried", &detail).await?;
+                tools.store.retried(&tools.lease, index, attempt, &detail).await?;
                 tokio::time::sleep(delay).await;
                 attempt += 1;
             }

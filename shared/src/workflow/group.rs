@@ -491,7 +491,7 @@ fn launch<'t, 'a: 't>(tools: &'t CallTools, stubs: Option<super::Stubs>, mut l: 
     };
     Box::pin(async move {
         let is_step = l.key.is_none();
-        let r = attempts(tools, &l.name, &l.policy, is_step, |attempt| {
+        let r = attempts(tools, l.idx, &l.name, &l.policy, is_step, |attempt| {
             invoke(stubs.as_ref(), &l.name, EffectCtx { attempt, ..fx.clone() }, &mut l.run)
         })
         .await;

@@ -367,6 +367,13 @@ impl ScriptStore {
                     .into_iter()
                     .map(|(f, v)| (f, serde_json::from_slice(&v).unwrap_or(serde_json::Value::Null)))
                     .collect();
+                let tries = fields
+                    .iter()
+                    .filter_map(|(f, v)| {
+                        let index = f.strip_prefix("t:")?.parse().ok()?;
+                        Some((index, std::str::from_utf8(v).ok()?.parse().ok()?))
+                    })
+                    .collect();
                 let takeover = r.num(4) == 1;
                 let lease = Lease {
                     thread: thread.clone(),
@@ -380,6 +387,7 @@ impl ScriptStore {
                     header,
                     journal,
                     signals,
+                    tries,
                     server_now: r.num(1),
                     takeover,
                     sent_at,
@@ -450,7 +458,8 @@ impl ScriptStore {
             .arg(event.0)
             .arg(event.1)
             .arg(consume_signal.unwrap_or(""))
-            .arg(settles);
+            .arg(settles)
+            .arg(if entry.attempts > 1 { "1" } else { "" });
         let r = self.invoke(&inv).await?;
         if r.tag() == "ok" {
             lease.version = r.num(1);
@@ -565,8 +574,25 @@ impl ScriptStore {
         }
     }
 
-    /// Records an event for a run the caller holds (e.g. `retried`).
+    /// Records an event for a run the caller holds.
     pub async fn event(&self, lease: &Lease, typ: &str, detail: &str) -> Result<(), StoreError> {
+        self.event_with(lease, typ, detail, None).await
+    }
+
+    /// Records that attempt `attempt` of the call at journal `index` failed and is retried
+    /// (a `retried` event), and keeps the count in the run (`t:<index>`), so a later slice
+    /// goes on from the next attempt instead of starting the retry budget over.
+    pub async fn retried(&self, lease: &Lease, index: u32, attempt: u32, detail: &str) -> Result<(), StoreError> {
+        self.event_with(lease, "retried", detail, Some((index, attempt))).await
+    }
+
+    async fn event_with(
+        &self,
+        lease: &Lease,
+        typ: &str,
+        detail: &str,
+        tries: Option<(u32, u32)>,
+    ) -> Result<(), StoreError> {
         let k = &lease.keys;
         let mut inv = self.scripts.event.prepare_invoke();
         inv.key(&k.run).key(&k.events);
@@ -576,6 +602,10 @@ impl ScriptStore {
             .arg(self.cfg.event_cap)
             .arg(typ)
             .arg(detail);
+        match tries {
+            Some((index, attempt)) => inv.arg(index).arg(attempt),
+            None => inv.arg("").arg(""),
+        };
         let r = self.invoke(&inv).await?;
         if r.tag() == "ok" {
             Ok(())
