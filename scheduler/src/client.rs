@@ -81,13 +81,45 @@ impl Client {
         self.start_at::<W>(Some(thread), input).await
     }
 
+    /// Starts a run of `W` that fails with a timeout if it has not ended within `timeout`
+    /// (whole seconds, at least 1), optionally under the thread id `thread`.
+    pub async fn start_with_timeout<W>(
+        &self,
+        thread: Option<&str>,
+        input: &W::Input,
+        timeout: std::time::Duration,
+    ) -> Result<Run<W>, ClientError>
+    where
+        W: Workflow,
+        W::Input: Serialize,
+    {
+        self.start_full::<W>(thread, input, Some(timeout.as_secs().max(1)))
+            .await
+    }
+
     async fn start_at<W>(&self, thread: Option<&str>, input: &W::Input) -> Result<Run<W>, ClientError>
     where
         W: Workflow,
         W::Input: Serialize,
     {
+        self.start_full::<W>(thread, input, None).await
+    }
+
+    async fn start_full<W>(
+        &self,
+        thread: Option<&str>,
+        input: &W::Input,
+        timeout_secs: Option<u64>,
+    ) -> Result<Run<W>, ClientError>
+    where
+        W: Workflow,
+        W::Input: Serialize,
+    {
         let input = encode(input)?;
-        let v = self.api.start(W::NAME, Some(input), thread).await?;
+        let v = self
+            .api
+            .start_with_timeout(W::NAME, Some(input), thread, timeout_secs)
+            .await?;
         let thread = v["thread_id"].as_str().unwrap_or_default().to_owned();
         Ok(self.run::<W>(&thread))
     }

@@ -24,6 +24,7 @@ pub const NAMES: &[&str] = &[
     "publish.before",
     "publish.after",
     "scheduler.before_publish",
+    "run.deadline.before_fail",
 ];
 
 /// What a failpoint does when it fires.

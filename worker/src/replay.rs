@@ -154,6 +154,7 @@ pub(crate) async fn replay_as(
         crashes: 0,
         busy_tries: 0,
         tries: Default::default(),
+        deadline: None,
         shutdown: CancellationToken::new(),
         retry: wf.retry_policy(),
         replay_only: true,

@@ -140,6 +140,24 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         inc(&metrics().slices, &[("end", "blocked")]);
         return;
     }
+    if let Some(deadline) = c.header.deadline.filter(|d| c.server_now >= *d) {
+        // Its deadline passed while it slept, waited, queued or lay with a dead worker: it
+        // fails without replaying.
+        if shared.failpoints.check("run.deadline.before_fail").await.is_err() {
+            return;
+        }
+        let reason = savepoint::workflow::decide::timeout_reason(deadline);
+        match shared
+            .store
+            .finish(&mut lease, None, Finish::Failed(&reason), ("failed", &reason))
+            .await
+        {
+            Ok(()) => tracing::info!(%reason, "run failed"),
+            Err(e) => tracing::warn!(error = %e, "could not fail a run past its deadline; it is retried"),
+        }
+        inc(&metrics().slices, &[("end", "failed")]);
+        return;
+    }
     let Some(wf) = shared.registry.get(&c.header.workflow) else {
         // The claim checked the served set; a registry without it serves nothing here.
         release_for_retry(shared, &mut lease).await;
@@ -167,6 +185,7 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         crashes: c.header.crashes,
         busy_tries: c.header.wait_effect.as_ref().map(|w| w.1).unwrap_or(0),
         tries: c.tries.clone(),
+        deadline: c.header.deadline,
         shutdown: shared.slices_stop.clone(),
         retry: wf.retry_policy(),
         replay_only: false,

@@ -41,7 +41,19 @@ pub(crate) fn parse_object<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiErr
     // A JSON text whose first token is `{` is an object (or invalid): parsed straight into
     // `T`. Only a refused body is parsed once more, to name what it is.
     if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
-        return serde_json::from_slice(body).map_err(invalid);
+        // (serde_path_to_error names the field a refusal is about.)
+        let mut de = serde_json::Deserializer::from_slice(body);
+        let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            let e = e.into_inner();
+            if path.is_empty() || path == "." {
+                invalid(e)
+            } else {
+                ApiError::bad_request(format!("invalid JSON body at {path}: {e}"))
+            }
+        })?;
+        de.end().map_err(invalid)?;
+        return Ok(value);
     }
     let got = match serde_json::from_slice(body).map_err(invalid)? {
         serde_json::Value::Null => "null",

@@ -72,6 +72,11 @@ pub(crate) struct StartRequest {
     #[serde(default)]
     #[schema(pattern = "^[A-Za-z0-9_.:-]{1,128}$", example = "approval-1")]
     pub thread_id: Option<String>,
+    /// The run's timeout in seconds: it fails with `timed out: …` if it has not ended this
+    /// long after its creation, whatever it is doing then (durable: kept in the run).
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 31_536_000, example = 3600)]
+    pub timeout_secs: Option<f64>,
 }
 
 /// Answer of `POST /v1/runs`.
@@ -218,6 +223,9 @@ pub(crate) struct RunView {
     /// Its due time (ms).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub due_at: Option<u64>,
+    /// When it fails with a timeout if it has not ended (ms; started with `timeout_secs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline_at: Option<u64>,
     /// Created (ms).
     pub created_at: u64,
     /// Last changed (ms).

@@ -6,7 +6,7 @@ use axum::Json;
 use savepoint::ids::ThreadId;
 use savepoint::metrics::{inc, metrics};
 use savepoint::protocol::TaskReason;
-use savepoint::store::CreateOutcome;
+use savepoint::store::{CreateOptions, CreateOutcome};
 use savepoint::store::{RunHeader, RunStatus, ScriptStore, StoreError};
 use serde::Deserialize;
 use tracing::info;
@@ -112,6 +112,16 @@ pub(crate) async fn start(
             format!("unknown workflow {:?}; known: {known}", req.workflow),
         ));
     };
+    let timeout = match req.timeout_secs {
+        None => None,
+        Some(n) if (1.0..=31_536_000.0).contains(&n) => Some(std::time::Duration::from_secs_f64(n)),
+        Some(n) => {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("timeout_secs must be between 1 and 31536000 (a year), not {n}"),
+            ))
+        }
+    };
     let input = req.input.to_string();
     if input.len() > st.max_body {
         return Err(ApiError::new(
@@ -132,7 +142,14 @@ pub(crate) async fn start(
     let trace = savepoint::telemetry::current_traceparent().unwrap_or_else(new_traceparent);
     match svc
         .store
-        .create(&thread, &req.workflow, entry.version, &input, &trace)
+        .create_with(
+            &thread,
+            &req.workflow,
+            entry.version,
+            &input,
+            &trace,
+            &CreateOptions { timeout },
+        )
         .await?
     {
         CreateOutcome::Created => {

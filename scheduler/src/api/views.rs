@@ -193,6 +193,7 @@ pub(crate) fn run_view(h: &RunHeader, f: &Facts) -> RunView {
         crashes: Some(h.crashes).filter(|n| *n > 0),
         crashed_by: h.crashed_by.clone().filter(|_| h.crashes > 0),
         due_at: h.due,
+        deadline_at: h.deadline,
         created_at: h.created_at,
         updated_at: h.updated_at,
         // Only a run that ended has finished (a blocked run is resumed after a fix).
@@ -306,6 +307,7 @@ mod tests {
             blocked_effect_owner: None,
             waiting_for: None,
             wait_effect: None,
+            deadline: None,
             crashes: 0,
             crashed_by: None,
             wait: Some(Wait {

@@ -185,9 +185,23 @@ impl ApiClient {
         input: Option<Value>,
         thread_id: Option<&str>,
     ) -> Result<Value, ClientError> {
+        self.start_with_timeout(workflow, input, thread_id, None).await
+    }
+
+    /// `POST /v1/runs` with a run timeout (`timeout_secs`).
+    pub async fn start_with_timeout(
+        &self,
+        workflow: &str,
+        input: Option<Value>,
+        thread_id: Option<&str>,
+        timeout_secs: Option<u64>,
+    ) -> Result<Value, ClientError> {
         let mut body = json!({ "workflow": workflow, "input": input.unwrap_or(Value::Null) });
         if let Some(t) = thread_id {
             body["thread_id"] = Value::from(t);
+        }
+        if let Some(n) = timeout_secs {
+            body["timeout_secs"] = Value::from(n);
         }
         self.request(Method::POST, "/v1/runs", Some(&body)).await
     }

@@ -206,6 +206,28 @@ pub struct StartArgs {
     /// Thread id to use (starting twice with the same id, workflow and input is idempotent).
     #[arg(long)]
     pub thread_id: Option<String>,
+    /// The run's timeout (e.g. `90s`, `30m`, `2h`, `7d`): it fails if it has not ended by then.
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<std::time::Duration>,
+}
+
+/// A duration as `<n>ms|s|m|h|d` (seconds without a unit).
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 90s, 30m, 2h or 7d"))?;
+    let ms = match unit {
+        "ms" => n,
+        "" | "s" => n * 1000,
+        "m" => n * 60_000,
+        "h" => n * 3_600_000,
+        "d" => n * 86_400_000,
+        other => return Err(format!("unknown unit {other:?} in {s:?} (use ms, s, m, h or d)")),
+    };
+    Ok(std::time::Duration::from_millis(ms))
 }
 
 /// Arguments of `savepoint resolve`.
@@ -295,7 +317,10 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Start(a) => {
             let input = a.input.as_deref().map(|s| parse_json_arg("--input", s)).transpose()?;
-            let v = client.start(&a.workflow, input, a.thread_id.as_deref()).await?;
+            let timeout = a.timeout.map(|d| d.as_secs().max(1));
+            let v = client
+                .start_with_timeout(&a.workflow, input, a.thread_id.as_deref(), timeout)
+                .await?;
             print(json, &v, |v| render::ack("started", v))
         }
         Command::Openapi { out, max_body } => {

@@ -144,6 +144,7 @@ pub fn run(v: &Value) -> String {
     rows.push(("attempt", text(&v["attempt"])));
     for (label, key) in [
         ("due", "due_at"),
+        ("deadline", "deadline_at"),
         ("created", "created_at"),
         ("updated", "updated_at"),
         ("finished", "finished_at"),

@@ -18,7 +18,7 @@ pub use self::script::{
     Suspended, WorkerInfo, SCHEMA_VERSION,
 };
 pub use engine::{AckScope, ReplicaAck};
-pub use model::{ClaimOutcome, Claimed, EffectClaim, Finish, Holder, Lease, RunHeader, RunStatus, Wait};
+pub use model::{ClaimOutcome, Claimed, CreateOptions, EffectClaim, Finish, Holder, Lease, RunHeader, RunStatus, Wait};
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]

@@ -137,6 +137,8 @@ pub struct RunHeader {
     /// The effect key a run backs off on (another run holds its intent), and how often it
     /// has backed off so far.
     pub wait_effect: Option<(String, u32)>,
+    /// The run's deadline (server ms), if it was started with a timeout.
+    pub deadline: Option<u64>,
     /// Takeovers at the current journal position (the worker died or stalled each time).
     pub crashes: u32,
     /// The workers that held the run when it crashed there.
@@ -204,6 +206,7 @@ impl RunHeader {
             blocked_effect_owner: text(map, "blocked_fx_owner"),
             waiting_for: text(map, "waiting_for"),
             wait_effect: text(map, "wait_fx").map(|k| (k, num(map, "wait_fx_n").unwrap_or(0))),
+            deadline: num(map, "deadline"),
             crashes: num(map, "crashes").unwrap_or(0),
             crashed_by: text(map, "crashed_by"),
             wait,
@@ -222,6 +225,15 @@ pub fn journal_from_fields(header: &RunHeader, map: &BTreeMap<String, Vec<u8>>) 
             Entry::decode(raw).map_err(|e| StoreError::Corrupt(format!("run {}: entry {i}: {e}", header.thread)))
         })
         .collect()
+}
+
+/// How a run is started beyond its workflow and input.
+#[derive(Debug, Clone, Default)]
+pub struct CreateOptions {
+    /// The run fails with a timeout reason when this much time has passed since its creation,
+    /// whatever it is doing (sleeping, waiting, running a step): the deadline is kept in the
+    /// run and bounds its due time, so it fires after any crash.
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// A lease held by a worker: what every fenced write presents.

@@ -108,6 +108,9 @@ pub struct CtxParts {
     /// Failed attempts a previous slice recorded by journal index (from the claim): a call
     /// that was being retried goes on from the next attempt, under the same budget.
     pub tries: BTreeMap<u32, u32>,
+    /// The run's deadline (server ms), if it was started with a timeout: no live call starts
+    /// after it, and a call in flight when it passes is dropped; the run fails.
+    pub deadline: Option<u64>,
     /// Cancelled when the worker shuts down (the run yields at the next call).
     pub shutdown: CancellationToken,
     /// Default retry policy of the workflow.
@@ -251,6 +254,22 @@ impl Ctx {
         std::future::pending::<T>().await
     }
 
+    /// Fails the run with `reason` (its deadline passed, or its journal is full) and stops.
+    pub(super) async fn fail_run<T>(&mut self, reason: String) -> T {
+        if self.p.deadline.is_some_and(|d| self.server_now_ms() >= d) {
+            self.failpoint("run.deadline.before_fail").await;
+        }
+        let r = self
+            .p
+            .store
+            .finish(&mut self.p.lease, None, Finish::Failed(&reason), ("failed", &reason))
+            .await;
+        match r {
+            Ok(()) => self.stop(SliceExit::Failed(reason)).await,
+            Err(e) => self.store_failed(e).await,
+        }
+    }
+
     /// Maps a store error to the slice exit it forces.
     pub(super) async fn store_failed<T>(&mut self, e: StoreError) -> T {
         if e.is_lease_lost() || matches!(e, StoreError::Missing(_)) {
@@ -351,6 +370,7 @@ impl Ctx {
             cursor: index,
             max_entries: self.p.limits.max_entries,
             in_group,
+            run_deadline: self.p.deadline.map(|d| (d, self.server_now_ms())),
         };
         match super::decide::gate(&facts) {
             super::decide::Gate::Go => {}
@@ -374,17 +394,7 @@ impl Ctx {
                     Err(e) => self.store_failed::<()>(e).await,
                 }
             }
-            super::decide::Gate::JournalFull(reason) => {
-                let r = self
-                    .p
-                    .store
-                    .finish(&mut self.p.lease, None, Finish::Failed(&reason), ("failed", &reason))
-                    .await;
-                match r {
-                    Ok(()) => self.stop::<()>(SliceExit::Failed(reason)).await,
-                    Err(e) => self.store_failed::<()>(e).await,
-                }
-            }
+            super::decide::Gate::Fail(reason) => self.fail_run::<()>(reason).await,
         }
         if self.p.crashes > 0 && !self.noted {
             // The previous attempts died at this position: name the call, for the reason a
@@ -466,6 +476,7 @@ impl Ctx {
     pub(super) async fn guarded<T>(&mut self, fut: impl Future<Output = T>) -> T {
         let lost = self.p.lease_lost.clone();
         let clock = self.p.clock.clone();
+        let run_deadline = self.run_deadline_instant();
         let mut fut = std::pin::pin!(fut);
         let outcome = loop {
             let deadline = clock.deadline();
@@ -481,6 +492,11 @@ impl Ctx {
                 biased;
                 _ = lost.cancelled() => break Err(SliceExit::LeaseLost("lease lost during a call".into())),
                 v = gate => break Ok(v),
+                _ = sleep_until_some(run_deadline) => {
+                    // The call is never polled again (the slice ends with the failed run).
+                    let reason = super::decide::timeout_reason(self.p.deadline.unwrap_or_default());
+                    return self.fail_run(reason).await;
+                }
                 _ = tokio::time::sleep_until(deadline) => {
                     if clock.expired() {
                         break Err(SliceExit::DeadlinePassed("the local lease deadline passed during a call".into()));
@@ -494,9 +510,16 @@ impl Ctx {
         }
     }
 
+    /// When the run's deadline passes, on the local monotonic clock.
+    fn run_deadline_instant(&self) -> Option<Instant> {
+        let d = self.p.deadline?;
+        let left = d.saturating_sub(self.server_now_ms());
+        Some(Instant::now() + Duration::from_millis(left))
+    }
+
     /// Runs `f(attempt)` under the retry policy (each retry recorded as a `retried` event),
     /// [`Ctx::guarded`]. A panic is a failed attempt when `panic_is_failure` (steps), and ends
-    /// the loop as [`Attempted::Panicked`] otherwise (effects: whether it happened is unknown).
+    /// the loop as [`Attempted::Unknown`] otherwise (effects: whether it happened is unknown).
     pub(super) async fn attempt_loop<T, F, Fut, E>(
         &mut self,
         name: &str,
@@ -571,7 +594,7 @@ impl Ctx {
             let (r, attempts) = match attempted {
                 Attempted::Done(r, attempts) => (r, attempts),
                 // (Unreachable: a step's panic is a failed attempt.)
-                Attempted::Panicked(msg) => (Err(StepError::retryable(format!("panicked: {msg}"))), 1),
+                Attempted::Unknown(msg) => (Err(StepError::retryable(msg)), 1),
             };
             let m = metrics();
             let step_labels = labels(&[("workflow", &self.p.workflow)]);
@@ -625,12 +648,33 @@ where
 {
     let mut attempt = tools.tries.get(&index).map_or(1, |failed| failed + 1);
     loop {
-        let r = match AssertUnwindSafe(f(attempt)).catch_unwind().await {
-            Ok(r) => r.map_err(Into::into),
-            Err(panic) if panic_is_failure => {
+        let call = AssertUnwindSafe(f(attempt)).catch_unwind();
+        let caught = match policy.attempt_timeout {
+            None => Some(call.await),
+            Some(limit) => tokio::time::timeout(limit, call).await.ok(),
+        };
+        let r = match caught {
+            Some(Ok(r)) => r.map_err(Into::into),
+            Some(Err(panic)) if panic_is_failure => {
                 Err(StepError::retryable(format!("panicked: {}", panic_message(&*panic))))
             }
-            Err(panic) => return Ok(Attempted::Panicked(panic_message(&*panic))),
+            Some(Err(panic)) => {
+                return Ok(Attempted::Unknown(format!(
+                    "the effect function panicked: {}",
+                    panic_message(&*panic)
+                )))
+            }
+            None => {
+                let limit = policy.attempt_timeout.unwrap_or_default();
+                let e = StepError::retryable(format!("attempt timed out after {limit:?}")).with_class("timeout");
+                // An effect cut off may have happened: only a retry (same key) may follow.
+                if !panic_is_failure && !policy.should_retry(attempt, &e) {
+                    return Ok(Attempted::Unknown(format!(
+                        "its attempt {attempt} timed out after {limit:?}"
+                    )));
+                }
+                Err(e)
+            }
         };
         match r {
             Err(e) if policy.should_retry(attempt, &e) => {
@@ -650,8 +694,9 @@ where
 pub(super) enum Attempted<T> {
     /// The final outcome and the attempts it took.
     Done(Result<T, StepError>, u32),
-    /// It panicked (only when panics are not failures).
-    Panicked(String),
+    /// Whether it happened is unknown (only when panics are not failures, i.e. effects): it
+    /// panicked, or its last attempt timed out. The cause.
+    Unknown(String),
 }
 
 /// The message of a caught panic. Also accepts the caught `Box` itself (`&panic` of a
@@ -684,5 +729,13 @@ pub(super) fn decode_outcome<T: DeserializeOwned>(
             name: name.to_owned(),
             message,
         }),
+    }
+}
+
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

@@ -60,6 +60,13 @@ pub struct GateFacts {
     /// shutdown do not split a group (a group split at the budget would start over, whole,
     /// every slice).
     pub in_group: bool,
+    /// The run's deadline (server ms, from its timeout) and the server time now.
+    pub run_deadline: Option<(u64, u64)>,
+}
+
+/// The reason a run whose deadline passed fails with.
+pub fn timeout_reason(deadline_ms: u64) -> String {
+    format!("timed out: the run's deadline ({deadline_ms} ms, server time) passed")
 }
 
 /// Whether a live call may start.
@@ -73,12 +80,12 @@ pub enum Gate {
     DeadlinePassed,
     /// Out of slice budget, or shutting down: yield the run (pending) to a continuation.
     Yield,
-    /// The journal is full: the run fails with this reason.
-    JournalFull(String),
+    /// The run's deadline passed, or its journal is full: the run fails with this reason.
+    Fail(String),
 }
 
 /// The gate before every live call, in order of precedence: replay-only, the lease
-/// deadline (a worker that may have lost its lease starts nothing), shutdown and the slice
+/// deadline (a worker that may have lost its lease starts nothing), the run's deadline, shutdown and the slice
 /// budget (never before the first live call, so a slice always progresses), the journal cap.
 pub fn gate(f: &GateFacts) -> Gate {
     if f.replay_only {
@@ -87,12 +94,17 @@ pub fn gate(f: &GateFacts) -> Gate {
     if f.deadline_passed {
         return Gate::DeadlinePassed;
     }
+    if let Some((deadline, now)) = f.run_deadline {
+        if now >= deadline {
+            return Gate::Fail(timeout_reason(deadline));
+        }
+    }
     let over_budget = f.live_in_slice > 0 && (f.live_in_slice >= f.max_steps || f.elapsed >= f.max_time);
     if !f.in_group && (f.shutting_down || over_budget) {
         return Gate::Yield;
     }
     if f.cursor >= f.max_entries {
-        return Gate::JournalFull(format!("journal would exceed the maximum of {} entries", f.max_entries));
+        return Gate::Fail(format!("journal would exceed the maximum of {} entries", f.max_entries));
     }
     Gate::Go
 }
@@ -267,6 +279,7 @@ mod tests {
             cursor: 0,
             max_entries: 5,
             in_group: false,
+            run_deadline: None,
         }
     }
 
@@ -308,7 +321,7 @@ mod tests {
         };
         assert_eq!(gate(&f), Gate::Yield);
         let f = GateFacts { cursor: 5, ..facts() };
-        assert!(matches!(gate(&f), Gate::JournalFull(r) if r.contains('5')));
+        assert!(matches!(gate(&f), Gate::Fail(r) if r.contains('5')));
         // A parallel group is never split by the budget or shutdown, but it is by the deadline
         // and the journal cap.
         let f = GateFacts {
@@ -329,7 +342,26 @@ mod tests {
             cursor: 5,
             ..facts()
         };
-        assert!(matches!(gate(&f), Gate::JournalFull(_)));
+        assert!(matches!(gate(&f), Gate::Fail(_)));
+        // The run's deadline fails the run before any budget question, never before the lease.
+        let f = GateFacts {
+            run_deadline: Some((100, 100)),
+            shutting_down: true,
+            live_in_slice: 3,
+            ..facts()
+        };
+        assert!(matches!(gate(&f), Gate::Fail(r) if r.starts_with("timed out")));
+        let f = GateFacts {
+            run_deadline: Some((100, 99)),
+            ..facts()
+        };
+        assert_eq!(gate(&f), Gate::Go);
+        let f = GateFacts {
+            run_deadline: Some((100, 200)),
+            deadline_passed: true,
+            ..facts()
+        };
+        assert_eq!(gate(&f), Gate::DeadlinePassed);
     }
 
     fn holder() -> Holder {

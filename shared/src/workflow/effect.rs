@@ -149,8 +149,9 @@ enum Called<T> {
     Ok(T),
     /// The function reported an error: the effect did not happen.
     Failed(StepError, u32),
-    /// The function panicked: whether the effect happened is unknown.
-    Panicked(String),
+    /// The function panicked or its last attempt timed out: whether the effect happened is
+    /// unknown. The cause.
+    Unknown(String),
 }
 
 impl Ctx {
@@ -215,10 +216,10 @@ impl Ctx {
                     return self.block(&reason, Some((key.as_str(), &holder))).await;
                 }
             },
-            Called::Panicked(msg) => {
+            Called::Unknown(cause) => {
                 // It may have happened: in doubt, as after a crash, under the same policy.
                 let holder = self.holder(idx);
-                let reason = format!("effect {key} outcome unknown: the effect function panicked: {msg}");
+                let reason = format!("effect {key} outcome unknown: {cause}");
                 return self.block(&reason, Some((key.as_str(), &holder))).await;
             }
             Called::Failed(e, attempts) => {
@@ -459,7 +460,7 @@ impl Ctx {
         match attempted {
             Attempted::Done(Ok(v), _) => Called::Ok(v),
             Attempted::Done(Err(e), attempts) => Called::Failed(e, attempts),
-            Attempted::Panicked(msg) => Called::Panicked(msg),
+            Attempted::Unknown(cause) => Called::Unknown(cause),
         }
     }
 

@@ -471,8 +471,8 @@ impl Ctx {
                 self.block(&reason, Some((key.as_str(), &holder))).await
             }
             Attempted::Done(Err(e), attempts) => self.failed(name, key, e, attempts, idx).await,
-            Attempted::Panicked(msg) => {
-                let reason = format!("effect {key} outcome unknown: the effect function panicked: {msg}");
+            Attempted::Unknown(cause) => {
+                let reason = format!("effect {key} outcome unknown: {cause}");
                 self.block(&reason, Some((key.as_str(), &holder))).await
             }
         }
@@ -521,7 +521,7 @@ fn step_outcome(a: Attempted<Result<Value, String>>) -> (Outcome, u32) {
         Attempted::Done(Ok(Ok(v)), n) => (Outcome::Ok(v), n),
         Attempted::Done(Ok(Err(encode)), n) => (Outcome::Err(encode), n),
         Attempted::Done(Err(e), n) => (Outcome::Err(e.message), n),
-        Attempted::Panicked(msg) => (Outcome::Err(format!("panicked: {msg}")), 1),
+        Attempted::Unknown(cause) => (Outcome::Err(cause), 1),
     }
 }
 

@@ -19,6 +19,11 @@ pub struct RetryPolicy {
     pub jitter: f64,
     /// Error classes that are never retried.
     pub non_retryable: Vec<String>,
+    /// Time one attempt may take (`None`: no limit). An attempt that takes longer is dropped
+    /// (cancelled at its next await) and counts as a retryable failure of class `timeout`;
+    /// an effect's last attempt that times out leaves its outcome unknown (it may have
+    /// happened), as a crash does.
+    pub attempt_timeout: Option<Duration>,
 }
 
 impl Default for RetryPolicy {
@@ -30,6 +35,7 @@ impl Default for RetryPolicy {
             multiplier: 2.0,
             jitter: 0.2,
             non_retryable: Vec::new(),
+            attempt_timeout: None,
         }
     }
 }
@@ -48,6 +54,14 @@ impl RetryPolicy {
         Self {
             max_attempts: n.max(1),
             ..Self::default()
+        }
+    }
+
+    /// This policy with a limit on each attempt's time.
+    pub fn with_attempt_timeout(self, limit: Duration) -> Self {
+        Self {
+            attempt_timeout: Some(limit),
+            ..self
         }
     }
 

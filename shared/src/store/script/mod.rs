@@ -17,7 +17,9 @@ use super::engine::{Conn, Engine, Invocation, ReplicaAck};
 use crate::embedded::{self, MemEngine};
 use std::time::Duration;
 
-use super::model::{journal_from_fields, ClaimOutcome, Claimed, Finish, Lease, RunHeader, RunStatus, Wait};
+use super::model::{
+    journal_from_fields, ClaimOutcome, Claimed, CreateOptions, Finish, Lease, RunHeader, RunStatus, Wait,
+};
 use super::StoreError;
 use crate::ids::ThreadId;
 use crate::journal::Entry;
@@ -288,6 +290,28 @@ impl ScriptStore {
         input: &str,
         trace: &str,
     ) -> Result<CreateOutcome, StoreError> {
+        self.create_with(
+            thread,
+            workflow,
+            workflow_version,
+            input,
+            trace,
+            &CreateOptions::default(),
+        )
+        .await
+    }
+
+    /// [`ScriptStore::create`] with options (a run timeout). The options of an existing run are
+    /// not compared: a repeated start answers with the run as it is.
+    pub async fn create_with(
+        &self,
+        thread: &ThreadId,
+        workflow: &str,
+        workflow_version: u32,
+        input: &str,
+        trace: &str,
+        opts: &CreateOptions,
+    ) -> Result<CreateOutcome, StoreError> {
         let k = self.keys.run(thread);
         let mut inv = self.scripts.create.prepare_invoke();
         inv.key(&k.run)
@@ -304,7 +328,8 @@ impl ScriptStore {
             .arg(self.cfg.event_cap)
             .arg(trace)
             .arg(ms(self.cfg.retention))
-            .arg(ms(self.cfg.queued_redeliver));
+            .arg(ms(self.cfg.queued_redeliver))
+            .arg(opts.timeout.map(|d| ms(d).to_string()).unwrap_or_default());
         let r = self.invoke(&inv).await?;
         match r.tag().as_str() {
             "created" => Ok(CreateOutcome::Created),

@@ -72,7 +72,7 @@ impl std::fmt::Display for PageCursor {
 }
 
 /// Every field of the run hash except the journal (`j:<i>`).
-const HEADER_FIELDS: [&str; 29] = [
+const HEADER_FIELDS: [&str; 30] = [
     "wf",
     "wfv",
     "schema",
@@ -96,6 +96,7 @@ const HEADER_FIELDS: [&str; 29] = [
     "waiting_for",
     "wait_fx",
     "wait_fx_n",
+    "deadline",
     "crashes",
     "crashed_by",
     "wait_kind",

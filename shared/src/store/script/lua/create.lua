@@ -4,7 +4,9 @@
 -- ARGV: 1 thread id, 2 workflow name, 3 workflow version, 4 checkpoint schema version,
 --       5 input (JSON), 6 redeliver_ms (safety-net due delay), 7 event cap, 8 trace context,
 --       9 retention_ms (index entries older than this are trimmed),
---       10 queued_redeliver_ms (the safety net once the start task is confirmed)
+--       10 queued_redeliver_ms (the safety net once the start task is confirmed),
+--       11 run timeout ms ('' = none): the run fails when server time passes created + this
+--          (the `deadline` field; suspend.lua bounds every due time by it)
 -- The caller publishes the start task next. Its due score is already the one for a queued
 -- task (a confirm then costs one ZREM of the `unconfirmed` entry, not a script); until the
 -- confirm, the `unconfirmed` entry (due after redeliver_ms) is the net for a publisher that
@@ -20,6 +22,7 @@ local t = now_ms()
 redis.call('HSET', KEYS[1], 'wf', ARGV[2], 'wfv', ARGV[3], 'schema', ARGV[4], 'status', 'pending',
   'steps', 0, 'ver', 1, 'fence', 0, 'attempt', 0, 'owner', '', 'lease', 0,
   'created', t, 'updated', t, 'input', ARGV[5], 'trace', ARGV[8], 'due', t + tonumber(ARGV[6]))
+if ARGV[11] ~= '' then redis.call('HSET', KEYS[1], 'deadline', t + tonumber(ARGV[11])) end
 redis.call('ZADD', KEYS[2], t + tonumber(ARGV[10]), ARGV[1])
 redis.call('ZADD', KEYS[5], t + tonumber(ARGV[6]), ARGV[1])
 redis.call('ZADD', KEYS[4], t, ARGV[1])

@@ -9,6 +9,7 @@
 --       15 redeliver_ms (used when a waited-for value is already buffered),
 --       16 effect key the run backs off on ('' = none), 17 back-off count for it,
 --       18 journal index whose begin record x:<index> to drop ('' = none)
+-- A run with a deadline (create.lua) never gets a due time past it.
 -- Returns: {'ok', new_version, due_ms or '', rv} | {'woke', new_version, due_ms, rv} (the
 --          awaited value was already buffered: the run is pending again and needs a task);
 --          rv is the new ring version (raised here) a publisher of the next task presents to
@@ -41,8 +42,12 @@ else
   redis.call('HDEL', KEYS[1], 'wait_kind', 'wait_name', 'wait_payload')
 end
 local due = ''
-if delay ~= '' then
-  due = t + tonumber(delay)
+if delay ~= '' then due = t + tonumber(delay) end
+-- A run deadline bounds every due time (a wait without one gets the deadline as its due), so
+-- the scanner hands the run to a worker, which fails it, when the deadline passes.
+local deadline = tonumber(redis.call('HGET', KEYS[1], 'deadline') or '')
+if deadline and status ~= 'pending' and (due == '' or due > deadline) then due = deadline end
+if due ~= '' then
   redis.call('ZADD', KEYS[2], due, ARGV[1])
   redis.call('HSET', KEYS[1], 'due', due)
 else
