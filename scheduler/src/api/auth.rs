@@ -74,7 +74,9 @@ pub(crate) fn required_role(method: &Method, path: &str) -> Option<Role> {
     if method == Method::GET || method == Method::HEAD {
         return Some(Role::Read);
     }
-    if method == Method::POST && path.starts_with("/v1/runs/") && path.ends_with("/resolve") {
+    // Anything that can make an effect run again: resolve, and time travel (fork, restart).
+    let admin = ["/resolve", "/fork", "/restart"];
+    if method == Method::POST && path.starts_with("/v1/runs/") && admin.iter().any(|a| path.ends_with(a)) {
         return Some(Role::Admin);
     }
     Some(Role::Operate)
@@ -303,6 +305,8 @@ mod tests {
         assert_eq!(required_role(&post, "/v1/runs"), Some(Role::Operate));
         assert_eq!(required_role(&post, "/v1/runs/x/cancel"), Some(Role::Operate));
         assert_eq!(required_role(&post, "/v1/runs/x/resolve"), Some(Role::Admin));
+        assert_eq!(required_role(&post, "/v1/runs/x/fork"), Some(Role::Admin));
+        assert_eq!(required_role(&post, "/v1/runs/x/restart"), Some(Role::Admin));
         assert_eq!(required_role(&Method::DELETE, "/v1/runs/x"), Some(Role::Operate));
         assert_eq!(
             run_action(&post, "/v1/runs/t-1/signals/go"),

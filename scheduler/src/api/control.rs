@@ -331,9 +331,8 @@ pub(crate) async fn cancel(
 ) -> Reply<CancelReply> {
     let thread = thread_id(raw)?;
     let body = read_body(req, st.max_body).await?;
-    // No body, or `null`, is no reason.
-    let blank = body.iter().all(u8::is_ascii_whitespace);
-    let body: CancelBody = if blank || body.trim_ascii() == b"null" {
+    // No body, or `null`, is no reason. (A body of only whitespace is not JSON: 400.)
+    let body: CancelBody = if body.is_empty() || body.trim_ascii() == b"null" {
         CancelBody::default()
     } else {
         parse_object(&body)?

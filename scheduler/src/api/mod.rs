@@ -17,6 +17,7 @@ mod error;
 mod extract;
 #[doc(hidden)]
 pub mod fuzzing;
+mod lineage;
 mod model;
 mod ops;
 mod result;
@@ -120,6 +121,8 @@ fn api_routes() -> utoipa_axum::router::OpenApiRouter<ApiState> {
         .routes(routes!(control::cancel))
         .routes(routes!(control::retry))
         .routes(routes!(control::resolve))
+        .routes(routes!(lineage::fork))
+        .routes(routes!(lineage::restart))
 }
 
 /// The whole HTTP surface of the scheduler.

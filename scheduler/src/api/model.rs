@@ -79,6 +79,67 @@ pub(crate) struct StartRequest {
     pub timeout_secs: Option<f64>,
 }
 
+/// A JSON integer as a `u32`, also written as a float with no fraction (`2.0`: JSON Schema
+/// counts it an integer, and so do clients that only have doubles).
+fn whole_u32<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let n = serde_json::Number::deserialize(d)?;
+    let whole = n.as_u64().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= f64::from(u32::MAX))
+            .map(|f| f as u64)
+    });
+    whole
+        .and_then(|v| u32::try_from(v).ok())
+        .ok_or_else(|| serde::de::Error::custom(format!("expected a whole number from 0 to {}, got {n}", u32::MAX)))
+}
+
+/// Body of `POST /v1/runs/{thread_id}/fork`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ForkBody {
+    /// How many of the source's journal entries the new run starts with (0 = from the top;
+    /// at most the source's journal length).
+    #[serde(deserialize_with = "whole_u32")]
+    #[schema(minimum = 0, maximum = 4_294_967_295u64, example = 2)]
+    pub from_step: u32,
+    /// The new run's id (generated when absent). Forking again under the same id, from the
+    /// same run and entry, answers 200 with that run.
+    #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9_.:-]{1,128}$", example = "invoice-1-retake")]
+    pub thread_id: Option<String>,
+}
+
+/// Body of `POST /v1/runs/{thread_id}/restart`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RestartBody {
+    /// The journal entry to go on from: entries before it are kept and replayed, the rest
+    /// dropped (at most the journal length).
+    #[serde(deserialize_with = "whole_u32")]
+    #[schema(minimum = 0, maximum = 4_294_967_295u64, example = 2)]
+    pub from_step: u32,
+}
+
+/// Where a run came from: the run it was forked from and the entry.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct Lineage {
+    /// The source run's id.
+    pub thread_id: String,
+    /// The source's entries the fork started with.
+    pub from_step: u32,
+}
+
+/// Answer of fork.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ForkReply {
+    /// The new run's id.
+    pub thread_id: String,
+    /// `pending` for a new fork; the fork's current status when it existed already.
+    pub status: Status,
+    /// The run and entry it was forked from.
+    pub forked_from: Lineage,
+}
+
 /// Answer of `POST /v1/runs`.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct StartReply {
@@ -226,6 +287,15 @@ pub(crate) struct RunView {
     /// When it fails with a timeout if it has not ended (ms; started with `timeout_secs`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deadline_at: Option<u64>,
+    /// The run this one was forked from, and the entry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<Lineage>,
+    /// Restarts in place so far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restarts: Option<u32>,
+    /// The entry the last restart went on from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restarted_from: Option<u32>,
     /// Created (ms).
     pub created_at: u64,
     /// Last changed (ms).

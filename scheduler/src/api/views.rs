@@ -194,6 +194,12 @@ pub(crate) fn run_view(h: &RunHeader, f: &Facts) -> RunView {
         crashed_by: h.crashed_by.clone().filter(|_| h.crashes > 0),
         due_at: h.due,
         deadline_at: h.deadline,
+        forked_from: h.forked_from.as_ref().map(|(thread, n)| super::model::Lineage {
+            thread_id: thread.clone(),
+            from_step: *n,
+        }),
+        restarts: h.restarts.map(|r| r.0),
+        restarted_from: h.restarts.map(|r| r.1),
         created_at: h.created_at,
         updated_at: h.updated_at,
         // Only a run that ended has finished (a blocked run is resumed after a fix).
@@ -308,6 +314,8 @@ mod tests {
             waiting_for: None,
             wait_effect: None,
             deadline: None,
+            forked_from: None,
+            restarts: None,
             crashes: 0,
             crashed_by: None,
             wait: Some(Wait {

@@ -255,6 +255,27 @@ impl ApiClient {
             .await
     }
 
+    /// `POST /v1/runs/{thread}/fork`.
+    pub async fn fork(&self, thread: &str, from_step: u32, thread_id: Option<&str>) -> Result<Value, ClientError> {
+        let mut body = json!({ "from_step": from_step });
+        if let Some(t) = thread_id {
+            body["thread_id"] = Value::from(t);
+        }
+        self.request(Method::POST, &format!("/v1/runs/{}/fork", encode(thread)), Some(&body))
+            .await
+    }
+
+    /// `POST /v1/runs/{thread}/restart`.
+    pub async fn restart(&self, thread: &str, from_step: u32) -> Result<Value, ClientError> {
+        let body = json!({ "from_step": from_step });
+        self.request(
+            Method::POST,
+            &format!("/v1/runs/{}/restart", encode(thread)),
+            Some(&body),
+        )
+        .await
+    }
+
     /// `POST /v1/runs/{thread}/cancel`.
     pub async fn cancel(&self, thread: &str, reason: Option<&str>) -> Result<Value, ClientError> {
         let body = reason.map(|r| json!({ "reason": r }));

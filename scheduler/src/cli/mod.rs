@@ -97,6 +97,27 @@ pub enum Command {
         /// Thread id of the blocked run.
         thread: String,
     },
+    /// Fork a run from a journal entry into a new run (time travel): the new run starts with
+    /// the source's first N entries and goes on from there. Needs the admin role.
+    Fork {
+        /// Thread id of the source run.
+        thread: String,
+        /// How many of the source's entries the new run starts with.
+        #[arg(long)]
+        from_step: u32,
+        /// The new run's id (generated when absent).
+        #[arg(long)]
+        thread_id: Option<String>,
+    },
+    /// Re-run a failed, blocked or cancelled run in place from a journal entry: entries
+    /// before it are kept, the rest dropped. Needs the admin role.
+    Restart {
+        /// Thread id of the run.
+        thread: String,
+        /// The entry to go on from.
+        #[arg(long)]
+        from_step: u32,
+    },
     /// Settle the in-doubt effect a blocked run waits on, and let it continue.
     Resolve(ResolveArgs),
     /// Run a scheduler and two workers in one process against the configured RabbitMQ and
@@ -387,6 +408,18 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Retry { thread } => {
             let v = client.retry(&thread).await?;
             print(json, &v, |v| render::ack("retry", v))
+        }
+        Command::Fork {
+            thread,
+            from_step,
+            thread_id,
+        } => {
+            let v = client.fork(&thread, from_step, thread_id.as_deref()).await?;
+            print(json, &v, render::forked)
+        }
+        Command::Restart { thread, from_step } => {
+            let v = client.restart(&thread, from_step).await?;
+            print(json, &v, |v| render::ack(&format!("restart from entry {from_step}"), v))
         }
         Command::Cancel { thread, reason } => {
             let v = client.cancel(&thread, reason.as_deref()).await?;

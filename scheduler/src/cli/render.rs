@@ -98,6 +98,17 @@ pub fn diagnosis(v: &Value) -> String {
     out
 }
 
+/// `savepoint fork`: the new run and where it came from.
+pub fn forked(v: &Value) -> String {
+    format!(
+        "forked {} from {} at entry {}: {}\n",
+        text(&v["thread_id"]),
+        text(&v["forked_from"]["thread_id"]),
+        text(&v["forked_from"]["from_step"]),
+        text(&v["status"])
+    )
+}
+
 /// `savepoint get`: one aligned line per field that has a value.
 pub fn run(v: &Value) -> String {
     let mut rows: Vec<(&str, String)> = vec![
@@ -117,6 +128,18 @@ pub fn run(v: &Value) -> String {
         rows.push(("wakes", t));
     }
     rows.push(("entries", text(&v["step"])));
+    if let Some(f) = v.get("forked_from") {
+        rows.push((
+            "forked from",
+            format!("{} at entry {}", text(&f["thread_id"]), text(&f["from_step"])),
+        ));
+    }
+    if let Some(n) = v.get("restarts").and_then(Value::as_u64) {
+        rows.push((
+            "restarted",
+            format!("{n} time(s), last from entry {}", text(&v["restarted_from"])),
+        ));
+    }
     let next: Vec<String> = v["next"]
         .as_array()
         .map(|a| a.iter().map(text).collect())

@@ -599,10 +599,28 @@ async fn run_page(State(st): State<ConsoleState>, Path(raw): Path<String>) -> Pa
             value: format!("{} ({})", clock(due), ago(due, now)),
         });
     }
+    if let Some(d) = h.deadline {
+        fields.push(Field {
+            name: "deadline",
+            value: format!("{} ({})", clock(d), ago(d, now)),
+        });
+    }
     fields.push(Field {
         name: "journal",
         value: format!("{} entries", h.steps),
     });
+    if let Some((source, n)) = &h.forked_from {
+        fields.push(Field {
+            name: "forked from",
+            value: format!("{source} at entry {n}"),
+        });
+    }
+    if let Some((count, from)) = h.restarts {
+        fields.push(Field {
+            name: "restarted",
+            value: format!("{count} time(s), last from entry {from}"),
+        });
+    }
     fields.push(Field {
         name: "attempt / fence",
         value: format!("{} / {}", h.attempt, h.fence),

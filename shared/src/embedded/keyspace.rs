@@ -339,6 +339,12 @@ impl Keyspace {
                 }
                 Ok(Value::Int(1))
             }
+            "PERSIST" => {
+                arity(args, 2)?;
+                self.expire_if_due(&args[1], now_ms);
+                let had = self.data.contains_key(&args[1]) && self.expires.remove(&args[1]).is_some();
+                Ok(Value::Int(i64::from(had)))
+            }
             "PTTL" => {
                 arity(args, 2)?;
                 self.expire_if_due(&args[1], now_ms);

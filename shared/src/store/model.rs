@@ -139,6 +139,11 @@ pub struct RunHeader {
     pub wait_effect: Option<(String, u32)>,
     /// The run's deadline (server ms), if it was started with a timeout.
     pub deadline: Option<u64>,
+    /// The run this one was forked from and the entry (`fork.lua`): its first entries are
+    /// that run's.
+    pub forked_from: Option<(String, u32)>,
+    /// Restarts in place so far, and the entry the last one went on from (`restart.lua`).
+    pub restarts: Option<(u32, u32)>,
     /// Takeovers at the current journal position (the worker died or stalled each time).
     pub crashes: u32,
     /// The workers that held the run when it crashed there.
@@ -207,6 +212,11 @@ impl RunHeader {
             waiting_for: text(map, "waiting_for"),
             wait_effect: text(map, "wait_fx").map(|k| (k, num(map, "wait_fx_n").unwrap_or(0))),
             deadline: num(map, "deadline"),
+            forked_from: text(map, "forked_from").and_then(|f| {
+                let (thread, n) = f.rsplit_once('@')?;
+                Some((thread.to_owned(), n.parse().ok()?))
+            }),
+            restarts: num(map, "restarts").map(|n| (n, num(map, "restarted_from").unwrap_or(0))),
             crashes: num(map, "crashes").unwrap_or(0),
             crashed_by: text(map, "crashed_by"),
             wait,

@@ -100,7 +100,19 @@ impl ScriptStore {
         let k = self.keys.run(thread);
         let mut inv = self.scripts.audit.prepare_invoke();
         inv.key(&k.run).key(&k.events);
-        inv.arg(self.cfg.event_cap).arg(format!("{actor}: {action}"));
+        inv.arg(self.cfg.event_cap)
+            .arg(format!("{actor}: {action}"))
+            .arg("operator");
+        Ok(self.invoke(&inv).await?.tag() == "ok")
+    }
+
+    /// Appends an event of type `typ` to a run's log if the run exists (e.g. `forked` on the
+    /// source of a fork, naming the new run); false when it does not.
+    pub async fn annotate(&self, thread: &ThreadId, typ: &str, detail: &str) -> Result<bool, StoreError> {
+        let k = self.keys.run(thread);
+        let mut inv = self.scripts.audit.prepare_invoke();
+        inv.key(&k.run).key(&k.events);
+        inv.arg(self.cfg.event_cap).arg(detail).arg(typ);
         Ok(self.invoke(&inv).await?.tag() == "ok")
     }
 
@@ -189,4 +201,113 @@ pub enum RetryOutcome {
     NotBlocked(RunStatus),
     /// Blocked on an in-doubt effect: resolve it instead.
     OnEffect(String),
+}
+
+/// Outcome of [`ScriptStore::restart`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum RestartOutcome {
+    /// Pending again from the entry asked for; publish a task and mark it queued. The status
+    /// it had.
+    Queued(Rerun, RunStatus),
+    /// Only failed, blocked and cancelled runs are restarted in place (fork the others).
+    NotRestartable(RunStatus),
+    /// Blocked on an in-doubt effect: resolve it first.
+    OnEffect(String),
+    /// The entry is past the journal (its length).
+    OutOfRange(u32),
+}
+
+/// Outcome of [`ScriptStore::fork`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum ForkOutcome {
+    /// The new run, pending: publish its start task (as for a created run).
+    Created,
+    /// This id already holds the same fork (same run and entry): its status.
+    Exists(RunStatus),
+    /// This id is taken by another run (what it was forked from, if it was a fork).
+    Conflict(String),
+    /// The entry is past the source's journal (its length).
+    OutOfRange(u32),
+}
+
+impl ScriptStore {
+    /// Re-runs a failed, blocked or cancelled run in place from journal entry `from`: entries
+    /// before it are kept and replayed, the rest dropped (`restart.lua`). `detail` is recorded
+    /// in the `restarted` event.
+    pub async fn restart(&self, thread: &ThreadId, from: u32, detail: &str) -> Result<RestartOutcome, StoreError> {
+        let k = self.keys.run(thread);
+        let mut inv = self.scripts.restart.prepare_invoke();
+        inv.key(&k.run)
+            .key(&k.due)
+            .key(&k.events)
+            .key(&k.signals)
+            .key(&k.blocked)
+            .key(&k.waiting);
+        inv.arg(thread.as_str())
+            .arg(from)
+            .arg(ms(self.cfg.redeliver))
+            .arg(self.cfg.event_cap)
+            .arg(detail);
+        let r = self.invoke(&inv).await?;
+        Ok(match r.tag().as_str() {
+            "ok" => RestartOutcome::Queued(
+                Rerun::from_reply(&r, 1),
+                RunStatus::parse(&r.text(3)).unwrap_or(RunStatus::Failed),
+            ),
+            "status" => RestartOutcome::NotRestartable(RunStatus::parse(&r.text(1)).unwrap_or(RunStatus::Running)),
+            "effect" => RestartOutcome::OnEffect(r.text(1)),
+            "range" => RestartOutcome::OutOfRange(r.num(1) as u32),
+            "missing" => return Err(StoreError::Missing(thread.to_string())),
+            other => return Err(StoreError::Reply(format!("restart: {other}"))),
+        })
+    }
+
+    /// Creates run `to` whose journal is the first `from` entries of run `source` (same
+    /// workflow, version and input), pending (`fork.lua`). The source is read and its values
+    /// sealed again for `to` here; the source itself is not changed (the caller may note the
+    /// fork in its events). Idempotent: the same fork under the same id answers `Exists`.
+    pub async fn fork(
+        &self,
+        source: &ThreadId,
+        from: u32,
+        to: &ThreadId,
+        trace: &str,
+    ) -> Result<ForkOutcome, StoreError> {
+        let Some((h, journal)) = self.get(source).await? else {
+            return Err(StoreError::Missing(source.to_string()));
+        };
+        if from as usize > journal.len() {
+            return Ok(ForkOutcome::OutOfRange(journal.len() as u32));
+        }
+        let input = serde_json::to_string(&h.input).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let k = self.keys.run(to);
+        let mut inv = self.scripts.fork.prepare_invoke();
+        inv.key(&k.run)
+            .key(&k.due)
+            .key(&k.events)
+            .key(&k.index)
+            .key(&k.unconfirmed);
+        inv.arg(to.as_str())
+            .arg(&h.workflow)
+            .arg(h.workflow_version)
+            .arg(h.schema);
+        inv.arg(self.seal_run(to, "input", &input).as_ref())
+            .arg(ms(self.cfg.redeliver))
+            .arg(self.cfg.event_cap)
+            .arg(trace)
+            .arg(ms(self.cfg.retention))
+            .arg(ms(self.cfg.queued_redeliver))
+            .arg(format!("{source}@{from}"))
+            .arg(from);
+        for (i, e) in journal.iter().take(from as usize).enumerate() {
+            inv.arg(self.seal_entry(to, i as u32, e));
+        }
+        let r = self.invoke(&inv).await?;
+        Ok(match r.tag().as_str() {
+            "created" => ForkOutcome::Created,
+            "exists" => ForkOutcome::Exists(RunStatus::parse(&r.text(1)).unwrap_or(RunStatus::Pending)),
+            "conflict" => ForkOutcome::Conflict(r.text(1)),
+            other => return Err(StoreError::Reply(format!("fork: {other}"))),
+        })
+    }
 }

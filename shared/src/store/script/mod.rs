@@ -27,7 +27,7 @@ use crate::keys::Keys;
 use reply::Reply;
 use scripts::Scripts;
 
-pub use control::{Cancelled, Rerun, RetryOutcome, SignalOutcome};
+pub use control::{Cancelled, ForkOutcome, Rerun, RestartOutcome, RetryOutcome, SignalOutcome};
 pub use effects::{EffectDone, EffectRecord, EffectRelease};
 pub use fleet::{owns_partition, CatalogEntry, ServedSpec, WorkerInfo};
 pub use query::{ListFilter, PageCursor, RunEvent};

@@ -72,7 +72,7 @@ impl std::fmt::Display for PageCursor {
 }
 
 /// Every field of the run hash except the journal (`j:<i>`).
-const HEADER_FIELDS: [&str; 30] = [
+const HEADER_FIELDS: [&str; 33] = [
     "wf",
     "wfv",
     "schema",
@@ -97,6 +97,9 @@ const HEADER_FIELDS: [&str; 30] = [
     "wait_fx",
     "wait_fx_n",
     "deadline",
+    "forked_from",
+    "restarts",
+    "restarted_from",
     "crashes",
     "crashed_by",
     "wait_kind",

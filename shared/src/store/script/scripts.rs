@@ -45,6 +45,8 @@ scripts!(
     cancel,
     unblock,
     retry,
+    restart,
+    fork,
     due_candidates,
     ring,
     mark_queued,
