@@ -44,6 +44,11 @@ impl Publisher {
         }
     }
 
+    /// This process's failpoints (the schedule loop checks its own).
+    pub fn failpoints(&self) -> &Failpoints {
+        &self.failpoints
+    }
+
     /// The broker (for admin operations).
     pub fn broker(&self) -> &Broker {
         &self.broker

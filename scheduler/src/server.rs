@@ -106,11 +106,13 @@ pub async fn serve(cfg: Config, listener: TcpListener, shutdown: CancellationTok
         split: true,
     };
     let scanner = tokio::spawn(scanner::run(store, publisher, settings, stop.clone()));
+    let schedules = tokio::spawn(api::schedules::run(slot.clone(), settings_tick(&cfg), stop.clone()));
 
     let served = server.await;
     readiness.set(false);
     stop.cancel();
     let _ = scanner.await;
+    let _ = schedules.await;
     info!("scheduler stopped");
     match served {
         Ok(Ok(())) => Ok(()),
@@ -138,4 +140,10 @@ async fn connect(cfg: &Config) -> Result<(ScriptStore, Broker), SchedulerError> 
         .max(Duration::from_secs(1));
     let broker = Broker::connect(cfg.broker(), left).await?;
     Ok((store, broker))
+}
+
+/// How often the schedule loop looks for due firings: the scan interval, at most 250 ms (a
+/// firing starts within a tick of its time).
+fn settings_tick(cfg: &Config) -> Duration {
+    Duration::from_millis(cfg.scheduler.scan_interval_ms.clamp(20, 250))
 }

@@ -140,21 +140,28 @@ fn every_operation_is_described_with_its_errors() {
         [
             "await_result",
             "cancel_run",
+            "create_schedule",
+            "delete_schedule",
             "diagnose_run",
             "export_run",
             "fork_run",
             "get_history",
             "get_run",
+            "get_schedule",
             "healthz",
             "list_runs",
+            "list_schedules",
             "metrics",
+            "pause_schedule",
             "readyz",
             "resolve_effect",
             "restart_run",
             "resume_run",
+            "resume_schedule",
             "retry_run",
             "send_signal",
             "start_run",
+            "trigger_schedule",
         ]
     );
     // Links are written as OpenAPI spells them (utoipa 5.5 writes `operation_id`).

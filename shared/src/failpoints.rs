@@ -25,6 +25,7 @@ pub const NAMES: &[&str] = &[
     "publish.after",
     "scheduler.before_publish",
     "run.deadline.before_fail",
+    "schedule.before_advance",
 ];
 
 /// What a failpoint does when it fires.

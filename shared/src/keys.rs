@@ -107,6 +107,27 @@ impl Keys {
         format!("{}:{status}", self.tag(p))
     }
 
+    /// A schedule's hash (its spec and firing state). Every schedule key shares the hash tag
+    /// `{sched}`, so one script sees a schedule and the index of next firings.
+    pub fn schedule(&self, id: &str) -> String {
+        format!("{}:{{sched}}:s:{id}", self.ns)
+    }
+
+    /// Every schedule id (paused ones too), by creation time.
+    pub fn schedule_all(&self) -> String {
+        format!("{}:{{sched}}:all", self.ns)
+    }
+
+    /// Schedule ids by next firing time (ms); paused schedules are not in it.
+    pub fn schedule_next(&self) -> String {
+        format!("{}:{{sched}}:next", self.ns)
+    }
+
+    /// Schedule ids holding a buffered firing (overlap policy `buffer_one`), by its time.
+    pub fn schedule_buffered(&self) -> String {
+        format!("{}:{{sched}}:buffered", self.ns)
+    }
+
     /// Live worker registrations (incarnation → expiry and the workflows it serves); the
     /// fleet's workflow catalog is computed from it.
     pub fn workers(&self) -> String {

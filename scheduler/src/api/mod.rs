@@ -22,6 +22,7 @@ mod model;
 mod ops;
 mod result;
 mod runs;
+pub(crate) mod schedules;
 mod spec;
 mod views;
 
@@ -123,6 +124,11 @@ fn api_routes() -> utoipa_axum::router::OpenApiRouter<ApiState> {
         .routes(routes!(control::resolve))
         .routes(routes!(lineage::fork))
         .routes(routes!(lineage::restart))
+        .routes(routes!(schedules::create, schedules::list))
+        .routes(routes!(schedules::get, schedules::delete))
+        .routes(routes!(schedules::pause))
+        .routes(routes!(schedules::resume))
+        .routes(routes!(schedules::trigger))
 }
 
 /// The whole HTTP surface of the scheduler.

@@ -43,7 +43,7 @@ type CatalogMap = std::collections::BTreeMap<String, savepoint::store::CatalogEn
 const CATALOG_FRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl CatalogCache {
-    async fn entry(
+    pub(crate) async fn entry(
         &self,
         store: &ScriptStore,
         workflow: &str,

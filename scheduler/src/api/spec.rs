@@ -27,7 +27,8 @@ use super::ApiState;
     ),
     tags(
         (name = "runs", description = "Start runs, read them, await their result"),
-        (name = "control", description = "Answer, signal, cancel, retry and settle runs"),
+        (name = "control", description = "Answer, signal, cancel, retry and settle runs; fork and restart them"),
+        (name = "schedules", description = "Start runs on a cron pattern or a fixed interval"),
         (name = "ops", description = "Probes and metrics"),
     ),
     components(schemas(ErrorBody)),
@@ -152,7 +153,10 @@ fn finish(mut doc: OpenApi, max_body: usize) -> OpenApi {
             continue;
         }
         let per_run = path.contains("{thread_id}");
-        for op in [item.get.as_mut(), item.post.as_mut()].into_iter().flatten() {
+        for op in [item.get.as_mut(), item.post.as_mut(), item.delete.as_mut()]
+            .into_iter()
+            .flatten()
+        {
             // A bearer token when tokens are configured; none on an open (loopback) API.
             op.security = Some(vec![
                 utoipa::openapi::security::SecurityRequirement::new("bearerAuth", Vec::<String>::new()),

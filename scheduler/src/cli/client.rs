@@ -156,6 +156,9 @@ impl ApiClient {
             url: url.clone(),
             source,
         })?;
+        if status.is_success() && bytes.is_empty() {
+            return Ok(Value::Null); // 204 No Content
+        }
         let parsed: Result<Value, _> = serde_json::from_slice(&bytes);
         if status.is_client_error() || status.is_server_error() {
             let message = match &parsed {
@@ -274,6 +277,32 @@ impl ApiClient {
             Some(&body),
         )
         .await
+    }
+
+    /// `POST /v1/schedules` with a schedule body.
+    pub async fn schedule_create(&self, body: &Value) -> Result<Value, ClientError> {
+        self.request(Method::POST, "/v1/schedules", Some(body)).await
+    }
+
+    /// `GET /v1/schedules`, or `GET /v1/schedules/{id}`.
+    pub async fn schedule_get(&self, id: Option<&str>) -> Result<Value, ClientError> {
+        match id {
+            Some(id) => {
+                self.request(Method::GET, &format!("/v1/schedules/{}", encode(id)), None)
+                    .await
+            }
+            None => self.request(Method::GET, "/v1/schedules", None).await,
+        }
+    }
+
+    /// `POST /v1/schedules/{id}/{action}` (pause, resume, trigger) or `DELETE
+    /// /v1/schedules/{id}` (action `delete`).
+    pub async fn schedule_action(&self, id: &str, action: &str, body: Option<&Value>) -> Result<Value, ClientError> {
+        let path = format!("/v1/schedules/{}", encode(id));
+        match action {
+            "delete" => self.request(Method::DELETE, &path, None).await,
+            _ => self.request(Method::POST, &format!("{path}/{action}"), body).await,
+        }
     }
 
     /// `POST /v1/runs/{thread}/cancel`.

@@ -118,6 +118,9 @@ pub enum Command {
         #[arg(long)]
         from_step: u32,
     },
+    /// Schedules: start runs of a workflow on a cron pattern or a fixed interval.
+    #[command(subcommand)]
+    Schedule(ScheduleCommand),
     /// Settle the in-doubt effect a blocked run waits on, and let it continue.
     Resolve(ResolveArgs),
     /// Run a scheduler and two workers in one process against the configured RabbitMQ and
@@ -251,6 +254,73 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_millis(ms))
 }
 
+/// `savepoint schedule …`.
+#[derive(Debug, Subcommand)]
+pub enum ScheduleCommand {
+    /// Create a schedule (the same one again changes nothing).
+    Create {
+        /// The schedule's id (1-64 characters of A-Z a-z 0-9 _ . -).
+        id: String,
+        /// The workflow each firing starts.
+        #[arg(long)]
+        workflow: String,
+        /// The input of every run, as JSON.
+        #[arg(long)]
+        input: Option<String>,
+        /// A cron pattern (5 fields, or 6 with seconds first), e.g. "0 30 9 * * MON-FRI".
+        #[arg(long, conflicts_with = "every")]
+        cron: Option<String>,
+        /// A fixed interval (e.g. 30s, 15m, 1h).
+        #[arg(long, value_parser = parse_duration)]
+        every: Option<std::time::Duration>,
+        /// The IANA time zone of the cron pattern (default UTC).
+        #[arg(long)]
+        timezone: Option<String>,
+        /// skip | buffer_one | allow_all | cancel_previous (default skip).
+        #[arg(long)]
+        overlap: Option<String>,
+        /// latest | all | none: firings missed by more than the catch-up window (default latest).
+        #[arg(long)]
+        catchup: Option<String>,
+        /// With --catchup all: the most missed firings started (default 10).
+        #[arg(long)]
+        catchup_limit: Option<u32>,
+        /// Each run's timeout (e.g. 30m).
+        #[arg(long, value_parser = parse_duration)]
+        timeout: Option<std::time::Duration>,
+    },
+    /// List schedules.
+    List,
+    /// Show a schedule: its timing, next firings, last run and counts.
+    Get {
+        /// The schedule's id.
+        id: String,
+    },
+    /// Pause a schedule (firings missed while paused are not made up).
+    Pause {
+        /// The schedule's id.
+        id: String,
+        /// Why (shown with the schedule).
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Resume a paused schedule from its next firing.
+    Resume {
+        /// The schedule's id.
+        id: String,
+    },
+    /// Start one run of the schedule now.
+    Trigger {
+        /// The schedule's id.
+        id: String,
+    },
+    /// Delete a schedule (its runs are not touched).
+    Delete {
+        /// The schedule's id.
+        id: String,
+    },
+}
+
 /// Arguments of `savepoint resolve`.
 #[derive(Debug, Args)]
 pub struct ResolveArgs {
@@ -324,6 +394,71 @@ fn print(json: bool, v: &Value, readable: impl FnOnce(&Value) -> String) -> anyh
         print!("{}", readable(v));
     }
     Ok(())
+}
+
+async fn schedule(client: &ApiClient, json: bool, cmd: ScheduleCommand) -> anyhow::Result<()> {
+    let (v, what) = match cmd {
+        ScheduleCommand::Create {
+            id,
+            workflow,
+            input,
+            cron,
+            every,
+            timezone,
+            overlap,
+            catchup,
+            catchup_limit,
+            timeout,
+        } => {
+            let mut body = serde_json::json!({ "id": id, "workflow": workflow });
+            if let Some(i) = input {
+                body["input"] = parse_json_arg("input", &i)?;
+            }
+            let opts = [
+                ("cron", cron.map(Value::from)),
+                ("every_secs", every.map(|d| Value::from(d.as_secs().max(1)))),
+                ("timezone", timezone.map(Value::from)),
+                ("overlap", overlap.map(Value::from)),
+                ("catchup", catchup.map(Value::from)),
+                ("catchup_limit", catchup_limit.map(Value::from)),
+                ("timeout_secs", timeout.map(|d| Value::from(d.as_secs().max(1)))),
+            ];
+            for (k, v) in opts {
+                if let Some(v) = v {
+                    body[k] = v;
+                }
+            }
+            (client.schedule_create(&body).await?, "created")
+        }
+        ScheduleCommand::List => {
+            let v = client.schedule_get(None).await?;
+            return print(json, &v, render::schedules);
+        }
+        ScheduleCommand::Get { id } => (client.schedule_get(Some(&id)).await?, ""),
+        ScheduleCommand::Pause { id, note } => {
+            let body = serde_json::json!({ "note": note });
+            (client.schedule_action(&id, "pause", Some(&body)).await?, "paused")
+        }
+        ScheduleCommand::Resume { id } => (client.schedule_action(&id, "resume", None).await?, "resumed"),
+        ScheduleCommand::Trigger { id } => {
+            let v = client.schedule_action(&id, "trigger", None).await?;
+            return print(json, &v, |v| format!("started {}\n", render::text(&v["thread_id"])));
+        }
+        ScheduleCommand::Delete { id } => {
+            client.schedule_action(&id, "delete", None).await?;
+            return print(json, &serde_json::json!({ "deleted": id }), |_| {
+                format!("deleted {id}\n")
+            });
+        }
+    };
+    print(json, &v, |v| {
+        let head = if what.is_empty() {
+            String::new()
+        } else {
+            format!("{what}\n")
+        };
+        head + &render::schedule(v)
+    })
 }
 
 /// Executes one parsed command line.
@@ -417,6 +552,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
             let v = client.fork(&thread, from_step, thread_id.as_deref()).await?;
             print(json, &v, render::forked)
         }
+        Command::Schedule(cmd) => schedule(&client, json, cmd).await,
         Command::Restart { thread, from_step } => {
             let v = client.restart(&thread, from_step).await?;
             print(json, &v, |v| render::ack(&format!("restart from entry {from_step}"), v))

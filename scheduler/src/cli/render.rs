@@ -27,7 +27,7 @@ pub fn timestamp(ms: u64) -> String {
     )
 }
 
-fn text(v: &Value) -> String {
+pub(crate) fn text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Null => String::new(),
@@ -96,6 +96,75 @@ pub fn diagnosis(v: &Value) -> String {
         }
     }
     out
+}
+
+/// `savepoint schedule get`: one aligned line per field.
+pub fn schedule(v: &Value) -> String {
+    let spec = &v["spec"];
+    let when = match (spec["cron"].as_str(), spec["every_secs"].as_u64()) {
+        (Some(c), _) => format!("cron {c:?} in {}", spec["timezone"].as_str().unwrap_or("UTC")),
+        (None, Some(n)) => format!("every {n} s"),
+        _ => "?".into(),
+    };
+    let mut rows: Vec<(&str, String)> = vec![
+        ("schedule", text(&v["id"])),
+        ("workflow", text(&spec["workflow"])),
+        ("fires", when),
+        ("state", text(&v["state"])),
+        ("overlap", text(&spec["overlap"])),
+        (
+            "catch-up",
+            format!(
+                "{} (window {} s, limit {})",
+                text(&spec["catchup"]),
+                text(&spec["catchup_window_secs"]),
+                text(&spec["catchup_limit"])
+            ),
+        ),
+    ];
+    if let Some(n) = v["note"].as_str() {
+        rows.push(("note", n.to_owned()));
+    }
+    let next: Vec<String> = v["upcoming"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_u64)
+        .map(timestamp)
+        .collect();
+    if !next.is_empty() {
+        rows.push(("next", next.join(", ")));
+    }
+    if let Some(t) = v["last_run"].as_str() {
+        rows.push(("last run", t.to_owned()));
+    }
+    if let Some(t) = time_field(v, "buffered_at") {
+        rows.push(("buffered", t));
+    }
+    rows.push(("fired", text(&v["fired"])));
+    rows.push(("skipped", text(&v["skipped"])));
+    lines(&rows)
+}
+
+/// `savepoint schedule list`: a line per schedule.
+pub fn schedules(v: &Value) -> String {
+    let list = v["schedules"].as_array().cloned().unwrap_or_default();
+    if list.is_empty() {
+        return "no schedules\n".into();
+    }
+    list.iter()
+        .map(|s| {
+            format!(
+                "{}  {}  {}  next {}  fired {}  skipped {}\n",
+                text(&s["id"]),
+                text(&s["spec"]["workflow"]),
+                text(&s["state"]),
+                time_field(s, "next_at").unwrap_or_else(|| "-".into()),
+                text(&s["fired"]),
+                text(&s["skipped"])
+            )
+        })
+        .collect()
 }
 
 /// `savepoint fork`: the new run and where it came from.

@@ -13,9 +13,10 @@ pub mod model;
 mod script;
 
 pub use self::script::{
-    owns_partition, Cancelled, CatalogEntry, CreateOutcome, EffectDone, EffectRecord, EffectRelease, ForkOutcome,
-    ListFilter, PageCursor, Rerun, RestartOutcome, RetryOutcome, RunEvent, Rung, ScriptStore, ServedSpec,
-    SignalOutcome, StoreConfig, Suspend, Suspended, WorkerInfo, SCHEMA_VERSION,
+    owns_partition, Advance, Cancelled, CatalogEntry, CreateOutcome, EffectDone, EffectRecord, EffectRelease,
+    ForkOutcome, ListFilter, PageCursor, Rerun, RestartOutcome, RetryOutcome, RunEvent, Rung, SchedulePut,
+    ScheduleRecord, ScriptStore, ServedSpec, SignalOutcome, StoreConfig, Suspend, Suspended, WorkerInfo,
+    SCHEMA_VERSION,
 };
 pub use engine::{AckScope, ReplicaAck};
 pub use model::{ClaimOutcome, Claimed, CreateOptions, EffectClaim, Finish, Holder, Lease, RunHeader, RunStatus, Wait};

@@ -6,6 +6,7 @@ mod fleet;
 mod query;
 pub(crate) mod reply;
 mod scan;
+mod schedules;
 mod scripts;
 mod seal;
 
@@ -32,6 +33,7 @@ pub use effects::{EffectDone, EffectRecord, EffectRelease};
 pub use fleet::{owns_partition, CatalogEntry, ServedSpec, WorkerInfo};
 pub use query::{ListFilter, PageCursor, RunEvent};
 pub use scan::Rung;
+pub use schedules::{Advance, SchedulePut, ScheduleRecord};
 
 /// Checkpoint schema version written by this build.
 pub const SCHEMA_VERSION: u32 = 1;

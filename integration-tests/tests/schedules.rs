@@ -1,0 +1,373 @@
+//! Schedules (issue 10) against real RabbitMQ and Redis: two scheduler replicas fire an
+//! every-second schedule for ten seconds while one is SIGKILLed at its own failpoint — each
+//! firing time gets exactly one run; overlap policies; catch-up after downtime; pause,
+//! resume, trigger and the API's refusals.
+
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use chrono::NaiveDateTime;
+use savepoint::ids::ThreadId;
+use savepoint::workflow::{Ctx, Registry, StepError, Workflow, WorkflowError};
+use savepoint_integration_tests::inproc::InProc;
+use savepoint_integration_tests::procs::{free_port, killed_by_signal, Proc};
+use savepoint_integration_tests::scenario::World;
+use savepoint_integration_tests::{cleanup, wait_until};
+
+const WORKER: &str = env!("CARGO_BIN_EXE_it-worker");
+const SCHEDULER: &str = env!("CARGO_BIN_EXE_it-scheduler");
+const LONG: Duration = Duration::from_secs(30);
+
+/// The firing time (ms) a schedule run's thread id names (`<id>-20261202T093000Z`).
+fn firing_of(id: &str, thread: &str) -> Option<u64> {
+    let stamp = thread.strip_prefix(id)?.strip_prefix('-')?;
+    let t = NaiveDateTime::parse_from_str(stamp, "%Y%m%dT%H%M%SZ").ok()?;
+    Some(t.and_utc().timestamp_millis() as u64)
+}
+
+async fn runs_of(http: &reqwest::Client, base: &str, id: &str) -> Vec<(u64, Value)> {
+    let list: Value = http
+        .get(format!("{base}/v1/runs?limit=1000"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut out: Vec<(u64, Value)> = list["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| Some((firing_of(id, r["thread_id"].as_str()?)?, r.clone())))
+        .collect();
+    out.sort_by_key(|r| r.0);
+    out
+}
+
+async fn spawn_replica(w: &World, name: &str, failpoints: &str) -> (Proc, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut cfg = w.cfg.clone();
+    cfg.failpoints = failpoints.to_owned();
+    let p = Proc::spawn(SCHEDULER, name, &cfg, &[("SAVEPOINT_HTTP_ADDR", &addr)]);
+    let base = format!("http://{addr}");
+    wait_until(LONG, "a scheduler replica is ready", || {
+        let (http, url) = (w.http.clone(), format!("{base}/readyz"));
+        async move {
+            http.get(url)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+                .then_some(())
+        }
+    })
+    .await;
+    (p, base)
+}
+
+/// Two replicas (processes), one SIGKILLed by `schedule.before_advance=kill@3` — after it
+/// started the run of a firing and before it moved the schedule on. Every second for about
+/// ten seconds: each firing time from the first to the last has exactly one run, every run
+/// completes, and the schedule counted each once.
+#[tokio::test]
+async fn two_replicas_one_sigkilled_fire_each_second_exactly_once() {
+    let w = World::new("screp", |_| {}).await;
+    // Only the two replicas below fire: the test's own scheduler stops.
+    w.sched.shutdown_token().cancel();
+    let mut wk = w.worker(WORKER, "w1", "");
+    w.wait_registered("chain").await;
+    // B stalls 300 ms before each advance, so A is first to each firing and reaches its
+    // failpoint every time; both start every firing's run (the same thread id).
+    let (mut victim, _) = spawn_replica(&w, "replica-a", "schedule.before_advance=kill@3").await;
+    let (mut survivor, base) = spawn_replica(&w, "replica-b", "schedule.before_advance=pause(300)").await;
+    let r = w
+        .http
+        .post(format!("{base}/v1/schedules"))
+        .json(
+            &json!({"id": "tick", "workflow": "chain", "input": {"steps": 1}, "every_secs": 1, "overlap": "allow_all"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201, "{:?}", r.text().await);
+    let status = victim.wait_exit(LONG).await;
+    assert!(
+        killed_by_signal(&status),
+        "replica A should have been killed at its failpoint: {status:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let paused: Value = w
+        .http
+        .post(format!("{base}/v1/schedules/tick/pause"))
+        .json(&json!({"note": "test over"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(paused["state"], "paused", "{paused}");
+    assert_eq!(paused["note"], "test over", "{paused}");
+    let runs = wait_until(LONG, "every run of the schedule completes", || {
+        let (http, base) = (w.http.clone(), base.clone());
+        async move {
+            let runs = runs_of(&http, &base, "tick").await;
+            runs.iter().all(|(_, r)| r["status"] == "completed").then_some(runs)
+        }
+    })
+    .await;
+    let times: Vec<u64> = runs.iter().map(|r| r.0).collect();
+    assert!(times.len() >= 9, "about ten firings: {times:?}");
+    let distinct: BTreeSet<u64> = times.iter().copied().collect();
+    assert_eq!(distinct.len(), times.len(), "one run per firing time: {times:?}");
+    for pair in times.windows(2) {
+        assert_eq!(pair[1] - pair[0], 1000, "no firing missed: {times:?}");
+    }
+    // A replica may still be between the last firing's run and its advance.
+    let last = *times.last().unwrap();
+    let s: Value = wait_until(LONG, "the last firing is accounted", || {
+        let (http, base) = (w.http.clone(), base.clone());
+        async move {
+            let s: Value = http
+                .get(format!("{base}/v1/schedules/tick"))
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            (s["last_at"] == last).then_some(s)
+        }
+    })
+    .await;
+    assert_eq!(s["fired"], times.len() as u64, "each firing counted once: {s}");
+    assert_eq!(s["skipped"], 0, "{s}");
+    survivor.signal("TERM");
+    survivor.wait_exit(LONG).await;
+    wk.signal("TERM");
+    wk.wait_exit(LONG).await;
+    cleanup(&w.cfg).await;
+}
+
+/// Its step takes 2.5 s: firings every second overlap it.
+struct Slow;
+
+impl Workflow for Slow {
+    const NAME: &'static str = "slow";
+    type Input = Value;
+    type Output = Value;
+    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        ctx.step("work", || async {
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            Ok::<_, StepError>(json!("done"))
+        })
+        .await
+    }
+}
+
+/// Runs of schedule `id` with their status, created and finished times.
+async fn spans(w: &World, id: &str) -> Vec<(u64, Value)> {
+    runs_of(&w.http, &w.sched.base_url, id).await
+}
+
+#[tokio::test]
+async fn overlap_policies_skip_buffer_and_cancel() {
+    let w = World::new("scover", |_| {}).await;
+    let mut reg = Registry::new();
+    reg.register(Slow);
+    let wk = InProc::start(&w.cfg, reg);
+    w.wait_registered("slow").await;
+    for (id, overlap) in [("skip", "skip"), ("buf", "buffer_one"), ("cancel", "cancel_previous")] {
+        let (code, body) = w
+            .post(
+                "/v1/schedules",
+                json!({"id": id, "workflow": "slow", "every_secs": 1, "overlap": overlap}),
+            )
+            .await;
+        assert_eq!(code, 201, "{body}");
+    }
+    tokio::time::sleep(Duration::from_millis(6500)).await;
+    for id in ["skip", "buf", "cancel"] {
+        let (code, _) = w.post(&format!("/v1/schedules/{id}/pause"), json!({})).await;
+        assert_eq!(code, 200);
+    }
+    let settled = |id: &'static str| {
+        let w = &w;
+        async move {
+            wait_until(LONG, "the schedule's runs end", || async move {
+                let runs = spans(w, id).await;
+                let (_, s) = w.get(&format!("/v1/schedules/{id}")).await;
+                (s["buffered_at"].is_null()
+                    && runs
+                        .iter()
+                        .all(|(_, r)| ["completed", "cancelled"].contains(&r["status"].as_str().unwrap_or(""))))
+                .then_some((runs, s))
+            })
+            .await
+        }
+    };
+    // skip: never two at once; the firings in between were skipped.
+    let (runs, s) = settled("skip").await;
+    assert!((2..=3).contains(&runs.len()), "{runs:?}");
+    for pair in runs.windows(2) {
+        let (a, b) = (&pair[0].1, &pair[1].1);
+        assert!(
+            b["created_at"].as_u64() >= a["finished_at"].as_u64(),
+            "overlapped: {a} {b}"
+        );
+    }
+    assert!(s["skipped"].as_u64().unwrap() >= 3, "{s}");
+    // buffer_one: one firing held and started when the previous run ended.
+    let (runs, s) = settled("buf").await;
+    assert!(runs.len() >= 2, "{runs:?}");
+    for pair in runs.windows(2) {
+        let (a, b) = (&pair[0].1, &pair[1].1);
+        assert!(
+            b["created_at"].as_u64() >= a["finished_at"].as_u64(),
+            "overlapped: {a} {b}"
+        );
+    }
+    assert!(s["skipped"].as_u64().unwrap() >= 1, "{s}");
+    assert_eq!(s["fired"].as_u64(), Some(runs.len() as u64), "{s}");
+    // cancel_previous: each firing cancels the run before it; the last one completes.
+    let (runs, _) = settled("cancel").await;
+    assert!(runs.len() >= 5, "{runs:?}");
+    let (last, before) = runs.split_last().unwrap();
+    assert_eq!(last.1["status"], "completed", "{runs:?}");
+    assert!(before.iter().all(|(_, r)| r["status"] == "cancelled"), "{runs:?}");
+    wk.stop().await;
+    cleanup(&w.cfg).await;
+}
+
+/// A schedule whose schedulers were down for 100 s (its next firing moved into the past in
+/// Redis): `latest` starts one run for the missed firings, `all` the latest `catchup_limit`;
+/// a firing within the window runs as itself.
+#[tokio::test]
+async fn catch_up_after_downtime_fires_once_or_each_missed_time_up_to_the_limit() {
+    let w = World::new("sccatch", |_| {}).await;
+    let mut wk = w.worker(WORKER, "w1", "");
+    w.wait_registered("chain").await;
+    let now = w.store.server_time().await.unwrap();
+    // Both paused first, so the loop does not fire them before their next time is moved.
+    for (id, catchup) in [("late1", "latest"), ("lateall", "all")] {
+        let body = json!({"id": id, "workflow": "chain", "input": {"steps": 1}, "every_secs": 10,
+            "catchup": catchup, "catchup_limit": 3, "catchup_window_secs": 5, "overlap": "allow_all"});
+        assert_eq!(w.post("/v1/schedules", body).await.0, 201);
+        assert_eq!(w.post(&format!("/v1/schedules/{id}/pause"), json!({})).await.0, 200);
+    }
+    let past = (now / 10_000 - 10) * 10_000; // ten firings ago
+    for id in ["late1", "lateall"] {
+        let key = w.store.keys().schedule(id);
+        let _: () = w
+            .store
+            .query(redis::cmd("HDEL").arg(&key).arg("paused").arg("note"))
+            .await
+            .unwrap();
+        let _: () = w
+            .store
+            .query(redis::cmd("HSET").arg(&key).arg("next").arg(past))
+            .await
+            .unwrap();
+        let _: () = w
+            .store
+            .query(redis::cmd("ZADD").arg(w.store.keys().schedule_next()).arg(past).arg(id))
+            .await
+            .unwrap();
+    }
+    let w = &w;
+    for (id, want) in [("late1", 1u64), ("lateall", 3)] {
+        let s = wait_until(LONG, "the schedule caught up", || async move {
+            let (_, s) = w.get(&format!("/v1/schedules/{id}")).await;
+            (s["next_at"].as_u64() > Some(now)).then_some(s)
+        })
+        .await;
+        let runs = spans(w, id).await;
+        let missed: Vec<u64> = runs.iter().map(|r| r.0).filter(|t| *t + 5000 < now).collect();
+        assert_eq!(missed.len() as u64, want, "{id}: {runs:?}");
+        // The latest missed firings, not the oldest.
+        assert_eq!(
+            *missed.last().unwrap(),
+            (now.saturating_sub(5001) / 10_000) * 10_000,
+            "{id}: {runs:?}"
+        );
+        let total = s["fired"].as_u64().unwrap() + s["skipped"].as_u64().unwrap();
+        assert!(total >= 10, "{id}: every missed firing was accounted: {s}");
+    }
+    wk.signal("TERM");
+    wk.wait_exit(LONG).await;
+    cleanup(&w.cfg).await;
+}
+
+#[tokio::test]
+async fn schedules_are_created_idempotently_triggered_paused_resumed_and_refused_clearly() {
+    let w = World::new("scapi", |_| {}).await;
+    let mut wk = w.worker(WORKER, "w1", "");
+    w.wait_registered("chain").await;
+    let body = json!({"id": "nightly", "workflow": "chain", "input": {"steps": 1},
+        "cron": "0 30 2 * * *", "timezone": "Europe/Berlin"});
+    let (code, s) = w.post("/v1/schedules", body.clone()).await;
+    assert_eq!(code, 201, "{s}");
+    assert_eq!(s["upcoming"].as_array().map(Vec::len), Some(5), "{s}");
+    let gap = s["upcoming"][1].as_u64().unwrap() - s["upcoming"][0].as_u64().unwrap();
+    assert!((23 * 3_600_000..=25 * 3_600_000).contains(&gap), "daily: {s}");
+    assert_eq!(
+        w.post("/v1/schedules", body.clone()).await.0,
+        200,
+        "the same schedule again"
+    );
+    let mut other = body.clone();
+    other["input"] = json!({"steps": 2});
+    assert_eq!(w.post("/v1/schedules", other).await.0, 409);
+    for (bad, want) in [
+        (json!({"id": "b", "workflow": "chain", "cron": "61 * * * *"}), "cron"),
+        (
+            json!({"id": "b", "workflow": "chain", "cron": "* * * * *", "timezone": "Mars/Base"}),
+            "time zone",
+        ),
+        (json!({"id": "b", "workflow": "chain"}), "exactly one"),
+        (
+            json!({"id": "b", "workflow": "nope", "every_secs": 5}),
+            "unknown workflow",
+        ),
+        (
+            json!({"id": "b", "workflow": "chain", "every_secs": 5, "overlap": "sometimes"}),
+            "overlap",
+        ),
+        (
+            json!({"id": "b c", "workflow": "chain", "every_secs": 5}),
+            "schedule id",
+        ),
+    ] {
+        let (code, e) = w.post("/v1/schedules", bad.clone()).await;
+        assert!(code == 400 || code == 422, "{bad}: {code} {e}");
+        assert!(e["error"].as_str().unwrap_or_default().contains(want), "{bad}: {e}");
+    }
+    // Trigger: one run now, whatever the timing.
+    let (code, t) = w.post("/v1/schedules/nightly/trigger", json!({})).await;
+    assert_eq!(code, 201, "{t}");
+    let thread = ThreadId::new(t["thread_id"].as_str().unwrap().to_owned()).unwrap();
+    assert!(thread.as_str().starts_with("nightly-manual-"), "{t}");
+    w.wait_status(&thread, &["completed"], LONG).await;
+    // Pause and resume.
+    let (_, p) = w
+        .post("/v1/schedules/nightly/pause", json!({"note": "maintenance"}))
+        .await;
+    assert_eq!((p["state"].as_str(), p.get("next_at")), (Some("paused"), None), "{p}");
+    let (_, r) = w.post("/v1/schedules/nightly/resume", json!({})).await;
+    assert_eq!(r["state"], "active", "{r}");
+    assert_eq!(r["next_at"], s["next_at"], "{r}");
+    let (_, list) = w.get("/v1/schedules").await;
+    assert_eq!(list["schedules"][0]["id"], "nightly", "{list}");
+    let del = w
+        .http
+        .delete(format!("{}/v1/schedules/nightly", w.sched.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(del.status().as_u16(), 204);
+    assert_eq!(w.get("/v1/schedules/nightly").await.0, 404);
+    assert_eq!(w.post("/v1/schedules/nightly/trigger", json!({})).await.0, 404);
+    wk.signal("TERM");
+    wk.wait_exit(LONG).await;
+    cleanup(&w.cfg).await;
+}

@@ -1,0 +1,780 @@
+//! Schedules: cron or fixed-interval firings that start runs of a workflow with a given
+//! input. Every scheduler replica runs the firing loop; a firing's run has a thread id made
+//! of the schedule id and the firing time (`nightly-20261202T093000Z`), so however many
+//! replicas fire one time, and whichever dies half-way, the time has exactly one run. The
+//! schedule moves on by compare-and-set on its next firing (`sched_advance.lua`).
+
+use std::str::FromStr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use chrono::{TimeZone, Utc};
+use savepoint::ids::ThreadId;
+use savepoint::protocol::TaskReason;
+use savepoint::store::{Advance, CreateOptions, CreateOutcome, SchedulePut, ScheduleRecord, StoreError};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+use utoipa::ToSchema;
+
+use super::control::ring;
+use super::extract::{ApiJson, ApiPath};
+use super::model::ErrorBody;
+use super::{ApiError, ApiState, Reply, Services};
+
+/// Longest schedule id.
+const MAX_ID: usize = 64;
+/// Most firing times looked at in one pass (a schedule far behind skips the rest).
+const MAX_PASS: usize = 1000;
+/// The failpoint between a firing's runs and the schedule's advance.
+const BEFORE_ADVANCE: &str = "schedule.before_advance";
+
+/// What a schedule does when a firing comes while its previous run has not ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Overlap {
+    /// Skip the firing (counted in `skipped`).
+    #[default]
+    Skip,
+    /// Hold one firing and start it when the previous run ends (further ones are skipped).
+    BufferOne,
+    /// Start it anyway.
+    AllowAll,
+    /// Cancel the previous run, then start it.
+    CancelPrevious,
+}
+
+/// What a schedule does with firings it missed by more than the catch-up window (the
+/// schedulers were down, or it was created with a past start).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Catchup {
+    /// Start one run, for the latest missed firing.
+    #[default]
+    Latest,
+    /// Start a run for each missed firing, up to `catchup_limit` (the latest ones).
+    All,
+    /// Start none.
+    None,
+}
+
+/// A schedule (`POST /v1/schedules`).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ScheduleBody {
+    /// The schedule's id (1-64 characters of `A-Z a-z 0-9 _ . -`); its runs are named
+    /// `<id>-<firing time, UTC, e.g. 20261202T093000Z>`.
+    #[schema(pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "nightly-report")]
+    pub id: String,
+    /// The workflow each firing starts.
+    #[schema(min_length = 1, example = "chain")]
+    pub workflow: String,
+    /// The input of every run.
+    #[serde(default)]
+    pub input: Value,
+    /// A cron pattern: 5 fields (minute hour day-of-month month day-of-week) or 6 with
+    /// seconds first; `L`, `#` and `W` as in croner. One of `cron` and `every_secs`.
+    #[serde(default)]
+    #[schema(example = "0 30 9 * * MON-FRI")]
+    pub cron: Option<String>,
+    /// A fixed interval in whole seconds (1 to 31,536,000), firing at multiples of it since
+    /// the Unix epoch.
+    #[serde(default, deserialize_with = "super::model::whole_u64_opt")]
+    #[schema(minimum = 1, maximum = 31_536_000)]
+    pub every_secs: Option<u64>,
+    /// The IANA time zone the cron pattern is read in (default `UTC`).
+    #[serde(default)]
+    #[schema(example = "Europe/Berlin")]
+    pub timezone: Option<String>,
+    /// What a firing does while the previous run has not ended (default `skip`).
+    #[serde(default)]
+    pub overlap: Overlap,
+    /// What happens to firings missed by more than `catchup_window_secs` (default `latest`).
+    #[serde(default)]
+    pub catchup: Catchup,
+    /// With `catchup: all`, the most missed firings started (default 10).
+    #[serde(default = "default_catchup_limit", deserialize_with = "super::model::whole_u32")]
+    #[schema(minimum = 1, maximum = 1000)]
+    pub catchup_limit: u32,
+    /// How late a firing may be and still run as itself (default 60 s).
+    #[serde(default = "default_catchup_window", deserialize_with = "super::model::whole_u64")]
+    #[schema(minimum = 1, maximum = 31_536_000)]
+    pub catchup_window_secs: u64,
+    /// The timeout of each run it starts (`timeout_secs` of a start).
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 31_536_000)]
+    pub timeout_secs: Option<f64>,
+}
+
+/// When and how a schedule fires, and what it starts (stored as JSON; the input is kept
+/// apart, sealed like a run's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub(crate) struct ScheduleSpec {
+    /// The workflow each firing starts.
+    pub workflow: String,
+    /// The cron pattern, if it is a cron schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    /// The interval in seconds, if it is an interval schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every_secs: Option<u64>,
+    /// The cron pattern's time zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    /// The overlap policy.
+    pub overlap: Overlap,
+    /// The catch-up policy.
+    pub catchup: Catchup,
+    /// The most missed firings started with `catchup: all`.
+    pub catchup_limit: u32,
+    /// How late a firing may be and still run as itself (s).
+    pub catchup_window_secs: u64,
+    /// The timeout of each run (s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<f64>,
+}
+
+impl ScheduleBody {
+    fn spec(&self) -> ScheduleSpec {
+        ScheduleSpec {
+            workflow: self.workflow.clone(),
+            cron: self.cron.clone(),
+            every_secs: self.every_secs,
+            timezone: self.timezone.clone(),
+            overlap: self.overlap,
+            catchup: self.catchup,
+            catchup_limit: self.catchup_limit,
+            catchup_window_secs: self.catchup_window_secs,
+            timeout_secs: self.timeout_secs,
+        }
+    }
+}
+
+fn default_catchup_limit() -> u32 {
+    10
+}
+
+fn default_catchup_window() -> u64 {
+    60
+}
+
+/// When a spec fires.
+enum Timing {
+    Cron(Box<croner::Cron>, chrono_tz::Tz),
+    Every(u64),
+}
+
+impl Timing {
+    fn of(spec: &ScheduleSpec) -> Result<Self, String> {
+        match (&spec.cron, spec.every_secs) {
+            (Some(c), None) => {
+                let cron = croner::Cron::from_str(c).map_err(|e| format!("cron {c:?}: {e}"))?;
+                let tz_name = spec.timezone.as_deref().unwrap_or("UTC");
+                let tz = chrono_tz::Tz::from_str(tz_name)
+                    .map_err(|_| format!("unknown time zone {tz_name:?} (an IANA name such as Europe/Berlin)"))?;
+                Ok(Self::Cron(Box::new(cron), tz))
+            }
+            (None, Some(n)) if (1..=31_536_000).contains(&n) => {
+                if spec.timezone.is_some() {
+                    return Err("timezone applies to cron schedules only".into());
+                }
+                Ok(Self::Every(n * 1000))
+            }
+            (None, Some(n)) => Err(format!("every_secs must be between 1 and 31536000, not {n}")),
+            _ => Err("give exactly one of cron and every_secs".into()),
+        }
+    }
+
+    /// The first firing strictly after `t` (ms).
+    fn after(&self, t: u64) -> Option<u64> {
+        match self {
+            Self::Every(ms) => Some((t / ms + 1) * ms),
+            Self::Cron(cron, tz) => {
+                // Cron times are whole seconds: from the second `t` falls in, strictly after.
+                let at = Utc.timestamp_opt((t / 1000) as i64, 0).single()?.with_timezone(tz);
+                let next = cron.find_next_occurrence(&at, false).ok()?;
+                u64::try_from(next.timestamp_millis()).ok()
+            }
+        }
+    }
+}
+
+/// The thread id of the run of firing `at` (ms) of schedule `id`.
+pub(crate) fn firing_thread(id: &str, at: u64) -> String {
+    let t = Utc.timestamp_millis_opt(at as i64).single().unwrap_or_default();
+    format!("{id}-{}", t.format("%Y%m%dT%H%M%SZ"))
+}
+
+fn valid_id(id: &str) -> bool {
+    (1..=MAX_ID).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+}
+
+fn parse_spec(raw: &str) -> Result<ScheduleSpec, StoreError> {
+    serde_json::from_str(raw).map_err(|e| StoreError::Corrupt(format!("schedule spec: {e}")))
+}
+
+/// A schedule as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ScheduleView {
+    /// Its id.
+    pub id: String,
+    /// The input of every run.
+    pub input: Value,
+    /// What it starts, when and how.
+    pub spec: ScheduleSpec,
+    /// `active` or `paused`.
+    pub state: String,
+    /// The operator's note when paused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Its next firing (ms), unless paused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_at: Option<u64>,
+    /// The next few firings (ms).
+    pub upcoming: Vec<u64>,
+    /// The run of its latest firing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_run: Option<String>,
+    /// That firing's time (ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_at: Option<u64>,
+    /// A firing held until the previous run ends (`buffer_one`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buffered_at: Option<u64>,
+    /// Runs started so far.
+    pub fired: u64,
+    /// Firings skipped (overlap or catch-up).
+    pub skipped: u64,
+    /// Created (ms).
+    pub created_at: u64,
+}
+
+/// `GET /v1/schedules`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ScheduleList {
+    /// Every schedule, oldest first.
+    pub schedules: Vec<ScheduleView>,
+}
+
+/// Body of pause.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PauseBody {
+    /// Why (shown with the schedule).
+    #[serde(default)]
+    #[schema(max_length = 1000)]
+    pub note: Option<String>,
+}
+
+/// Answer of trigger.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct TriggerReply {
+    /// The run started.
+    pub thread_id: String,
+}
+
+fn view(r: ScheduleRecord) -> Result<ScheduleView, ApiError> {
+    let spec = parse_spec(&r.spec)?;
+    let upcoming = match (Timing::of(&spec), r.next.filter(|_| r.paused.is_none())) {
+        (Ok(t), Some(mut at)) => {
+            let mut v = vec![at];
+            while v.len() < 5 {
+                match t.after(at) {
+                    Some(n) => {
+                        v.push(n);
+                        at = n;
+                    }
+                    None => break,
+                }
+            }
+            v
+        }
+        _ => Vec::new(),
+    };
+    Ok(ScheduleView {
+        id: r.id,
+        input: r.input,
+        state: if r.paused.is_some() { "paused" } else { "active" }.to_owned(),
+        note: r.paused.as_ref().map(|p| p.1.clone()).filter(|n| !n.is_empty()),
+        next_at: r.next.filter(|_| r.paused.is_none()),
+        upcoming,
+        last_run: r.last.as_ref().map(|l| l.0.clone()),
+        last_at: r.last.map(|l| l.1),
+        buffered_at: r.buffered,
+        fired: r.fired,
+        skipped: r.skipped,
+        created_at: r.created_at,
+        spec,
+    })
+}
+
+fn schedule_id(raw: String) -> Result<String, ApiError> {
+    if valid_id(&raw) {
+        Ok(raw)
+    } else {
+        Err(ApiError::bad_request(
+            "a schedule id is 1-64 characters of A-Z a-z 0-9 _ . -",
+        ))
+    }
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, format!("no schedule {id:?}"))
+}
+
+/// Create a schedule
+///
+/// Starts a run of `workflow` with `input` at each firing of `cron` (in `timezone`) or every
+/// `every_secs`. Idempotent: the same id and body again answers 200; another body under the
+/// same id is 409 (delete it first).
+#[utoipa::path(
+    post,
+    path = "/v1/schedules",
+    operation_id = "create_schedule",
+    tag = "schedules",
+    request_body = ScheduleBody,
+    responses(
+        (status = 201, description = "Created", body = ScheduleView),
+        (status = 200, description = "The same schedule existed already", body = ScheduleView),
+        (status = 409, description = "The id holds another schedule", body = ErrorBody),
+        (status = 422, description = "An unknown workflow, a bad cron pattern or time zone, or an input that breaks the workflow's schema", body = ErrorBody),
+    )
+)]
+pub(crate) async fn create(State(st): State<ApiState>, ApiJson(body): ApiJson<ScheduleBody>) -> Reply<ScheduleView> {
+    let svc = st.services()?;
+    let id = schedule_id(body.id.clone())?;
+    let spec = body.spec();
+    let timing = Timing::of(&spec).map_err(ApiError::unprocessable)?;
+    if !(1..=1000).contains(&spec.catchup_limit) || !(1..=31_536_000).contains(&spec.catchup_window_secs) {
+        return Err(ApiError::unprocessable(
+            "catchup_limit is 1-1000 and catchup_window_secs 1-31536000",
+        ));
+    }
+    if spec.timeout_secs.is_some_and(|t| !(1.0..=31_536_000.0).contains(&t)) {
+        return Err(ApiError::unprocessable("timeout_secs must be between 1 and 31536000"));
+    }
+    let Some(entry) = svc.catalog.entry(&svc.store, &body.workflow).await? else {
+        return Err(ApiError::unprocessable(format!(
+            "unknown workflow {:?}: no live worker serves it",
+            body.workflow
+        )));
+    };
+    let what = super::control::Expects::Input;
+    let schema = super::control::schema_for(svc, &body.workflow, entry.version, what).await?;
+    super::control::check_value(schema.as_ref(), &body.input, what, &body.workflow)?;
+    let now = svc.store.server_time().await?;
+    let first = timing
+        .after(now)
+        .ok_or_else(|| ApiError::unprocessable("the schedule never fires"))?;
+    let stored =
+        serde_json::to_string(&spec).map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let code = match svc.store.schedule_put(&id, &stored, &body.input, first).await? {
+        SchedulePut::Created(_) => {
+            info!(schedule = %id, workflow = %body.workflow, "schedule created");
+            StatusCode::CREATED
+        }
+        SchedulePut::Exists => StatusCode::OK,
+        SchedulePut::Conflict => {
+            return Err(ApiError::conflict(format!(
+                "schedule {id:?} exists with another workflow, input or timing; delete it first"
+            )))
+        }
+    };
+    let rec = svc.store.schedule_get(&id).await?.ok_or_else(|| not_found(&id))?;
+    Ok((code, Json(view(rec)?)))
+}
+
+/// List schedules
+#[utoipa::path(
+    get,
+    path = "/v1/schedules",
+    operation_id = "list_schedules",
+    tag = "schedules",
+    responses((status = 200, description = "Every schedule", body = ScheduleList))
+)]
+pub(crate) async fn list(State(st): State<ApiState>) -> Reply<ScheduleList> {
+    let svc = st.services()?;
+    let mut schedules = Vec::new();
+    for id in svc.store.schedule_ids().await? {
+        if let Some(r) = svc.store.schedule_get(&id).await? {
+            schedules.push(view(r)?);
+        }
+    }
+    Ok((StatusCode::OK, Json(ScheduleList { schedules })))
+}
+
+/// Get a schedule
+#[utoipa::path(
+    get,
+    path = "/v1/schedules/{id}",
+    operation_id = "get_schedule",
+    tag = "schedules",
+    params(("id" = String, Path, pattern = "^[A-Za-z0-9_.-]{1,64}$", description = "The schedule's id")),
+    responses(
+        (status = 200, description = "The schedule", body = ScheduleView),
+        (status = 404, description = "No such schedule", body = ErrorBody),
+    )
+)]
+pub(crate) async fn get(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Reply<ScheduleView> {
+    let id = schedule_id(raw)?;
+    let svc = st.services()?;
+    let rec = svc.store.schedule_get(&id).await?.ok_or_else(|| not_found(&id))?;
+    Ok((StatusCode::OK, Json(view(rec)?)))
+}
+
+/// Delete a schedule
+///
+/// Stops its firings; runs it started are not touched.
+#[utoipa::path(
+    delete,
+    path = "/v1/schedules/{id}",
+    operation_id = "delete_schedule",
+    tag = "schedules",
+    params(("id" = String, Path, pattern = "^[A-Za-z0-9_.-]{1,64}$", description = "The schedule's id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "No such schedule", body = ErrorBody),
+    )
+)]
+pub(crate) async fn delete(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Result<StatusCode, ApiError> {
+    let id = schedule_id(raw)?;
+    let svc = st.services()?;
+    if svc.store.schedule_state(&id, "delete", "").await? {
+        info!(schedule = %id, "schedule deleted");
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(not_found(&id))
+    }
+}
+
+/// Pause a schedule
+///
+/// No firing starts a run until it is resumed; firings missed meanwhile are not made up.
+#[utoipa::path(
+    post,
+    path = "/v1/schedules/{id}/pause",
+    operation_id = "pause_schedule",
+    tag = "schedules",
+    params(("id" = String, Path, pattern = "^[A-Za-z0-9_.-]{1,64}$", description = "The schedule's id")),
+    request_body = PauseBody,
+    responses(
+        (status = 200, description = "Paused", body = ScheduleView),
+        (status = 404, description = "No such schedule", body = ErrorBody),
+        (status = 422, description = "A note over 1000 characters", body = ErrorBody),
+    )
+)]
+pub(crate) async fn pause(
+    State(st): State<ApiState>,
+    ApiPath(raw): ApiPath<String>,
+    ApiJson(body): ApiJson<PauseBody>,
+) -> Reply<ScheduleView> {
+    let id = schedule_id(raw)?;
+    let note = body.note.unwrap_or_default();
+    if note.chars().count() > 1000 {
+        return Err(ApiError::unprocessable("a note is at most 1000 characters"));
+    }
+    let svc = st.services()?;
+    if !svc.store.schedule_state(&id, "pause", &note).await? {
+        return Err(not_found(&id));
+    }
+    let rec = svc.store.schedule_get(&id).await?.ok_or_else(|| not_found(&id))?;
+    Ok((StatusCode::OK, Json(view(rec)?)))
+}
+
+/// Resume a paused schedule
+///
+/// It fires next at its first firing after now.
+#[utoipa::path(
+    post,
+    path = "/v1/schedules/{id}/resume",
+    operation_id = "resume_schedule",
+    tag = "schedules",
+    params(("id" = String, Path, pattern = "^[A-Za-z0-9_.-]{1,64}$", description = "The schedule's id")),
+    responses(
+        (status = 200, description = "Active", body = ScheduleView),
+        (status = 404, description = "No such schedule", body = ErrorBody),
+    )
+)]
+pub(crate) async fn resume(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Reply<ScheduleView> {
+    let id = schedule_id(raw)?;
+    let svc = st.services()?;
+    let rec = svc.store.schedule_get(&id).await?.ok_or_else(|| not_found(&id))?;
+    if rec.paused.is_some() {
+        let spec = parse_spec(&rec.spec)?;
+        let now = svc.store.server_time().await?;
+        let next = Timing::of(&spec).ok().and_then(|t| t.after(now));
+        let next = next.map(|n| n.to_string()).unwrap_or_default();
+        if !svc.store.schedule_state(&id, "resume", &next).await? {
+            return Err(not_found(&id));
+        }
+    }
+    let rec = svc.store.schedule_get(&id).await?.ok_or_else(|| not_found(&id))?;
+    Ok((StatusCode::OK, Json(view(rec)?)))
+}
+
+/// Trigger a schedule now
+///
+/// Starts one run of the schedule's workflow and input now, outside its timing (and its
+/// overlap policy), named `<id>-manual-<time with ms>`.
+#[utoipa::path(
+    post,
+    path = "/v1/schedules/{id}/trigger",
+    operation_id = "trigger_schedule",
+    tag = "schedules",
+    params(("id" = String, Path, pattern = "^[A-Za-z0-9_.-]{1,64}$", description = "The schedule's id")),
+    responses(
+        (status = 201, description = "Started", body = TriggerReply),
+        (status = 404, description = "No such schedule", body = ErrorBody),
+        (status = 422, description = "No live worker serves its workflow", body = ErrorBody),
+    )
+)]
+pub(crate) async fn trigger(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Reply<TriggerReply> {
+    let id = schedule_id(raw)?;
+    let svc = st.services()?;
+    let rec = svc.store.schedule_get(&id).await?.ok_or_else(|| not_found(&id))?;
+    let spec = parse_spec(&rec.spec)?;
+    let now = svc.store.server_time().await?;
+    let at = Utc.timestamp_millis_opt(now as i64).single().unwrap_or_default();
+    let thread = format!("{id}-manual-{}", at.format("%Y%m%dT%H%M%S%3fZ"));
+    match start(svc, &spec, &rec.input, &thread).await? {
+        Started::Yes | Started::Already => Ok((StatusCode::CREATED, Json(TriggerReply { thread_id: thread }))),
+        Started::Unserved => Err(ApiError::unprocessable(format!(
+            "no live worker serves {:?}",
+            spec.workflow
+        ))),
+    }
+}
+
+enum Started {
+    Yes,
+    Already,
+    Unserved,
+}
+
+/// Starts (idempotently) run `thread` of a schedule and rings a worker.
+async fn start(svc: &Services, spec: &ScheduleSpec, input: &Value, thread: &str) -> Result<Started, StoreError> {
+    let Some(entry) = svc.catalog.entry(&svc.store, &spec.workflow).await? else {
+        return Ok(Started::Unserved);
+    };
+    let t = ThreadId::new(thread.to_owned()).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let trace = crate::publish::new_traceparent();
+    let opts = CreateOptions {
+        timeout: spec.timeout_secs.map(Duration::from_secs_f64),
+    };
+    match svc
+        .store
+        .create_with(&t, &spec.workflow, entry.version, &input.to_string(), &trace, &opts)
+        .await?
+    {
+        CreateOutcome::Created => {
+            ring(svc, &t, Some(0), TaskReason::Start, Some(&trace), 0).await;
+            Ok(Started::Yes)
+        }
+        CreateOutcome::Exists(_) | CreateOutcome::Conflict(_) => Ok(Started::Already),
+    }
+}
+
+/// Whether run `thread` has not ended (a blocked run has not).
+async fn active(svc: &Services, thread: Option<&str>) -> Result<Option<ThreadId>, StoreError> {
+    let Some(t) = thread.and_then(|t| ThreadId::new(t.to_owned()).ok()) else {
+        return Ok(None);
+    };
+    Ok(match svc.store.header(&t).await? {
+        Some(h) if !h.status.is_final() => Some(t),
+        _ => None,
+    })
+}
+
+/// One pass over schedule `id`, due at `next` (ms), at server time `now`.
+async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<(), StoreError> {
+    let Some(rec) = svc.store.schedule_get(id).await? else {
+        return Ok(());
+    };
+    if rec.next != Some(next) || rec.paused.is_some() {
+        return Ok(());
+    }
+    let spec = parse_spec(&rec.spec)?;
+    let timing = match Timing::of(&spec) {
+        Ok(t) => t,
+        Err(e) => {
+            warn!(schedule = %id, error = %e, "a stored schedule no longer parses; it stops");
+            svc.store.schedule_advance(id, next, &Advance::default()).await?;
+            return Ok(());
+        }
+    };
+    // Every firing from `next` up to now; those later than the window are missed.
+    let mut times = vec![next];
+    while times.len() < MAX_PASS {
+        match timing.after(*times.last().unwrap_or(&next)) {
+            Some(t) if t <= now => times.push(t),
+            _ => break,
+        }
+    }
+    let new_next = timing.after(now.max(*times.last().unwrap_or(&next)));
+    let window = spec.catchup_window_secs * 1000;
+    let split = times.partition_point(|t| now.saturating_sub(*t) > window);
+    let (missed, recent) = times.split_at(split);
+    let kept = match spec.catchup {
+        Catchup::Latest => missed.len().min(1),
+        Catchup::All => missed.len().min(spec.catchup_limit as usize),
+        Catchup::None => 0,
+    };
+    let mut skipped = (missed.len() - kept) as u64;
+    let mut fired = 0;
+    let mut last: Option<(String, u64)> = None;
+    let mut buffered = None;
+    let mut previous = rec.last.as_ref().map(|l| l.0.clone());
+    for &at in missed[missed.len() - kept..].iter().chain(recent) {
+        let thread = firing_thread(id, at);
+        let busy = active(svc, previous.as_deref()).await?;
+        if let Some(prev) = busy.filter(|p| p.as_str() != thread) {
+            match spec.overlap {
+                Overlap::Skip => {
+                    skipped += 1;
+                    continue;
+                }
+                Overlap::BufferOne => {
+                    if rec.buffered.is_some() || buffered.is_some() {
+                        skipped += 1;
+                    } else {
+                        buffered = Some(Some(at));
+                    }
+                    continue;
+                }
+                Overlap::CancelPrevious => {
+                    let reason = format!("schedule {id}: the firing at {at} cancels the previous run");
+                    let _ = svc.store.cancel(&prev, &reason).await?;
+                }
+                Overlap::AllowAll => {}
+            }
+        }
+        match start(svc, &spec, &rec.input, &thread).await? {
+            Started::Yes | Started::Already => {
+                fired += 1;
+                previous = Some(thread.clone());
+                last = Some((thread, at));
+            }
+            Started::Unserved => {
+                warn!(schedule = %id, workflow = %spec.workflow, "no live worker serves the workflow; firing skipped");
+                skipped += 1;
+            }
+        }
+    }
+    if svc.publisher.failpoints().check(BEFORE_ADVANCE).await.is_err() {
+        return Ok(());
+    }
+    let advance = Advance {
+        next: new_next,
+        last: last.as_ref().map(|(t, at)| (t.as_str(), *at)),
+        fired,
+        skipped,
+        buffered,
+    };
+    if svc.store.schedule_advance(id, next, &advance).await? && (fired > 0 || skipped > 0) {
+        info!(schedule = %id, fired, skipped, next = ?new_next, "schedule fired");
+    }
+    Ok(())
+}
+
+/// A buffered firing whose previous run ended is started.
+async fn unbuffer(svc: &Services, id: &str, at: u64) -> Result<(), StoreError> {
+    let Some(rec) = svc.store.schedule_get(id).await? else {
+        return Ok(());
+    };
+    if rec.buffered != Some(at) || active(svc, rec.last.as_ref().map(|l| l.0.as_str())).await?.is_some() {
+        return Ok(());
+    }
+    let spec = parse_spec(&rec.spec)?;
+    let thread = firing_thread(id, at);
+    if let Started::Yes | Started::Already = start(svc, &spec, &rec.input, &thread).await? {
+        svc.store.schedule_unbuffer(id, at, &thread).await?;
+    }
+    Ok(())
+}
+
+/// The firing loop every scheduler replica runs, every `tick`, until `stop`.
+pub(crate) async fn run(slot: Arc<OnceLock<Services>>, tick: Duration, stop: CancellationToken) {
+    let mut every = tokio::time::interval(tick);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        let Some(svc) = slot.get() else { continue };
+        if let Err(e) = pass(svc).await {
+            warn!(error = %e, "schedule pass failed; the next tick tries again");
+        }
+    }
+}
+
+async fn pass(svc: &Services) -> Result<(), StoreError> {
+    let now = svc.store.server_time().await?;
+    for (id, next) in svc.store.schedules_due(now, 64).await? {
+        if let Err(e) = fire(svc, &id, next, now).await {
+            warn!(schedule = %id, error = %e, "firing a schedule failed; the next tick tries again");
+        }
+    }
+    for (id, at) in svc.store.schedules_buffered().await? {
+        unbuffer(svc, &id, at).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(cron: Option<&str>, every: Option<u64>, tz: Option<&str>) -> ScheduleSpec {
+        ScheduleSpec {
+            workflow: "w".into(),
+            cron: cron.map(str::to_owned),
+            every_secs: every,
+            timezone: tz.map(str::to_owned),
+            overlap: Overlap::Skip,
+            catchup: Catchup::Latest,
+            catchup_limit: 10,
+            catchup_window_secs: 60,
+            timeout_secs: None,
+        }
+    }
+
+    fn ms(s: &str) -> u64 {
+        chrono::DateTime::parse_from_rfc3339(s).unwrap().timestamp_millis() as u64
+    }
+
+    #[test]
+    fn cron_fires_in_its_time_zone_and_intervals_on_multiples() {
+        // 09:30 on weekdays in Berlin is 08:30 UTC in winter, 07:30 UTC in summer.
+        let t = Timing::of(&spec(Some("30 9 * * MON-FRI"), None, Some("Europe/Berlin"))).unwrap();
+        assert_eq!(t.after(ms("2026-12-04T08:30:00Z")), Some(ms("2026-12-07T08:30:00Z")));
+        assert_eq!(t.after(ms("2026-07-01T00:00:00Z")), Some(ms("2026-07-01T07:30:00Z")));
+        let t = Timing::of(&spec(Some("*/5 * * * * *"), None, None)).unwrap();
+        assert_eq!(t.after(ms("2026-12-02T10:00:02Z")), Some(ms("2026-12-02T10:00:05Z")));
+        assert_eq!(
+            t.after(ms("2026-12-02T10:00:02.700Z")),
+            Some(ms("2026-12-02T10:00:05Z"))
+        );
+        let t = Timing::of(&spec(None, Some(60), None)).unwrap();
+        assert_eq!(t.after(ms("2026-12-02T10:00:00Z")), Some(ms("2026-12-02T10:01:00Z")));
+        assert_eq!(
+            firing_thread("nightly", ms("2026-12-02T10:01:00Z")),
+            "nightly-20261202T100100Z"
+        );
+    }
+
+    #[test]
+    fn bad_specs_are_refused_with_the_reason() {
+        let e = |s| Timing::of(&s).err().unwrap();
+        assert!(e(spec(Some("61 * * * *"), None, None)).contains("cron"));
+        assert!(e(spec(Some("* * * * *"), None, Some("Mars/Olympus"))).contains("unknown time zone"));
+        assert!(e(spec(None, None, None)).contains("exactly one"));
+        assert!(e(spec(Some("* * * * *"), Some(5), None)).contains("exactly one"));
+        assert!(e(spec(None, Some(0), None)).contains("every_secs"));
+        assert!(e(spec(None, Some(5), Some("UTC"))).contains("cron schedules only"));
+    }
+}

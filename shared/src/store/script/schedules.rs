@@ -1,0 +1,203 @@
+//! Schedules' records (`{ns}:{sched}:…`): what the scheduler's firing loop and the API read
+//! and write. The meaning (cron, time zones, overlap, catch-up) is the scheduler's; the store
+//! keeps each change one script.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::ScriptStore;
+use crate::ids::ThreadId;
+use crate::store::StoreError;
+
+/// A schedule as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleRecord {
+    /// Its id.
+    pub id: String,
+    /// The spec (JSON, without the input), as the scheduler wrote it.
+    pub spec: String,
+    /// The input of every run it starts.
+    pub input: Value,
+    /// Created (server ms).
+    pub created_at: u64,
+    /// Its next firing (ms; none while paused or when it will not fire again).
+    pub next: Option<u64>,
+    /// The run of its latest firing, and that firing's time.
+    pub last: Option<(String, u64)>,
+    /// Runs started.
+    pub fired: u64,
+    /// Firings skipped (overlap or catch-up policy).
+    pub skipped: u64,
+    /// Paused since (ms), with the operator's note.
+    pub paused: Option<(u64, String)>,
+    /// A firing held back until the previous run ends (`buffer_one`).
+    pub buffered: Option<u64>,
+}
+
+/// Outcome of [`ScriptStore::schedule_put`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum SchedulePut {
+    /// Created (server ms).
+    Created(u64),
+    /// The same schedule existed already.
+    Exists,
+    /// The id holds another schedule.
+    Conflict,
+}
+
+/// How [`ScriptStore::schedule_advance`] moves a schedule on.
+#[derive(Debug, Clone, Default)]
+pub struct Advance<'a> {
+    /// The new next firing (`None`: it will not fire again).
+    pub next: Option<u64>,
+    /// The run started last and its firing time.
+    pub last: Option<(&'a str, u64)>,
+    /// Runs started.
+    pub fired: u64,
+    /// Firings skipped.
+    pub skipped: u64,
+    /// `Some(Some(t))`: hold firing `t` until the previous run ends; `Some(None)`: drop it.
+    pub buffered: Option<Option<u64>>,
+}
+
+fn bind(id: &str) -> Result<ThreadId, StoreError> {
+    ThreadId::new(format!("schedule.{id}")).map_err(|e| StoreError::Corrupt(format!("schedule id {id:?}: {e}")))
+}
+
+impl ScriptStore {
+    /// Creates schedule `id` (idempotent for the same spec and input).
+    pub async fn schedule_put(
+        &self,
+        id: &str,
+        spec: &str,
+        input: &Value,
+        first: u64,
+    ) -> Result<SchedulePut, StoreError> {
+        let keys = self.keys();
+        let plain = input.to_string();
+        let sealed = self.seal_run(&bind(id)?, "input", &plain);
+        let mut inv = self.scripts.sched_put.prepare_invoke();
+        inv.key(keys.schedule(id))
+            .key(keys.schedule_next())
+            .key(keys.schedule_all());
+        inv.arg(id).arg(spec).arg(first).arg(sealed.as_ref());
+        let r = self.invoke(&inv).await?;
+        Ok(match r.tag().as_str() {
+            "created" => SchedulePut::Created(r.num(1)),
+            // The input is compared opened (sealed values differ byte for byte).
+            "exists" => match self.schedule_get(id).await? {
+                Some(s) if s.input == *input => SchedulePut::Exists,
+                _ => SchedulePut::Conflict,
+            },
+            "conflict" => SchedulePut::Conflict,
+            other => return Err(StoreError::Reply(format!("sched_put: {other}"))),
+        })
+    }
+
+    /// One schedule, if it exists.
+    pub async fn schedule_get(&self, id: &str) -> Result<Option<ScheduleRecord>, StoreError> {
+        let map: BTreeMap<String, Vec<u8>> = self.query(redis::cmd("HGETALL").arg(self.keys().schedule(id))).await?;
+        if map.is_empty() {
+            return Ok(None);
+        }
+        let text = |f: &str| map.get(f).map(|v| String::from_utf8_lossy(v).into_owned());
+        let num = |f: &str| text(f).and_then(|v| v.parse::<u64>().ok());
+        let input = match map.get("input") {
+            Some(raw) => {
+                let plain = self.open_run(&bind(id)?, "input", raw)?;
+                serde_json::from_slice(&plain).map_err(|e| StoreError::Corrupt(format!("schedule {id}: input: {e}")))?
+            }
+            None => Value::Null,
+        };
+        Ok(Some(ScheduleRecord {
+            id: id.to_owned(),
+            spec: text("spec").unwrap_or_default(),
+            input,
+            created_at: num("created").unwrap_or(0),
+            next: num("next"),
+            last: text("last").map(|t| (t, num("last_at").unwrap_or(0))),
+            fired: num("fired").unwrap_or(0),
+            skipped: num("skipped").unwrap_or(0),
+            paused: num("paused").map(|at| (at, text("note").unwrap_or_default())),
+            buffered: num("buffered"),
+        }))
+    }
+
+    /// Every schedule id, oldest first.
+    pub async fn schedule_ids(&self) -> Result<Vec<String>, StoreError> {
+        self.query(redis::cmd("ZRANGE").arg(self.keys().schedule_all()).arg(0).arg(-1))
+            .await
+    }
+
+    /// Schedules whose next firing is at or before `now` (ms), with it; at most `limit`.
+    pub async fn schedules_due(&self, now: u64, limit: usize) -> Result<Vec<(String, u64)>, StoreError> {
+        self.query(
+            redis::cmd("ZRANGEBYSCORE")
+                .arg(self.keys().schedule_next())
+                .arg("-inf")
+                .arg(now)
+                .arg("WITHSCORES")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(limit),
+        )
+        .await
+    }
+
+    /// Schedules holding a buffered firing, with its time.
+    pub async fn schedules_buffered(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.query(
+            redis::cmd("ZRANGE")
+                .arg(self.keys().schedule_buffered())
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES"),
+        )
+        .await
+    }
+
+    /// Moves schedule `id` on from its next firing `expected`; false when another replica
+    /// did first (or it was paused or deleted meanwhile).
+    pub async fn schedule_advance(&self, id: &str, expected: u64, a: &Advance<'_>) -> Result<bool, StoreError> {
+        let keys = self.keys();
+        let mut inv = self.scripts.sched_advance.prepare_invoke();
+        inv.key(keys.schedule(id))
+            .key(keys.schedule_next())
+            .key(keys.schedule_buffered());
+        inv.arg(id)
+            .arg(expected)
+            .arg(a.next.map(|n| n.to_string()).unwrap_or_default())
+            .arg(a.last.map(|l| l.0).unwrap_or(""))
+            .arg(a.last.map(|l| l.1).unwrap_or(0))
+            .arg(a.fired)
+            .arg(a.skipped)
+            .arg(match a.buffered {
+                None => String::new(),
+                Some(None) => "-".to_owned(),
+                Some(Some(t)) => t.to_string(),
+            });
+        Ok(self.invoke(&inv).await?.tag() == "ok")
+    }
+
+    /// The run of buffered firing `at` was started as `thread`; false if the buffer changed.
+    pub async fn schedule_unbuffer(&self, id: &str, at: u64, thread: &str) -> Result<bool, StoreError> {
+        let keys = self.keys();
+        let mut inv = self.scripts.sched_unbuffer.prepare_invoke();
+        inv.key(keys.schedule(id)).key(keys.schedule_buffered());
+        inv.arg(id).arg(at).arg(thread);
+        Ok(self.invoke(&inv).await?.tag() == "ok")
+    }
+
+    /// Pauses (with a note), resumes (from `next`) or deletes a schedule; false if missing.
+    pub async fn schedule_state(&self, id: &str, action: &str, arg: &str) -> Result<bool, StoreError> {
+        let keys = self.keys();
+        let mut inv = self.scripts.sched_state.prepare_invoke();
+        inv.key(keys.schedule(id))
+            .key(keys.schedule_next())
+            .key(keys.schedule_buffered())
+            .key(keys.schedule_all());
+        inv.arg(id).arg(action).arg(arg);
+        Ok(self.invoke(&inv).await?.tag() == "ok")
+    }
+}
