@@ -283,7 +283,6 @@ impl ScriptStore {
     }
 
     /// Starts a run (idempotent on thread id + workflow + input).
-    #[tracing::instrument(level = "debug", name = "create", skip_all, fields(thread.id = %thread))]
     pub async fn create(
         &self,
         thread: &ThreadId,
@@ -305,6 +304,7 @@ impl ScriptStore {
 
     /// [`ScriptStore::create`] with options (a run timeout). The options of an existing run are
     /// not compared: a repeated start answers with the run as it is.
+    #[tracing::instrument(level = "debug", name = "create", skip_all, fields(thread.id = %thread))]
     pub async fn create_with(
         &self,
         thread: &ThreadId,
