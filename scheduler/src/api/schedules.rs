@@ -630,7 +630,11 @@ async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<(), Store
     let mut previous = rec.last.as_ref().map(|l| l.0.clone());
     for &at in missed[missed.len() - kept..].iter().chain(recent) {
         let thread = firing_thread(id, at);
-        let busy = active(svc, previous.as_deref()).await?;
+        // (allow_all starts every firing: no need to read the previous run.)
+        let busy = match spec.overlap {
+            Overlap::AllowAll => None,
+            _ => active(svc, previous.as_deref()).await?,
+        };
         if let Some(prev) = busy.filter(|p| p.as_str() != thread) {
             match spec.overlap {
                 Overlap::Skip => {
