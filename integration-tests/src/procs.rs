@@ -43,6 +43,7 @@ fn env_of(cfg: &Config) -> Vec<(&'static str, String)> {
         ("SAVEPOINT_FAILPOINTS", cfg.failpoints.clone()),
         ("SAVEPOINT_MAX_JOURNAL_BYTES", cfg.worker.max_journal_bytes.to_string()),
         ("SAVEPOINT_MAX_BUFFERED_SIGNALS", cfg.max_buffered_signals.to_string()),
+        ("SAVEPOINT_CHILD_POLL_MS", cfg.child_poll_ms.to_string()),
         ("SAVEPOINT_PAYLOAD_KEYS", cfg.security.payload_keys.0.clone()),
         ("SAVEPOINT_REDIS_TLS_CA", cfg.security.redis_tls.ca.clone()),
         ("SAVEPOINT_REDIS_TLS_CERT", cfg.security.redis_tls.cert.clone()),

@@ -194,6 +194,10 @@ pub struct Config {
     pub event_cap: u32,
     /// Signals a run may hold before it asks for them; more are refused (HTTP 429).
     pub max_buffered_signals: u32,
+    /// How often a parent waiting for a child run looks at it again (ms). The child's word
+    /// when it ends wakes the parent at once; this only bounds the delay when that word was
+    /// lost to a crash.
+    pub child_poll_ms: u64,
     /// `text` or `json` logs.
     pub log_format: String,
     /// Failpoints (`name=action;…`).
@@ -230,6 +234,7 @@ impl Default for Config {
             effect_ttl_secs: 30 * 24 * 3600,
             event_cap: 1000,
             max_buffered_signals: 1000,
+            child_poll_ms: 30_000,
             log_format: "text".into(),
             failpoints: String::new(),
             worker: WorkerSection::default(),
@@ -317,6 +322,7 @@ impl Config {
         env_parse(env, "SAVEPOINT_MAX_INPUT_BYTES", &mut s.max_input_bytes)?;
         env_parse(env, "SAVEPOINT_MAX_SIGNAL_BYTES", &mut s.max_signal_bytes)?;
         env_parse(env, "SAVEPOINT_MAX_BUFFERED_SIGNALS", &mut self.max_buffered_signals)?;
+        env_parse(env, "SAVEPOINT_CHILD_POLL_MS", &mut self.child_poll_ms)?;
         let sec = &mut self.security;
         if let Some(v) = env.get("SAVEPOINT_API_TOKENS") {
             let specs = TokenSpec::parse_list(&v).map_err(|message| ConfigError::Env {
@@ -393,8 +399,15 @@ impl Config {
         if self.worker_ttl_ms < 1000 || self.max_crashes == 0 {
             return bad("worker_ttl_ms must be at least 1000 and max_crashes at least 1".into());
         }
-        if self.retention_secs == 0 || self.effect_ttl_secs == 0 || self.redeliver_ms == 0 || self.event_cap == 0 {
-            return bad("retention_secs, effect_ttl_secs, redeliver_ms and event_cap must be positive".into());
+        if self.retention_secs == 0
+            || self.effect_ttl_secs == 0
+            || self.redeliver_ms == 0
+            || self.event_cap == 0
+            || self.child_poll_ms == 0
+        {
+            return bad(
+                "retention_secs, effect_ttl_secs, redeliver_ms, event_cap and child_poll_ms must be positive".into(),
+            );
         }
         if self.worker.concurrency == 0 {
             return bad("worker.concurrency must be at least 1".into());
@@ -474,6 +487,7 @@ impl Config {
             effect_ttl: Duration::from_secs(self.effect_ttl_secs),
             event_cap: self.event_cap,
             max_buffered_signals: self.max_buffered_signals,
+            child_poll: Duration::from_millis(self.child_poll_ms),
             // validate() read both; a file that vanished since degrades to none here and the
             // store then refuses sealed values it cannot open (never writes plaintext silently
             // in place of sealed ones: see README "Key rotation").

@@ -26,6 +26,9 @@ pub const NAMES: &[&str] = &[
     "scheduler.before_publish",
     "run.deadline.before_fail",
     "schedule.before_advance",
+    "child.before_start",
+    "child.after_start",
+    "child.before_notify",
 ];
 
 /// What a failpoint does when it fires.

@@ -28,10 +28,13 @@ pub enum EntryKind {
     Value,
     /// `ctx.patched`: a code-version marker.
     Patch,
+    /// `ctx.child`: a child run's output (or failure), or, started and not awaited, its thread
+    /// id. The entry's key is the child's thread id.
+    Child,
 }
 
 impl EntryKind {
-    const CODES: [EntryKind; 7] = [
+    const CODES: [EntryKind; 8] = [
         EntryKind::Step,
         EntryKind::Effect,
         EntryKind::Sleep,
@@ -39,6 +42,7 @@ impl EntryKind {
         EntryKind::Signal,
         EntryKind::Value,
         EntryKind::Patch,
+        EntryKind::Child,
     ];
 
     fn code(self) -> u8 {
@@ -59,6 +63,7 @@ impl EntryKind {
             EntryKind::Signal => "signal",
             EntryKind::Value => "value",
             EntryKind::Patch => "patch",
+            EntryKind::Child => "child",
         }
     }
 }

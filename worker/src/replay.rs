@@ -160,6 +160,7 @@ pub(crate) async fn replay_as(
         replay_only: true,
         workflow: workflow.to_owned(),
         stubs: None,
+        tasks: None,
         server_now: savepoint::journal::now_ms(),
     });
     let stopped = ctx.exit_signal();

@@ -9,14 +9,18 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use savepoint::ids::EffectKey;
+use futures::future::BoxFuture;
+use std::sync::Arc;
+
+use savepoint::broker::Broker;
+use savepoint::ids::{EffectKey, ThreadId};
 use savepoint::lease::LeaseClock;
 use savepoint::metrics::{inc, metrics};
 use savepoint::protocol::{Task, TaskReason};
 use savepoint::store::Suspend;
-use savepoint::store::{Claimed, Finish, Lease, RunStatus};
+use savepoint::store::{ChildResult, Claimed, Finish, Lease, RunStatus, ScriptStore, SignalOutcome};
 use savepoint::workflow::decide::{self, Body, SliceEnd};
-use savepoint::workflow::{busy_backoff, key_still_held, Ctx, CtxParts, RunError, SliceExit, WorkflowError};
+use savepoint::workflow::{busy_backoff, key_still_held, Ctx, CtxParts, RunError, SliceExit, TaskSink, WorkflowError};
 
 use crate::handle::Shared;
 use crate::heartbeat::Heartbeat;
@@ -32,7 +36,7 @@ fn unreadable(c: &Claimed) -> Option<String> {
 /// run's due time makes the scanner ring again.
 pub(crate) async fn publish(
     shared: &Shared,
-    lease: &Lease,
+    thread: &ThreadId,
     step: Option<u32>,
     reason: TaskReason,
     trace: Option<&str>,
@@ -41,12 +45,7 @@ pub(crate) async fn publish(
     if shared.failpoints.check("publish.before").await.is_err() {
         return;
     }
-    let task = Task::new(
-        lease.thread.clone(),
-        shared.store.keys().partition(&lease.thread),
-        step,
-        reason,
-    );
+    let task = Task::new(thread.clone(), shared.store.keys().partition(thread), step, reason);
     let span = tracing::info_span!("publish", task.reason = reason.as_str());
     // The next task's span continues from this publish (else from the run's own trace).
     let parent = span.in_scope(savepoint::telemetry::current_traceparent);
@@ -58,13 +57,70 @@ pub(crate) async fn publish(
     match shared.broker.publish(&task.encode(), &headers).instrument(span).await {
         Ok(()) => {
             inc(&metrics().published, &[("reason", reason.as_str())]);
-            if let Err(e) = shared.store.mark_queued(&[(lease.thread.clone(), rv)]).await {
+            if let Err(e) = shared.store.mark_queued(&[(thread.clone(), rv)]).await {
                 tracing::debug!(error = %e, "marking the task queued failed; the safety net may ring once more");
             }
         }
         Err(e) => tracing::warn!(error = %e, "publish failed; the due time will redeliver"),
     }
     let _ = shared.failpoints.check("publish.after").await;
+}
+
+/// Publishes the start tasks of the child runs a workflow starts, as the API does for runs it
+/// starts: publish, then confirm to the store (a publish that fails leaves the run to the
+/// unconfirmed-start safety net).
+struct ChildStarter {
+    store: ScriptStore,
+    broker: Broker,
+}
+
+impl TaskSink for ChildStarter {
+    fn start(&self, thread: ThreadId) -> BoxFuture<'static, ()> {
+        let (store, broker) = (self.store.clone(), self.broker.clone());
+        Box::pin(async move {
+            let task = Task::new(thread.clone(), store.keys().partition(&thread), None, TaskReason::Start);
+            let headers: Vec<(String, String)> = savepoint::telemetry::current_traceparent()
+                .map(|t| vec![("traceparent".to_owned(), t)])
+                .unwrap_or_default();
+            match broker.publish(&task.encode(), &headers).await {
+                Ok(()) => {
+                    inc(&metrics().published, &[("reason", TaskReason::Start.as_str())]);
+                    if let Err(e) = store.confirm_started(&[thread]).await {
+                        tracing::debug!(error = %e, "confirming a child's start failed; the safety net may ring once more");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "publishing a child's start task failed; the due scanner will"),
+            }
+        })
+    }
+}
+
+/// A child run that ended tells its parent (which wakes it if it waits), then publishes the
+/// parent's task. If this worker dies first, the parent finds out at its next poll.
+async fn tell_parent(shared: &Shared, c: &Claimed, result: ChildResult) {
+    let Some(parent) = &c.header.parent else {
+        return;
+    };
+    if shared.failpoints.check("child.before_notify").await.is_err() {
+        return;
+    }
+    match shared.store.notify_parent(&c.lease.thread, parent, &result).await {
+        Ok(SignalOutcome::Woke(r)) => {
+            publish(
+                shared,
+                &parent.thread,
+                None,
+                TaskReason::Signal,
+                r.trace.as_deref(),
+                r.rv,
+            )
+            .await;
+        }
+        Ok(o) => tracing::debug!(parent = %parent.thread, outcome = ?o, "told the parent"),
+        Err(e) => {
+            tracing::warn!(parent = %parent.thread, error = %e, "could not tell the parent; it finds out at its poll")
+        }
+    }
 }
 
 /// Runs one slice of a claimed run.
@@ -152,7 +208,10 @@ async fn run_slice(shared: &Shared, c: Claimed) {
             .finish(&mut lease, None, Finish::Failed(&reason), ("failed", &reason))
             .await
         {
-            Ok(()) => tracing::info!(%reason, "run failed"),
+            Ok(()) => {
+                tracing::info!(%reason, "run failed");
+                tell_parent(shared, &c, ChildResult::Failed(reason)).await;
+            }
             Err(e) => tracing::warn!(error = %e, "could not fail a run past its deadline; it is retried"),
         }
         inc(&metrics().slices, &[("end", "failed")]);
@@ -191,6 +250,10 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         replay_only: false,
         workflow: c.header.workflow.clone(),
         stubs: shared.stubs.clone(),
+        tasks: Some(Arc::new(ChildStarter {
+            store: shared.store.clone(),
+            broker: shared.broker.clone(),
+        })),
         server_now: c.server_now,
     });
     let stopped = ctx.exit_signal();
@@ -224,7 +287,10 @@ async fn run_slice(shared: &Shared, c: Claimed) {
                 .finish(&mut lease, None, Finish::Completed(&output), ("completed", ""))
                 .await;
             match r {
-                Ok(()) => "completed",
+                Ok(()) => {
+                    tell_parent(shared, &c, ChildResult::Completed(output.clone())).await;
+                    "completed"
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "could not record completion");
                     "lease_lost"
@@ -237,7 +303,10 @@ async fn run_slice(shared: &Shared, c: Claimed) {
                 .finish(&mut lease, None, Finish::Failed(&msg), ("failed", &msg))
                 .await;
             match r {
-                Ok(()) => "failed",
+                Ok(()) => {
+                    tell_parent(shared, &c, ChildResult::Failed(msg)).await;
+                    "failed"
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "could not record failure");
                     "lease_lost"
@@ -246,16 +315,27 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         }
         SliceEnd::FollowExit => match ctx.take_exit() {
             Some(SliceExit::Yielded { rv }) => {
-                publish(shared, &lease, Some(ctx.next_index()), TaskReason::Continue, trace, rv).await;
+                publish(
+                    shared,
+                    &lease.thread,
+                    Some(ctx.next_index()),
+                    TaskReason::Continue,
+                    trace,
+                    rv,
+                )
+                .await;
                 "yielded"
             }
             Some(SliceExit::Suspended { woke: true, rv }) => {
-                publish(shared, &lease, None, TaskReason::Signal, trace, rv).await;
+                publish(shared, &lease.thread, None, TaskReason::Signal, trace, rv).await;
                 "suspended"
             }
             Some(SliceExit::Suspended { woke: false, .. }) => "suspended",
             Some(SliceExit::Blocked(_)) => "blocked",
-            Some(SliceExit::Failed(_)) => "failed",
+            Some(SliceExit::Failed(reason)) => {
+                tell_parent(shared, &c, ChildResult::Failed(reason)).await;
+                "failed"
+            }
             Some(SliceExit::LeaseLost(reason)) => {
                 tracing::warn!(%reason, "lease lost; another worker or an operator owns the run now");
                 "lease_lost"

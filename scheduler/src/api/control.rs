@@ -338,9 +338,14 @@ pub(crate) async fn cancel(
         parse_object(&body)?
     };
     let reason = body.reason.unwrap_or_else(|| "cancelled via API".to_owned());
-    match st.services()?.store.cancel(&thread, &reason).await {
+    let svc = st.services()?;
+    match svc.store.cancel(&thread, &reason).await {
         Ok(Ok(c)) => {
-            info!(thread.id = %thread, %reason, in_doubt = c.settled.len(), "run cancelled");
+            info!(thread.id = %thread, %reason, in_doubt = c.settled.len(), children = c.cascade.cancelled.len(), "run cancelled");
+            // Parents that waited for a cancelled run go on now (else at their poll).
+            for (parent, r) in c.cascade.parent_woke.iter().chain(&c.cascade.woke) {
+                rerun(svc, parent, TaskReason::Signal, r).await;
+            }
             let effects_in_doubt = c
                 .settled
                 .iter()
@@ -356,6 +361,7 @@ pub(crate) async fn cancel(
                     thread_id: thread.as_str().to_owned(),
                     status: Status::CANCELLED,
                     effects_in_doubt,
+                    children_cancelled: c.cascade.cancelled.iter().map(|t| t.to_string()).collect(),
                 }),
             ))
         }

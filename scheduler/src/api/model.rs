@@ -139,6 +139,28 @@ pub(crate) struct RestartBody {
     pub from_step: u32,
 }
 
+/// The run that started a run as its child.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct ParentView {
+    /// The parent run's id.
+    pub thread_id: String,
+    /// The journal index of the parent's call that started this run.
+    #[schema(minimum = 0, maximum = 4_294_967_295u64, example = 2)]
+    pub index: u32,
+}
+
+/// A child run of a run.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct ChildView {
+    /// The journal index of the call that started it.
+    #[schema(minimum = 0, maximum = 4_294_967_295u64, example = 2)]
+    pub index: u32,
+    /// The child run's id.
+    pub thread_id: String,
+    /// What cancelling this run does to it: `cancel` (the default) or `abandon`.
+    pub on_parent_cancel: String,
+}
+
 /// Where a run came from: the run it was forked from and the entry.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct Lineage {
@@ -315,6 +337,12 @@ pub(crate) struct RunView {
     /// The entry the last restart went on from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restarted_from: Option<u32>,
+    /// The run that started this one as its child (`ctx.child`), and the call's entry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentView>,
+    /// The child runs this run started, by the entry of the call.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<ChildView>,
     /// Created (ms).
     pub created_at: u64,
     /// Last changed (ms).
@@ -341,7 +369,8 @@ pub(crate) struct EntryView {
     pub index: usize,
     /// The step's, effect's, sleep's or wait's name.
     pub name: String,
-    /// `step`, `effect`, `sleep`, `interrupt`, `signal`, `value` or `patch`.
+    /// `step`, `effect`, `sleep`, `interrupt`, `signal`, `value`, `patch` or `child` (its key: the
+    /// child run's id).
     #[schema(example = "effect")]
     pub kind: String,
     /// Ok or error.
@@ -535,6 +564,8 @@ pub(crate) struct CancelReply {
     pub status: Status,
     /// Effects the run had begun but not recorded: settle them at the provider.
     pub effects_in_doubt: Vec<InDoubtEffect>,
+    /// Child runs cancelled with it (those started with the default policy, and theirs).
+    pub children_cancelled: Vec<String>,
 }
 
 /// Body of resolve.

@@ -148,7 +148,7 @@ pub(crate) async fn start(
             entry.version,
             &input,
             &trace,
-            &CreateOptions { timeout },
+            &CreateOptions { timeout, parent: None },
         )
         .await?
     {

@@ -564,6 +564,7 @@ async fn start(svc: &Services, spec: &ScheduleSpec, input: &Value, thread: &str)
     let trace = crate::publish::new_traceparent();
     let opts = CreateOptions {
         timeout: spec.timeout_secs.map(Duration::from_secs_f64),
+        parent: None,
     };
     match svc
         .store

@@ -200,6 +200,19 @@ pub(crate) fn run_view(h: &RunHeader, f: &Facts) -> RunView {
         }),
         restarts: h.restarts.map(|r| r.0),
         restarted_from: h.restarts.map(|r| r.1),
+        parent: h.parent.as_ref().map(|p| super::model::ParentView {
+            thread_id: p.thread.to_string(),
+            index: p.index,
+        }),
+        children: h
+            .children
+            .iter()
+            .map(|c| super::model::ChildView {
+                index: c.index,
+                thread_id: c.thread.to_string(),
+                on_parent_cancel: c.on_parent_cancel.as_str().to_owned(),
+            })
+            .collect(),
         created_at: h.created_at,
         updated_at: h.updated_at,
         // Only a run that ended has finished (a blocked run is resumed after a fix).
@@ -316,6 +329,8 @@ mod tests {
             deadline: None,
             forked_from: None,
             restarts: None,
+            parent: None,
+            children: Vec::new(),
             crashes: 0,
             crashed_by: None,
             wait: Some(Wait {

@@ -203,6 +203,19 @@ pub fn run(v: &Value) -> String {
             format!("{} at entry {}", text(&f["thread_id"]), text(&f["from_step"])),
         ));
     }
+    if let Some(p) = v.get("parent") {
+        rows.push((
+            "parent",
+            format!("{} (its entry {})", text(&p["thread_id"]), text(&p["index"])),
+        ));
+    }
+    if let Some(children) = v.get("children").and_then(Value::as_array) {
+        let list: Vec<String> = children
+            .iter()
+            .map(|c| format!("{} (entry {})", text(&c["thread_id"]), text(&c["index"])))
+            .collect();
+        rows.push(("children", list.join(", ")));
+    }
     if let Some(n) = v.get("restarts").and_then(Value::as_u64) {
         rows.push((
             "restarted",

@@ -615,6 +615,30 @@ async fn run_page(State(st): State<ConsoleState>, Path(raw): Path<String>) -> Pa
             value: format!("{source} at entry {n}"),
         });
     }
+    if let Some(p) = &h.parent {
+        fields.push(Field {
+            name: "parent",
+            value: format!("{} (its entry {})", p.thread, p.index),
+        });
+    }
+    if !h.children.is_empty() {
+        let list: Vec<String> = h
+            .children
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} (entry {}, on cancel: {})",
+                    c.thread,
+                    c.index,
+                    c.on_parent_cancel.as_str()
+                )
+            })
+            .collect();
+        fields.push(Field {
+            name: "children",
+            value: list.join(", "),
+        });
+    }
     if let Some((count, from)) = h.restarts {
         fields.push(Field {
             name: "restarted",

@@ -15,7 +15,7 @@ pub(crate) struct Bar {
     pub index: u32,
     /// Call name.
     pub name: String,
-    /// `step`, `effect`, `sleep`, `interrupt`, `signal`, `value`, `patch`.
+    /// `step`, `effect`, `sleep`, `interrupt`, `signal`, `value`, `patch`, `child`.
     pub kind: &'static str,
     /// CSS class: the kind, and for effects and failures their state.
     pub class: String,

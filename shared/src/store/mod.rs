@@ -13,13 +13,16 @@ pub mod model;
 mod script;
 
 pub use self::script::{
-    owns_partition, Advance, Cancelled, CatalogEntry, CreateOutcome, EffectDone, EffectRecord, EffectRelease,
-    ForkOutcome, ListFilter, PageCursor, Rerun, RestartOutcome, RetryOutcome, RunEvent, Rung, SchedulePut,
-    ScheduleRecord, ScriptStore, ServedSpec, SignalOutcome, StoreConfig, Suspend, Suspended, WorkerInfo,
-    SCHEMA_VERSION,
+    child_signal, owns_partition, Advance, Cancelled, Cascade, CatalogEntry, ChildResult, CreateOutcome, EffectDone,
+    EffectRecord, EffectRelease, ForkOutcome, ListFilter, PageCursor, Rerun, RestartOutcome, RetryOutcome, RunEvent,
+    Rung, SchedulePut, ScheduleRecord, ScriptStore, ServedSpec, SignalOutcome, StoreConfig, Suspend, Suspended,
+    WorkerInfo, SCHEMA_VERSION,
 };
 pub use engine::{AckScope, ReplicaAck};
-pub use model::{ClaimOutcome, Claimed, CreateOptions, EffectClaim, Finish, Holder, Lease, RunHeader, RunStatus, Wait};
+pub use model::{
+    ChildLink, ClaimOutcome, Claimed, CreateOptions, EffectClaim, Finish, Holder, Lease, ParentCancel, ParentLink,
+    RunHeader, RunStatus, Wait,
+};
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]

@@ -144,6 +144,11 @@ pub struct RunHeader {
     pub forked_from: Option<(String, u32)>,
     /// Restarts in place so far, and the entry the last one went on from (`restart.lua`).
     pub restarts: Option<(u32, u32)>,
+    /// The parent run and the journal index of its call that started this one (a child
+    /// workflow, `ctx.child`).
+    pub parent: Option<ParentLink>,
+    /// The child runs this run started, by the journal index of the call (`children`).
+    pub children: Vec<ChildLink>,
     /// Takeovers at the current journal position (the worker died or stalled each time).
     pub crashes: u32,
     /// The workers that held the run when it crashed there.
@@ -217,6 +222,13 @@ impl RunHeader {
                 Some((thread.to_owned(), n.parse().ok()?))
             }),
             restarts: num(map, "restarts").map(|n| (n, num(map, "restarted_from").unwrap_or(0))),
+            parent: text(map, "parent").and_then(|p| {
+                Some(ParentLink {
+                    thread: ThreadId::new(p).ok()?,
+                    index: num(map, "parent_i")?,
+                })
+            }),
+            children: children_of(map),
             crashes: num(map, "crashes").unwrap_or(0),
             crashed_by: text(map, "crashed_by"),
             wait,
@@ -244,6 +256,76 @@ pub struct CreateOptions {
     /// whatever it is doing (sleeping, waiting, running a step): the deadline is kept in the
     /// run and bounds its due time, so it fires after any crash.
     pub timeout: Option<std::time::Duration>,
+    /// The run that starts this one as its child (kept as `parent`/`parent_i`): the child
+    /// tells it when it ends.
+    pub parent: Option<ParentLink>,
+}
+
+/// A child run's link to its parent: the parent's thread and the journal index of the call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentLink {
+    /// The parent run.
+    pub thread: ThreadId,
+    /// The journal index of the parent's `child` call.
+    pub index: u32,
+}
+
+/// What cancelling a parent does to a child it started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ParentCancel {
+    /// The child is cancelled too (the default).
+    #[default]
+    Cancel,
+    /// The child runs on.
+    Abandon,
+}
+
+impl ParentCancel {
+    /// The stored form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParentCancel::Cancel => "cancel",
+            ParentCancel::Abandon => "abandon",
+        }
+    }
+}
+
+/// A child run as its parent records it (field `children`: `\x1e<index>\x1f<thread>\x1f<policy>`
+/// per child).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildLink {
+    /// The journal index of the parent's call.
+    pub index: u32,
+    /// The child run.
+    pub thread: ThreadId,
+    /// What cancelling the parent does to it.
+    pub on_parent_cancel: ParentCancel,
+}
+
+fn children_of(map: &BTreeMap<String, Vec<u8>>) -> Vec<ChildLink> {
+    let Some(links) = text(map, "children") else {
+        return Vec::new();
+    };
+    let mut out: Vec<ChildLink> = links
+        .split('\x1e')
+        .filter_map(|link| {
+            let mut parts = link.split('\x1f');
+            let index = parts.next()?.parse().ok()?;
+            let (thread, policy) = (parts.next()?, parts.next().unwrap_or("cancel"));
+            Some(ChildLink {
+                index,
+                thread: ThreadId::new(thread).ok()?,
+                on_parent_cancel: if policy == "abandon" {
+                    ParentCancel::Abandon
+                } else {
+                    ParentCancel::Cancel
+                },
+            })
+        })
+        .collect();
+    out.sort_by_key(|c| c.index);
+    out
 }
 
 /// A lease held by a worker: what every fenced write presents.

@@ -121,6 +121,9 @@ pub struct CtxParts {
     pub workflow: String,
     /// Test doubles and live-call counts (the test kit; `None` in production).
     pub stubs: Option<super::Stubs>,
+    /// Publishes the start tasks of child runs (the worker's broker); `None`: the due
+    /// scanner's safety net publishes them.
+    pub tasks: Option<Arc<dyn super::TaskSink>>,
     /// Server time (ms) when the run was claimed: the run's clock (`now()`, wake times,
     /// entry timestamps) is server time, carried on by the local monotonic clock.
     pub server_now: u64,

@@ -2,6 +2,7 @@
 //! whose every call is journaled, so a resumed run replays recorded results instead of
 //! repeating work.
 
+mod child;
 mod ctx;
 pub mod decide;
 mod effect;
@@ -13,6 +14,7 @@ pub mod schema;
 mod stubs;
 mod wait;
 
+pub use child::{child_thread_id, ChildSpec, TaskSink};
 pub use ctx::{panic_message, Ctx, CtxParts, SliceExit, SliceLimits};
 pub use effect::{
     busy_backoff, key_still_held, orphan_if_owner_ended, EffectCtx, EffectOptions, EffectPolicy, ReconcileFn,

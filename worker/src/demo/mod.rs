@@ -1,7 +1,7 @@
 //! The demo workflows hosted by the `savepoint-worker` binary: `invoice` (the seed's story),
 //! `approval` (human in the loop), `webhook` (an HTTP effect with an idempotency key) and
 //! `chain` (trivial steps, for benchmarks) and `fanout` (parallel steps and effects, a race
-//! with a timeout).
+//! with a timeout), and `family` with `kid` (child workflows).
 //!
 //! Every demo effect call, real or repeated, appends one JSON record
 //! `{"thread_id","effect","key","at"}` to the Redis list `<namespace>:demo:effects`, so a
@@ -9,12 +9,14 @@
 
 mod approval;
 mod chain;
+mod family;
 mod fanout;
 mod invoice;
 mod webhook;
 
 pub use approval::Approval;
 pub use chain::Chain;
+pub use family::{Family, Kid};
 pub use fanout::Fanout;
 pub use invoice::Invoice;
 pub use webhook::Webhook;
@@ -96,9 +98,11 @@ pub fn registry_from_spec(store: &ScriptStore, spec: &str) -> Result<Registry, S
             "webhook" => r.register_versions(Webhook::new(log.clone()), v, min),
             "chain" => r.register_versions(Chain, v, min),
             "fanout" => r.register_versions(Fanout::new(log.clone()), v, min),
+            "family" => r.register_versions(Family, v, min),
+            "kid" => r.register_versions(Kid::new(log.clone()), v, min),
             other => {
                 return Err(format!(
-                    "unknown demo workflow {other:?}: invoice, approval, webhook, chain, fanout"
+                    "unknown demo workflow {other:?}: invoice, approval, webhook, chain, fanout, family, kid"
                 ))
             }
         };
@@ -114,6 +118,8 @@ pub fn registry(store: &ScriptStore) -> Registry {
         .register(Approval)
         .register(Webhook::new(log.clone()))
         .register(Chain)
-        .register(Fanout::new(log));
+        .register(Fanout::new(log.clone()))
+        .register(Family)
+        .register(Kid::new(log));
     r
 }

@@ -51,6 +51,8 @@ pub struct Cancelled {
     /// (journal index, key) of every intent the run held; each is now an explicit
     /// "in doubt, owner cancelled" record that an operator settles from any run that needs it.
     pub settled: Vec<(u32, String)>,
+    /// Its parent told, and its children cancelled with it (see [`ScriptStore::cascade_cancel`]).
+    pub cascade: super::Cascade,
 }
 
 impl ScriptStore {
@@ -117,8 +119,23 @@ impl ScriptStore {
     }
 
     /// Cancels a run that has not ended and settles the effect intents it held as "in
-    /// doubt, owner cancelled". `Ok(Err(status))` when it had already ended.
+    /// doubt, owner cancelled"; then tells its parent, and cancels the children it started
+    /// (unless their policy says otherwise). `Ok(Err(status))` when it had already ended.
     pub async fn cancel(&self, thread: &ThreadId, reason: &str) -> Result<Result<Cancelled, RunStatus>, StoreError> {
+        let mut c = match self.cancel_one(thread, reason).await? {
+            Ok(c) => c,
+            Err(status) => return Ok(Err(status)),
+        };
+        c.cascade = self.cascade_cancel(thread, reason).await;
+        Ok(Ok(c))
+    }
+
+    /// [`ScriptStore::cancel`] of the run alone.
+    pub(super) async fn cancel_one(
+        &self,
+        thread: &ThreadId,
+        reason: &str,
+    ) -> Result<Result<Cancelled, RunStatus>, StoreError> {
         let k = self.keys.run(thread);
         let mut inv = self.scripts.cancel.prepare_invoke();
         inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
@@ -146,7 +163,10 @@ impl ScriptStore {
                 settled.push((index, key.as_str().to_owned()));
             }
         }
-        Ok(Ok(Cancelled { settled }))
+        Ok(Ok(Cancelled {
+            settled,
+            cascade: Default::default(),
+        }))
     }
 
     /// Makes a run blocked on `effect_key` runnable again. `Ok(Ok(rerun))` with what its task

@@ -1,5 +1,6 @@
 //! The Redis implementation of the checkpoint store.
 
+mod children;
 mod control;
 mod effects;
 mod fleet;
@@ -28,6 +29,7 @@ use crate::keys::Keys;
 use reply::Reply;
 use scripts::Scripts;
 
+pub use children::{child_signal, Cascade, ChildResult};
 pub use control::{Cancelled, ForkOutcome, Rerun, RestartOutcome, RetryOutcome, SignalOutcome};
 pub use effects::{EffectDone, EffectRecord, EffectRelease};
 pub use fleet::{owns_partition, CatalogEntry, ServedSpec, WorkerInfo};
@@ -72,6 +74,8 @@ pub struct StoreConfig {
     pub replica_ack: Option<ReplicaAck>,
     /// Signals a run may hold before it asks for them.
     pub max_buffered_signals: u32,
+    /// How often a parent waiting for a child run looks at it again.
+    pub child_poll: Duration,
     /// Seals user payloads before they reach Redis (README "Security"); `None`: plaintext.
     pub codec: Option<crate::security::PayloadCodec>,
     /// CA and client certificate for `rediss://`.
@@ -93,6 +97,7 @@ impl Default for StoreConfig {
             effect_ttl: Duration::from_secs(30 * 24 * 3600),
             event_cap: 1000,
             max_buffered_signals: 1000,
+            child_poll: Duration::from_secs(30),
             codec: None,
             tls: Default::default(),
             replica_ack: None,
@@ -332,6 +337,10 @@ impl ScriptStore {
             .arg(ms(self.cfg.retention))
             .arg(ms(self.cfg.queued_redeliver))
             .arg(opts.timeout.map(|d| ms(d).to_string()).unwrap_or_default());
+        match &opts.parent {
+            Some(p) => inv.arg(p.thread.as_str()).arg(p.index),
+            None => inv.arg("").arg(""),
+        };
         let r = self.invoke(&inv).await?;
         match r.tag().as_str() {
             "created" => Ok(CreateOutcome::Created),

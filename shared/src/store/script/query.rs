@@ -72,7 +72,7 @@ impl std::fmt::Display for PageCursor {
 }
 
 /// Every field of the run hash except the journal (`j:<i>`).
-const HEADER_FIELDS: [&str; 33] = [
+const HEADER_FIELDS: [&str; 36] = [
     "wf",
     "wfv",
     "schema",
@@ -100,6 +100,9 @@ const HEADER_FIELDS: [&str; 33] = [
     "forked_from",
     "restarts",
     "restarted_from",
+    "parent",
+    "parent_i",
+    "children",
     "crashes",
     "crashed_by",
     "wait_kind",

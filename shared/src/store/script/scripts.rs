@@ -41,6 +41,7 @@ scripts!(
     heartbeat,
     event,
     note,
+    child_link,
     signal,
     cancel,
     unblock,
