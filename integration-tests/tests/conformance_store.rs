@@ -139,6 +139,7 @@ async fn claim_outcomes_and_fenced_commits(s: ScriptStore) {
             wait: None,
             backoff_on: None,
             drop_begin: None,
+            queue: None,
         },
         ("yielded", ""),
     )
@@ -176,6 +177,7 @@ async fn sleeping_waiting_and_signals(s: ScriptStore) {
             wait: None,
             backoff_on: None,
             drop_begin: None,
+            queue: None,
         },
         ("slept", "nap"),
     )
@@ -197,6 +199,7 @@ async fn sleeping_waiting_and_signals(s: ScriptStore) {
             wait: None,
             backoff_on: None,
             drop_begin: None,
+            queue: None,
         },
         ("slept", "nap"),
     )
@@ -229,6 +232,7 @@ async fn sleeping_waiting_and_signals(s: ScriptStore) {
                 wait: Some(&wait),
                 backoff_on: None,
                 drop_begin: None,
+                queue: None,
             },
             ("interrupted", "gate"),
         )
@@ -284,6 +288,7 @@ async fn sleeping_waiting_and_signals(s: ScriptStore) {
                 wait: Some(&wait_go),
                 backoff_on: None,
                 drop_begin: None,
+                queue: None,
             },
             ("waiting_signal", "go"),
         )
@@ -374,6 +379,7 @@ async fn scan_due_hands_each_run_out_once_per_period(s: ScriptStore) {
                 wait: None,
                 backoff_on: None,
                 drop_begin: None,
+                queue: None,
             },
             ("slept", ""),
         )

@@ -2,7 +2,7 @@
 //! here is harmless — every run with pending work has a due time in Redis and the scanner
 //! rings again — so callers log publish failures instead of failing the request.
 
-use savepoint::broker::{Broker, BrokerError};
+use savepoint::broker::{Broker, BrokerError, Queues};
 use savepoint::failpoints::{Failpoints, Injected};
 use savepoint::ids::ThreadId;
 use savepoint::keys::Keys;
@@ -30,6 +30,8 @@ pub enum PublishError {
 #[derive(Clone, Debug)]
 pub struct Publisher {
     broker: Broker,
+    /// Every task queue by name (`None`: one queue, the broker's).
+    queues: Option<Queues>,
     keys: Keys,
     failpoints: Failpoints,
 }
@@ -39,9 +41,16 @@ impl Publisher {
     pub fn new(broker: Broker, keys: Keys, failpoints: Failpoints) -> Self {
         Self {
             broker,
+            queues: None,
             keys,
             failpoints,
         }
+    }
+
+    /// The same, publishing each run's tasks to its task queue.
+    pub fn with_queues(mut self, queues: Queues) -> Self {
+        self.queues = Some(queues);
+        self
     }
 
     /// This process's failpoints (the schedule loop checks its own).
@@ -63,6 +72,18 @@ impl Publisher {
         reason: TaskReason,
         trace: Option<&str>,
     ) -> Result<(), PublishError> {
+        self.publish_on(None, thread, step, reason, trace).await
+    }
+
+    /// [`Publisher::publish`] to task queue `queue` (`None`: the default queue).
+    pub async fn publish_on(
+        &self,
+        queue: Option<&str>,
+        thread: &ThreadId,
+        step: Option<u32>,
+        reason: TaskReason,
+        trace: Option<&str>,
+    ) -> Result<(), PublishError> {
         self.failpoints.check(BEFORE_PUBLISH).await?;
         let task = Task::new(thread.clone(), self.keys.partition(thread), step, reason);
         let span = tracing::info_span!("publish", thread.id = %thread, task.reason = reason_name(reason));
@@ -77,7 +98,13 @@ impl Publisher {
             .filter(|t| !t.is_empty())
             .map(|t| vec![(TRACEPARENT.to_owned(), t.to_owned())])
             .unwrap_or_default();
-        tracing::Instrument::instrument(self.broker.publish(&task.encode(), &headers), span).await?;
+        let sent = async {
+            match (&self.queues, queue) {
+                (Some(qs), Some(q)) => qs.publish(Some(q), &task.encode(), &headers).await,
+                _ => self.broker.publish(&task.encode(), &headers).await,
+            }
+        };
+        tracing::Instrument::instrument(sent, span).await?;
         inc(&metrics().published, &[("reason", reason_name(reason))]);
         Ok(())
     }

@@ -88,7 +88,8 @@ pub async fn serve(cfg: Config, listener: TcpListener, shutdown: CancellationTok
             return Err(e);
         }
     };
-    let publisher = Publisher::new(broker, cfg.keys(), failpoints);
+    let queues = savepoint::broker::Queues::new(cfg.broker(), broker.clone());
+    let publisher = Publisher::new(broker, cfg.keys(), failpoints).with_queues(queues);
     let _ = slot.set(Services {
         store: store.clone(),
         publisher: publisher.clone(),

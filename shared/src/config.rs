@@ -94,6 +94,9 @@ pub struct WorkerSection {
     pub http_addr: String,
     /// Name prefix of the worker's incarnation id.
     pub name: String,
+    /// Task queues this worker consumes, comma-separated (e.g. `gpu` or `default,gpu`);
+    /// empty: the deployment's queue (`queue`) alone.
+    pub queues: String,
 }
 
 impl Default for WorkerSection {
@@ -108,6 +111,7 @@ impl Default for WorkerSection {
             shutdown_grace_ms: 10_000,
             http_addr: "127.0.0.1:7071".into(),
             name: "worker".into(),
+            queues: String::new(),
         }
     }
 }
@@ -314,6 +318,7 @@ impl Config {
         env_parse(env, "SAVEPOINT_MAX_JOURNAL_BYTES", &mut w.max_journal_bytes)?;
         env_parse(env, "SAVEPOINT_SHUTDOWN_GRACE_MS", &mut w.shutdown_grace_ms)?;
         env_parse(env, "SAVEPOINT_WORKER_HTTP_ADDR", &mut w.http_addr)?;
+        env_parse(env, "SAVEPOINT_WORKER_QUEUES", &mut w.queues)?;
         env_parse(env, "SAVEPOINT_WORKER_NAME", &mut w.name)?;
         let s = &mut self.scheduler;
         env_parse(env, "SAVEPOINT_HTTP_ADDR", &mut s.http_addr)?;
@@ -399,6 +404,11 @@ impl Config {
         if self.worker_ttl_ms < 1000 || self.max_crashes == 0 {
             return bad("worker_ttl_ms must be at least 1000 and max_crashes at least 1".into());
         }
+        for q in self.worker_queues() {
+            if q != self.queue {
+                crate::broker::valid_queue(&q).map_err(|e| ConfigError::Invalid(format!("worker.queues: {e}")))?;
+            }
+        }
         if self.retention_secs == 0
             || self.effect_ttl_secs == 0
             || self.redeliver_ms == 0
@@ -470,6 +480,20 @@ impl Config {
         // validate() checked the namespace; an invalid one degrades to the default.
         let ns = Namespace::new(self.namespace.clone()).unwrap_or_else(|_| Namespace::default_ns());
         Keys::new(ns, self.partitions)
+    }
+
+    /// The task queues a worker consumes (`worker.queues`, else the deployment's `queue`).
+    pub fn worker_queues(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for q in self.worker.queues.split(',').map(str::trim).filter(|q| !q.is_empty()) {
+            if !out.iter().any(|o| o == q) {
+                out.push(q.to_owned());
+            }
+        }
+        if out.is_empty() {
+            out.push(self.queue.clone());
+        }
+        out
     }
 
     /// Store timings.

@@ -29,6 +29,7 @@ pub const NAMES: &[&str] = &[
     "child.before_start",
     "child.after_start",
     "child.before_notify",
+    "route.before_yield",
 ];
 
 /// What a failpoint does when it fires.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use savepoint::broker::{Broker, Delivery};
+use savepoint::broker::{Broker, Delivery, Queues};
 use savepoint::failpoints::Failpoints;
 use savepoint::ids::Incarnation;
 use savepoint::metrics::{inc, metrics};
@@ -23,6 +23,10 @@ const MAX_HOPS: u32 = 4;
 pub(crate) struct Shared {
     pub store: ScriptStore,
     pub broker: Broker,
+    /// Every task queue by name (publishing to the queue a run is routed to).
+    pub queues: Queues,
+    /// The task queues this worker consumes.
+    pub served_queues: Vec<String>,
     pub registry: Registry,
     pub failpoints: Failpoints,
     pub incarnation: Incarnation,
@@ -168,6 +172,7 @@ async fn handle(shared: &Shared, d: Delivery) {
         ClaimOutcome::Stale(_) => "stale",
         ClaimOutcome::Unserved { .. } => "unserved",
         ClaimOutcome::Poison(_) => "poison",
+        ClaimOutcome::Misrouted(_) => "misrouted",
     };
     match &claimed {
         ClaimOutcome::Unserved {
@@ -186,6 +191,18 @@ async fn handle(shared: &Shared, d: Delivery) {
             if *tries <= MAX_HOPS && shared.served_elsewhere(workflow, *version).await {
                 hand_on(shared, &d, &task, *rv).await;
             }
+        }
+        ClaimOutcome::Misrouted(queue) => {
+            // Published before the run was routed elsewhere, or by a publisher that did not
+            // know its queue: the task belongs to that queue's consumers.
+            tracing::debug!(%queue, "run routed to another task queue: forwarding the task");
+            let headers: Vec<(String, String)> = d.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            if let Err(e) = shared.queues.publish(Some(queue), &d.data, &headers).await {
+                tracing::warn!(%queue, error = %e, "forwarding to the run's task queue failed; requeueing");
+                let _ = d.requeue().await;
+                return;
+            }
+            inc(&metrics().published, &[("reason", "forward")]);
         }
         ClaimOutcome::Poison(reason) => {
             if savepoint::telemetry::outside_spans() {

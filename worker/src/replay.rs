@@ -161,6 +161,7 @@ pub(crate) async fn replay_as(
         workflow: workflow.to_owned(),
         stubs: None,
         tasks: None,
+        routing: None,
         server_now: savepoint::journal::now_ms(),
     });
     let stopped = ctx.exit_signal();

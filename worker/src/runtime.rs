@@ -7,7 +7,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use savepoint::broker::{Broker, BrokerError};
+use savepoint::broker::{Broker, BrokerError, Consumer, Delivery, Queues};
 use savepoint::config::Config;
 use savepoint::failpoints::{FailpointParseError, Failpoints};
 use savepoint::ids::Incarnation;
@@ -182,12 +182,14 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
     }
     let store = connect_store(&cfg, &shutdown).await?;
     let broker = Broker::connect(cfg.broker(), Duration::from_secs(60)).await?;
+    let queues = Queues::new(cfg.broker(), broker.clone());
+    let served_queues = cfg.worker_queues();
     let incarnation = Incarnation::new(&cfg.worker.name);
     let catalog = opts.registry.catalog();
     let info = WorkerInfo {
         id: incarnation.as_str().to_owned(),
         workflows: catalog.clone(),
-        queue: cfg.queue.clone(),
+        queue: served_queues.join(","),
         until: 0,
         ttl_ms: cfg.store().worker_ttl.as_millis() as u64,
         ops,
@@ -215,12 +217,14 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
     let shared = Arc::new(Shared {
         store,
         broker: broker.clone(),
+        queues: queues.clone(),
+        served_queues: served_queues.clone(),
         registry: opts.registry.clone(),
         failpoints,
         incarnation,
         limits: cfg.limits(),
         slices_stop: slices_stop.clone(),
-        served: ServedSpec::new(&catalog),
+        served: ServedSpec::new(&catalog).on_queues(&served_queues),
         fleet: std::sync::RwLock::new(fleet),
         fleet_read: std::sync::Mutex::new(tokio::time::Instant::now()),
         stubs: opts.stubs.clone(),
@@ -233,8 +237,15 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
         cfg.store().worker_ttl,
         crash.clone(),
     ));
-    let mut consumer = broker.consumer(shared.incarnation.as_str(), consume_stop.clone());
-    consumer.ready().await;
+    // One consumer per task queue served (each its own connection on AMQP).
+    let mut consumers = Vec::new();
+    for q in &served_queues {
+        let b = queues.get(q).await?;
+        let mut c = b.consumer(shared.incarnation.as_str(), consume_stop.clone());
+        c.ready().await;
+        consumers.push(c);
+    }
+    tracing::info!(queues = ?served_queues, "consuming");
     // Runs given back while no worker served them are due now: this one, consuming from now
     // on, may serve them.
     match shared.store.wake_unserved().await {
@@ -257,7 +268,7 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
             biased;
             _ = shutdown.cancelled() => break,
             _ = crash.cancelled() => break,
-            d = consumer.next() => match d { Some(d) => d, None => break },
+            d = next_delivery(&mut consumers) => match d { Some(d) => d, None => break },
         };
         metrics().reconnects.set(broker.reconnects() as i64);
         let shared = shared.clone();
@@ -272,14 +283,18 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
         tracing::warn!(worker.id = %shared.incarnation, "worker crashed (simulated kill -9): dropping everything");
         tasks.abort_all();
         registration.abort();
-        drop(consumer);
+        drop(consumers);
         return Ok(());
     }
     tracing::info!(worker.id = %shared.incarnation, inflight = tasks.len(), "shutting down: in-flight runs yield at their next call");
     slices_stop.cancel();
     consume_stop.cancel();
     // Drain the consumer: it cancels and anything prefetched but not started is requeued.
-    let drain = tokio::spawn(async move { while consumer.next().await.is_some() {} });
+    let drain = tokio::spawn(async move {
+        for mut consumer in consumers {
+            while consumer.next().await.is_some() {}
+        }
+    });
     let grace = Duration::from_millis(cfg.worker.shutdown_grace_ms);
     let drained = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
     if drained.is_err() {
@@ -296,4 +311,13 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
     }
     tracing::info!("worker stopped");
     Ok(())
+}
+
+/// The next delivery from any of the consumers (`None` once one has shut down).
+async fn next_delivery(consumers: &mut [Consumer]) -> Option<Delivery> {
+    if let [only] = consumers {
+        return only.next().await;
+    }
+    let nexts = consumers.iter_mut().map(|c| Box::pin(c.next()));
+    futures::future::select_all(nexts).await.0
 }

@@ -12,7 +12,7 @@ use tracing::Instrument;
 use futures::future::BoxFuture;
 use std::sync::Arc;
 
-use savepoint::broker::Broker;
+use savepoint::broker::Queues;
 use savepoint::ids::{EffectKey, ThreadId};
 use savepoint::lease::LeaseClock;
 use savepoint::metrics::{inc, metrics};
@@ -20,7 +20,9 @@ use savepoint::protocol::{Task, TaskReason};
 use savepoint::store::Suspend;
 use savepoint::store::{ChildResult, Claimed, Finish, Lease, RunStatus, ScriptStore, SignalOutcome};
 use savepoint::workflow::decide::{self, Body, SliceEnd};
-use savepoint::workflow::{busy_backoff, key_still_held, Ctx, CtxParts, RunError, SliceExit, TaskSink, WorkflowError};
+use savepoint::workflow::{
+    busy_backoff, key_still_held, Ctx, CtxParts, Routing, RunError, SliceExit, TaskSink, WorkflowError,
+};
 
 use crate::handle::Shared;
 use crate::heartbeat::Heartbeat;
@@ -37,6 +39,7 @@ fn unreadable(c: &Claimed) -> Option<String> {
 pub(crate) async fn publish(
     shared: &Shared,
     thread: &ThreadId,
+    queue: Option<&str>,
     step: Option<u32>,
     reason: TaskReason,
     trace: Option<&str>,
@@ -54,7 +57,12 @@ pub(crate) async fn publish(
         .or(trace)
         .map(|t| vec![("traceparent".to_owned(), t.to_owned())])
         .unwrap_or_default();
-    match shared.broker.publish(&task.encode(), &headers).instrument(span).await {
+    match shared
+        .queues
+        .publish(queue, &task.encode(), &headers)
+        .instrument(span)
+        .await
+    {
         Ok(()) => {
             inc(&metrics().published, &[("reason", reason.as_str())]);
             if let Err(e) = shared.store.mark_queued(&[(thread.clone(), rv)]).await {
@@ -71,18 +79,18 @@ pub(crate) async fn publish(
 /// unconfirmed-start safety net).
 struct ChildStarter {
     store: ScriptStore,
-    broker: Broker,
+    queues: Queues,
 }
 
 impl TaskSink for ChildStarter {
-    fn start(&self, thread: ThreadId) -> BoxFuture<'static, ()> {
-        let (store, broker) = (self.store.clone(), self.broker.clone());
+    fn start(&self, thread: ThreadId, queue: Option<String>) -> BoxFuture<'static, ()> {
+        let (store, queues) = (self.store.clone(), self.queues.clone());
         Box::pin(async move {
             let task = Task::new(thread.clone(), store.keys().partition(&thread), None, TaskReason::Start);
             let headers: Vec<(String, String)> = savepoint::telemetry::current_traceparent()
                 .map(|t| vec![("traceparent".to_owned(), t)])
                 .unwrap_or_default();
-            match broker.publish(&task.encode(), &headers).await {
+            match queues.publish(queue.as_deref(), &task.encode(), &headers).await {
                 Ok(()) => {
                     inc(&metrics().published, &[("reason", TaskReason::Start.as_str())]);
                     if let Err(e) = store.confirm_started(&[thread]).await {
@@ -106,15 +114,10 @@ async fn tell_parent(shared: &Shared, c: &Claimed, result: ChildResult) {
     }
     match shared.store.notify_parent(&c.lease.thread, parent, &result).await {
         Ok(SignalOutcome::Woke(r)) => {
-            publish(
-                shared,
-                &parent.thread,
-                None,
-                TaskReason::Signal,
-                r.trace.as_deref(),
-                r.rv,
-            )
-            .await;
+            // (Its queue: one read; a wrong guess would be forwarded by the worker it reached.)
+            let queue = shared.store.run_queue(&parent.thread).await.ok().flatten();
+            let (q, trace) = (queue.as_deref(), r.trace.as_deref());
+            publish(shared, &parent.thread, q, None, TaskReason::Signal, trace, r.rv).await;
         }
         Ok(o) => tracing::debug!(parent = %parent.thread, outcome = ?o, "told the parent"),
         Err(e) => {
@@ -252,8 +255,16 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         stubs: shared.stubs.clone(),
         tasks: Some(Arc::new(ChildStarter {
             store: shared.store.clone(),
-            broker: shared.broker.clone(),
+            queues: shared.queues.clone(),
         })),
+        routing: Some(Routing {
+            served: shared.served_queues.clone(),
+            home: c
+                .header
+                .home_queue
+                .clone()
+                .unwrap_or_else(|| shared.queues.home_name().to_owned()),
+        }),
         server_now: c.server_now,
     });
     let stopped = ctx.exit_signal();
@@ -314,10 +325,12 @@ async fn run_slice(shared: &Shared, c: Claimed) {
             }
         }
         SliceEnd::FollowExit => match ctx.take_exit() {
-            Some(SliceExit::Yielded { rv }) => {
+            Some(SliceExit::Yielded { rv, queue }) => {
+                let q = queue.as_deref().or(c.header.queue.as_deref());
                 publish(
                     shared,
                     &lease.thread,
+                    q,
                     Some(ctx.next_index()),
                     TaskReason::Continue,
                     trace,
@@ -327,7 +340,8 @@ async fn run_slice(shared: &Shared, c: Claimed) {
                 "yielded"
             }
             Some(SliceExit::Suspended { woke: true, rv }) => {
-                publish(shared, &lease.thread, None, TaskReason::Signal, trace, rv).await;
+                let q = c.header.queue.as_deref();
+                publish(shared, &lease.thread, q, None, TaskReason::Signal, trace, rv).await;
                 "suspended"
             }
             Some(SliceExit::Suspended { woke: false, .. }) => "suspended",

@@ -77,6 +77,12 @@ pub(crate) struct StartRequest {
     #[serde(default)]
     #[schema(minimum = 1, maximum = 31_536_000, example = 3600)]
     pub timeout_secs: Option<f64>,
+    /// The task queue the run's calls go to (`{ns}.q.<queue>`, served by workers with it in
+    /// `SAVEPOINT_WORKER_QUEUES`); by default the deployment's queue. A call may still be
+    /// routed elsewhere by the code (`ctx.step_on`).
+    #[serde(default)]
+    #[schema(pattern = "^[a-z0-9_-]{1,64}$", example = "gpu")]
+    pub queue: Option<String>,
 }
 
 /// A JSON integer as a `u32`, also written as a float with no fraction (`2.0`: JSON Schema
@@ -328,6 +334,12 @@ pub(crate) struct RunView {
     /// When it fails with a timeout if it has not ended (ms; started with `timeout_secs`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deadline_at: Option<u64>,
+    /// The task queue its next task goes to (absent: the deployment's default queue).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// The task queue it was started on, where its calls run unless routed elsewhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub home_queue: Option<String>,
     /// The run this one was forked from, and the entry.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<Lineage>,

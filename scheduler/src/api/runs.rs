@@ -122,6 +122,9 @@ pub(crate) async fn start(
             ))
         }
     };
+    if let Some(q) = &req.queue {
+        savepoint::broker::valid_queue(q).map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e))?;
+    }
     let input = req.input.to_string();
     if input.len() > st.max_body {
         return Err(ApiError::new(
@@ -148,7 +151,11 @@ pub(crate) async fn start(
             entry.version,
             &input,
             &trace,
-            &CreateOptions { timeout, parent: None },
+            &CreateOptions {
+                timeout,
+                parent: None,
+                queue: req.queue.clone(),
+            },
         )
         .await?
     {
@@ -160,7 +167,8 @@ pub(crate) async fn start(
             }
             // A failed publish is only logged: the run has a due time and the scanner starts
             // it after the redelivery delay.
-            super::control::ring(svc, &thread, Some(0), TaskReason::Start, Some(&trace), 0).await;
+            let q = req.queue.as_deref();
+            super::control::ring_on(svc, q, &thread, Some(0), TaskReason::Start, Some(&trace), 0).await;
             Ok((
                 StatusCode::CREATED,
                 Json(StartReply {

@@ -565,6 +565,7 @@ async fn start(svc: &Services, spec: &ScheduleSpec, input: &Value, thread: &str)
     let opts = CreateOptions {
         timeout: spec.timeout_secs.map(Duration::from_secs_f64),
         parent: None,
+        queue: None,
     };
     match svc
         .store

@@ -194,6 +194,8 @@ pub(crate) fn run_view(h: &RunHeader, f: &Facts) -> RunView {
         crashed_by: h.crashed_by.clone().filter(|_| h.crashes > 0),
         due_at: h.due,
         deadline_at: h.deadline,
+        queue: h.queue.clone(),
+        home_queue: h.home_queue.clone(),
         forked_from: h.forked_from.as_ref().map(|(thread, n)| super::model::Lineage {
             thread_id: thread.clone(),
             from_step: *n,
@@ -331,6 +333,8 @@ mod tests {
             restarts: None,
             parent: None,
             children: Vec::new(),
+            queue: None,
+            home_queue: None,
             crashes: 0,
             crashed_by: None,
             wait: Some(Wait {

@@ -203,6 +203,9 @@ pub fn run(v: &Value) -> String {
             format!("{} at entry {}", text(&f["thread_id"]), text(&f["from_step"])),
         ));
     }
+    if let Some(q) = v.get("queue") {
+        rows.push(("queue", text(q)));
+    }
     if let Some(p) = v.get("parent") {
         rows.push((
             "parent",

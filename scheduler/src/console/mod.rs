@@ -615,6 +615,17 @@ async fn run_page(State(st): State<ConsoleState>, Path(raw): Path<String>) -> Pa
             value: format!("{source} at entry {n}"),
         });
     }
+    if let Some(q) = &h.queue {
+        let home = h.home_queue.as_deref().unwrap_or(q);
+        fields.push(Field {
+            name: "task queue",
+            value: if home == q {
+                q.clone()
+            } else {
+                format!("{q} (routed there for its next call; home {home})")
+            },
+        });
+    }
     if let Some(p) = &h.parent {
         fields.push(Field {
             name: "parent",

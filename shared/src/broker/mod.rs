@@ -15,6 +15,7 @@ mod consumer;
 mod delivery;
 mod error;
 mod publisher;
+mod queues;
 mod topology;
 
 #[cfg(test)]
@@ -24,6 +25,7 @@ pub use backend::{Broker, Consumer};
 pub use consumer::SHUTDOWN_GRACE;
 pub use delivery::Delivery;
 pub use error::BrokerError;
+pub use queues::{valid_queue, Queues};
 pub use topology::Topology;
 
 use std::time::Duration;

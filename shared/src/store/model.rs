@@ -149,6 +149,10 @@ pub struct RunHeader {
     pub parent: Option<ParentLink>,
     /// The child runs this run started, by the journal index of the call (`children`).
     pub children: Vec<ChildLink>,
+    /// The task queue its next task goes to (`q`; `None`: the default queue).
+    pub queue: Option<String>,
+    /// The task queue it was started on (`hq`): where its calls run unless routed elsewhere.
+    pub home_queue: Option<String>,
     /// Takeovers at the current journal position (the worker died or stalled each time).
     pub crashes: u32,
     /// The workers that held the run when it crashed there.
@@ -229,6 +233,8 @@ impl RunHeader {
                 })
             }),
             children: children_of(map),
+            queue: text(map, "q").filter(|q| !q.is_empty()),
+            home_queue: text(map, "hq").filter(|q| !q.is_empty()),
             crashes: num(map, "crashes").unwrap_or(0),
             crashed_by: text(map, "crashed_by"),
             wait,
@@ -259,6 +265,8 @@ pub struct CreateOptions {
     /// The run that starts this one as its child (kept as `parent`/`parent_i`): the child
     /// tells it when it ends.
     pub parent: Option<ParentLink>,
+    /// The task queue it runs on (`None`: the deployment's default queue).
+    pub queue: Option<String>,
 }
 
 /// A child run's link to its parent: the parent's thread and the journal index of the call.
@@ -400,6 +408,9 @@ pub enum ClaimOutcome {
     },
     /// Taken over too often at one journal position: blocked as a poison run, with the reason.
     Poison(String),
+    /// The run is routed to this task queue, which this worker does not consume: untouched;
+    /// the task belongs there.
+    Misrouted(String),
 }
 
 /// Who holds an effect key's record: a run, the journal index of its call, the fence of the

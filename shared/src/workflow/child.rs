@@ -27,7 +27,7 @@ use crate::store::{child_signal, ChildResult, CreateOptions, CreateOutcome, Pare
 /// kit, the simulator) a child's start task is published by the due scanner's safety net.
 pub trait TaskSink: Send + Sync {
     /// Publishes the start task of a run just created, and confirms it to the store.
-    fn start(&self, thread: ThreadId) -> BoxFuture<'static, ()>;
+    fn start(&self, thread: ThreadId, queue: Option<String>) -> BoxFuture<'static, ()>;
 }
 
 /// A child run to start: its workflow, version, input and options.
@@ -39,6 +39,7 @@ pub struct ChildSpec {
     thread_id: Option<ThreadId>,
     on_parent_cancel: ParentCancel,
     timeout: Option<Duration>,
+    queue: Option<String>,
 }
 
 impl ChildSpec {
@@ -57,6 +58,7 @@ impl ChildSpec {
             thread_id: None,
             on_parent_cancel: ParentCancel::Cancel,
             timeout: None,
+            queue: None,
         }
     }
 
@@ -70,6 +72,12 @@ impl ChildSpec {
     /// Cancelling the parent leaves this child running (by default it is cancelled too).
     pub fn abandon_on_parent_cancel(mut self) -> Self {
         self.on_parent_cancel = ParentCancel::Abandon;
+        self
+    }
+
+    /// Start the child on task queue `queue` (by default the parent's home queue).
+    pub fn queue(mut self, queue: &str) -> Self {
+        self.queue = Some(queue.to_owned());
         self
     }
 
@@ -164,12 +172,17 @@ impl Ctx {
         if let Err(e) = link {
             return self.store_failed(e).await;
         }
+        let queue = spec
+            .queue
+            .clone()
+            .or_else(|| self.p.routing.as_ref().map(|r| r.home.clone()));
         let opts = CreateOptions {
             timeout: spec.timeout,
             parent: Some(ParentLink {
                 thread: parent.clone(),
                 index,
             }),
+            queue: queue.clone(),
         };
         let trace = crate::telemetry::current_traceparent().unwrap_or_default();
         let created = self
@@ -180,7 +193,7 @@ impl Ctx {
         match created {
             Ok(CreateOutcome::Created) => {
                 if let Some(tasks) = self.p.tasks.clone() {
-                    tasks.start(child.clone()).await;
+                    tasks.start(child.clone(), queue).await;
                 }
             }
             // Started before this run crashed (the same workflow and input): it is the one.

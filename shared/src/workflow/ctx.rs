@@ -40,6 +40,9 @@ pub enum SliceExit {
     Yielded {
         /// The run's ring version.
         rv: u64,
+        /// The task queue the continuation goes to, when the next call is routed to another
+        /// queue than this worker serves (`None`: the run's current queue).
+        queue: Option<String>,
     },
     /// Blocked with a reason; committed.
     Blocked(String),
@@ -124,9 +127,20 @@ pub struct CtxParts {
     /// Publishes the start tasks of child runs (the worker's broker); `None`: the due
     /// scanner's safety net publishes them.
     pub tasks: Option<Arc<dyn super::TaskSink>>,
+    /// Task queues (`None`: no routing, every call runs here, as in the test kit).
+    pub routing: Option<Routing>,
     /// Server time (ms) when the run was claimed: the run's clock (`now()`, wake times,
     /// entry timestamps) is server time, carried on by the local monotonic clock.
     pub server_now: u64,
+}
+
+/// What a worker serves and where a run belongs, for routing calls to task queues.
+#[derive(Debug, Clone)]
+pub struct Routing {
+    /// The task queues this worker consumes.
+    pub served: Vec<String>,
+    /// The run's home queue: where its calls run unless a call is routed elsewhere.
+    pub home: String,
 }
 
 /// An effect intent this slice took and has not settled.
@@ -157,6 +171,8 @@ pub struct Ctx {
     noted: bool,
     /// Bytes of the journal so far (MessagePack of every entry).
     journal_bytes: u64,
+    /// The task queue the next live call is routed to (`step_on`); `None`: the run's home.
+    pub(super) route: Option<String>,
 }
 
 impl Ctx {
@@ -176,6 +192,7 @@ impl Ctx {
             held: Vec::new(),
             patches: HashMap::new(),
             noted: false,
+            route: None,
         }
     }
 
@@ -393,11 +410,40 @@ impl Ctx {
                     .suspend(&mut self.p.lease, None, how, ("yielded", name))
                     .await;
                 match r {
-                    Ok(s) => self.stop::<()>(SliceExit::Yielded { rv: s.rv }).await,
+                    Ok(s) => self.stop::<()>(SliceExit::Yielded { rv: s.rv, queue: None }).await,
                     Err(e) => self.store_failed::<()>(e).await,
                 }
             }
             super::decide::Gate::Fail(reason) => self.fail_run::<()>(reason).await,
+        }
+        let route = self.route.take();
+        if let Some(r) = self.p.routing.as_ref().filter(|_| !in_group) {
+            let target = route.unwrap_or_else(|| r.home.clone());
+            if !r.served.contains(&target) {
+                // Runs elsewhere: hand the run to a worker of that queue (it replays to here).
+                self.failpoint("route.before_yield").await;
+                let redeliver = self.p.store.config().redeliver;
+                let how = Suspend {
+                    queue: Some(&target),
+                    ..Suspend::until(RunStatus::Pending, redeliver)
+                };
+                let detail = format!("{index} {name} to queue {target}");
+                let r = self
+                    .p
+                    .store
+                    .suspend(&mut self.p.lease, None, how, ("routed", &detail))
+                    .await;
+                match r {
+                    Ok(s) => {
+                        let exit = SliceExit::Yielded {
+                            rv: s.rv,
+                            queue: Some(target),
+                        };
+                        self.stop::<()>(exit).await;
+                    }
+                    Err(e) => self.store_failed::<()>(e).await,
+                }
+            }
         }
         if self.p.crashes > 0 && !self.noted {
             // The previous attempts died at this position: name the call, for the reason a
@@ -566,6 +612,24 @@ impl Ctx {
     {
         let policy = self.p.retry.clone();
         self.step_with(name, &policy, f).await
+    }
+
+    /// `step` on task queue `queue` (`{ns}.q.<queue>`): the run moves to a worker that
+    /// consumes that queue (`SAVEPOINT_WORKER_QUEUES`) for this call, e.g. a GPU fleet, and back
+    /// to its home queue for the next call that is not routed there. That worker must host
+    /// this workflow too (it replays the journal up to the call).
+    pub async fn step_on<T, F, Fut, E>(&mut self, queue: &str, name: &str, f: F) -> Result<T, WorkflowError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Into<StepError>,
+    {
+        let policy = self.p.retry.clone();
+        self.route = Some(queue.to_owned());
+        let r = self.step_with(name, &policy, f).await;
+        self.route = None;
+        r
     }
 
     /// `step` with its own retry policy.

@@ -15,7 +15,7 @@ mod stubs;
 mod wait;
 
 pub use child::{child_thread_id, ChildSpec, TaskSink};
-pub use ctx::{panic_message, Ctx, CtxParts, SliceExit, SliceLimits};
+pub use ctx::{panic_message, Ctx, CtxParts, Routing, SliceExit, SliceLimits};
 pub use effect::{
     busy_backoff, key_still_held, orphan_if_owner_ended, EffectCtx, EffectOptions, EffectPolicy, ReconcileFn,
 };

@@ -64,7 +64,7 @@ pub struct WorkerInfo {
 /// What a worker serves, in the form the claim script matches against a run
 /// (`\x1fname\x1emin\x1emax\x1f…`); empty serves anything (tools that replay any run).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ServedSpec(String);
+pub struct ServedSpec(String, String);
 
 impl ServedSpec {
     /// The spec of these catalog entries.
@@ -73,16 +73,31 @@ impl ServedSpec {
         for e in entries {
             s.push_str(&format!("{}\u{1e}{}\u{1e}{}\u{1f}", e.name, e.min_version, e.version));
         }
-        Self(s)
+        Self(s, String::new())
     }
 
     /// Serves any workflow at any version (no check in the claim).
     pub fn any() -> Self {
-        Self(String::new())
+        Self(String::new(), String::new())
+    }
+
+    /// The same, serving only runs routed to these task queues (`q`): a task for a run routed
+    /// elsewhere is answered `Misrouted` untouched, and the worker forwards it there.
+    pub fn on_queues(mut self, queues: &[String]) -> Self {
+        self.1 = if queues.is_empty() {
+            String::new()
+        } else {
+            format!("\u{1f}{}\u{1f}", queues.join("\u{1f}"))
+        };
+        self
     }
 
     pub(crate) fn as_arg(&self) -> &str {
         &self.0
+    }
+
+    pub(crate) fn queues_arg(&self) -> &str {
+        &self.1
     }
 }
 

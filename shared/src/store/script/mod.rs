@@ -142,6 +142,8 @@ pub struct Suspend<'a> {
     /// The journal index whose begin record (`x:<index>`) to drop: the run backing off never
     /// took that key's intent.
     pub drop_begin: Option<u32>,
+    /// Route the run's next task to this task queue (`q`): a yield to a call routed elsewhere.
+    pub queue: Option<&'a str>,
 }
 
 impl<'a> Suspend<'a> {
@@ -153,6 +155,7 @@ impl<'a> Suspend<'a> {
             wait: None,
             backoff_on: None,
             drop_begin: None,
+            queue: None,
         }
     }
 
@@ -164,6 +167,7 @@ impl<'a> Suspend<'a> {
             wait: Some(wait),
             backoff_on: None,
             drop_begin: None,
+            queue: None,
         }
     }
 }
@@ -341,6 +345,7 @@ impl ScriptStore {
             Some(p) => inv.arg(p.thread.as_str()).arg(p.index),
             None => inv.arg("").arg(""),
         };
+        inv.arg(opts.queue.as_deref().unwrap_or(""));
         let r = self.invoke(&inv).await?;
         match r.tag().as_str() {
             "created" => Ok(CreateOutcome::Created),
@@ -388,6 +393,7 @@ impl ScriptStore {
             .arg(self.cfg.event_cap);
         inv.arg(served.as_arg()).arg(SCHEMA_VERSION).arg(self.cfg.max_crashes);
         inv.arg(ms(UNSERVED_BACKOFF)).arg(ms(UNSERVED_BACKOFF_CAP));
+        inv.arg(served.queues_arg());
         let sent_at = tokio::time::Instant::now();
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
@@ -444,6 +450,7 @@ impl ScriptStore {
                 tries: r.num(6) as u32,
             },
             "poison" => ClaimOutcome::Poison(r.text(1)),
+            "misrouted" => ClaimOutcome::Misrouted(r.text(1)),
             other => return Err(StoreError::Reply(format!("claim: {other}"))),
         })
     }
@@ -534,7 +541,8 @@ impl ScriptStore {
             Some((key, n)) => inv.arg(key).arg(n),
             None => inv.arg("").arg(""),
         };
-        inv.arg(how.drop_begin.map(|i| i.to_string()).unwrap_or_default());
+        inv.arg(how.drop_begin.map(|i| i.to_string()).unwrap_or_default())
+            .arg(how.queue.unwrap_or(""));
         let r = self.invoke(&inv).await?;
         match r.tag().as_str() {
             tag @ ("ok" | "woke") => {

@@ -72,7 +72,7 @@ impl std::fmt::Display for PageCursor {
 }
 
 /// Every field of the run hash except the journal (`j:<i>`).
-const HEADER_FIELDS: [&str; 36] = [
+const HEADER_FIELDS: [&str; 38] = [
     "wf",
     "wfv",
     "schema",
@@ -103,6 +103,8 @@ const HEADER_FIELDS: [&str; 36] = [
     "parent",
     "parent_i",
     "children",
+    "q",
+    "hq",
     "crashes",
     "crashed_by",
     "wait_kind",
@@ -158,6 +160,15 @@ impl ScriptStore {
             )
             .await?;
         header_from_values(self, thread, values)
+    }
+
+    /// The task queue a run's next task goes to (`None`: the default queue, or no such run).
+    pub async fn run_queue(&self, thread: &ThreadId) -> Result<Option<String>, StoreError> {
+        let q: Option<String> = self
+            .engine
+            .query(redis::cmd("HGET").arg(&self.keys.run(thread).run).arg("q"))
+            .await?;
+        Ok(q.filter(|q| !q.is_empty()))
     }
 
     /// One journal entry of a run (`None` if the run or the entry does not exist).

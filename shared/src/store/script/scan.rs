@@ -21,6 +21,8 @@ pub struct Rung {
     pub due: Option<u64>,
     /// Its ring version, for [`ScriptStore::mark_queued`] once the task is confirmed.
     pub rv: u64,
+    /// The task queue its task goes to (`None`: the default queue).
+    pub queue: Option<String>,
 }
 
 impl ScriptStore {
@@ -49,13 +51,14 @@ impl ScriptStore {
         let r = self.invoke(&inv).await?;
         let now = r.num(0);
         let rung = (1..r.0.len())
-            .step_by(4)
+            .step_by(5)
             .filter_map(|i| {
                 Some(Rung {
                     thread: ThreadId::new(r.text(i)).ok()?,
                     trace: Some(r.text(i + 1)).filter(|t| !t.is_empty()),
                     due: r.text(i + 2).parse().ok(),
                     rv: r.num(i + 3),
+                    queue: Some(r.text(i + 4)).filter(|q| !q.is_empty()),
                 })
             })
             .collect();

@@ -5,7 +5,8 @@
 -- ARGV: 1 thread id, 2 owner (worker incarnation), 3 lease_ms, 4 grace_ms,
 --       5 task step ('' = unknown), 6 event cap,
 --       7 served spec: '\31name\30min\30max\31…' ('' = serve anything), 8 checkpoint schema,
---       9 max crashes, 10 unserved back-off base ms, 11 unserved back-off cap ms
+--       9 max crashes, 10 unserved back-off base ms, 11 unserved back-off cap ms,
+--       12 task queues served: '\31q1\31q2\31' ('' = any)
 -- Returns: {'ok', server_now_ms, {run hash fields...}, {signal fields...}, takeover 0|1, crashes}
 --        | {'missing'} | {'terminal', status} | {'waiting'} (no answer yet, and no wait deadline
 --          passed: a wait with a timeout is claimable once its due time passes)
@@ -14,12 +15,14 @@
 --        | {'unserved', reason, retry_in_ms, workflow, version, rv, tries} (this worker cannot run it:
 --          given back untouched, due again after a growing back-off, the reason shown on the run)
 --        | {'poison', reason} (taken over max-crashes times at one journal position: blocked)
+--        | {'misrouted', queue} (the run is routed to a task queue this worker does not serve:
+--          untouched; the worker forwards the task there)
 -- Effects: status running, owner, fence+1, lease expiry, due = expiry + grace, version+1,
 -- attempt+1, rv+1 (ring version: a confirmed task outstanding before this claim is spent),
 -- rings 0, crash accounting.
 local h = redis.call('HMGET', KEYS[1], 'status', 'steps', 'owner', 'lease', 'fence', 'due', 'ver',
   'attempt', 'wf', 'wfv', 'schema', 'rv', 'cstep', 'crashes', 'crashed_by', 'cur', 'unserved_n',
-  'unserved_at', 'rings', 'wait_fx', 'waiting_for')
+  'unserved_at', 'rings', 'wait_fx', 'waiting_for', 'q')
 local status = h[1]
 if not status then return { 'missing' } end
 if terminal[status] then return { 'terminal', status } end
@@ -30,6 +33,9 @@ if status == 'running' and tonumber(h[4]) > t then return { 'leased', h[3] } end
 local steps = tonumber(h[2])
 if ARGV[5] ~= '' and tonumber(ARGV[5]) < steps then return { 'stale', h[2] } end
 local rv = tonumber(h[12] or '0') + 1
+if ARGV[12] ~= '' and h[22] and h[22] ~= '' and not string.find(ARGV[12], '\31' .. h[22] .. '\31', 1, true) then
+  return { 'misrouted', h[22] }
+end
 
 -- Can this worker serve the run at all? If not, give it back without spending a fence.
 if ARGV[7] ~= '' then

@@ -7,7 +7,9 @@
 --       10 queued_redeliver_ms (the safety net once the start task is confirmed),
 --       11 run timeout ms ('' = none): the run fails when server time passes created + this
 --          (the `deadline` field; suspend.lua bounds every due time by it),
---       12 parent thread id ('' = none: not a child run), 13 the parent's call index
+--       12 parent thread id ('' = none: not a child run), 13 the parent's call index,
+--       14 task queue ('' = the default): the run's home queue (`hq`) and the queue its
+--          next task goes to (`q`)
 -- The caller publishes the start task next. Its due score is already the one for a queued
 -- task (a confirm then costs one ZREM of the `unconfirmed` entry, not a script); until the
 -- confirm, the `unconfirmed` entry (due after redeliver_ms) is the net for a publisher that
@@ -25,6 +27,7 @@ redis.call('HSET', KEYS[1], 'wf', ARGV[2], 'wfv', ARGV[3], 'schema', ARGV[4], 's
   'created', t, 'updated', t, 'input', ARGV[5], 'trace', ARGV[8], 'due', t + tonumber(ARGV[6]))
 if ARGV[11] ~= '' then redis.call('HSET', KEYS[1], 'deadline', t + tonumber(ARGV[11])) end
 if ARGV[12] ~= '' then redis.call('HSET', KEYS[1], 'parent', ARGV[12], 'parent_i', ARGV[13]) end
+if ARGV[14] ~= '' then redis.call('HSET', KEYS[1], 'q', ARGV[14], 'hq', ARGV[14]) end
 redis.call('ZADD', KEYS[2], t + tonumber(ARGV[10]), ARGV[1])
 redis.call('ZADD', KEYS[5], t + tonumber(ARGV[6]), ARGV[1])
 redis.call('ZADD', KEYS[4], t, ARGV[1])

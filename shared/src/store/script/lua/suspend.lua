@@ -8,7 +8,9 @@
 --       10 wait name, 11 wait payload (JSON), 12 event cap, 13 event type, 14 event detail,
 --       15 redeliver_ms (used when a waited-for value is already buffered),
 --       16 effect key the run backs off on ('' = none), 17 back-off count for it,
---       18 journal index whose begin record x:<index> to drop ('' = none)
+--       18 journal index whose begin record x:<index> to drop ('' = none),
+--       19 task queue the run's next task goes to (`q`; '' = unchanged): a yield that routes
+--          the next call to another queue
 -- A run with a deadline (create.lua) never gets a due time past it.
 -- Returns: {'ok', new_version, due_ms or '', rv} | {'woke', new_version, due_ms, rv} (the
 --          awaited value was already buffered: the run is pending again and needs a task);
@@ -57,6 +59,7 @@ end
 if ARGV[16] ~= '' then
   redis.call('HSET', KEYS[1], 'wait_fx', ARGV[16], 'wait_fx_n', ARGV[17])
 end
+if ARGV[19] ~= '' then redis.call('HSET', KEYS[1], 'q', ARGV[19]) end
 if ARGV[18] ~= '' then
   -- Backing off, the run never took the key's intent: its begin record (x:<index>) does not
   -- mean it holds one, so cancel must not settle (or list) another run's intent as its own.

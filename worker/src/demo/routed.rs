@@ -1,0 +1,35 @@
+//! `routed {"queue"}`: three steps; the middle one (`render`) runs on task queue `queue`
+//! (`ctx.step_on`), the others on the run's home queue. Each step returns the name of the
+//! worker that ran it (`SAVEPOINT_WORKER_NAME`), so the output shows where each ran.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use savepoint::workflow::{Ctx, StepError, Workflow, WorkflowError};
+
+/// Input.
+#[derive(Debug, Deserialize)]
+pub struct RoutedIn {
+    /// The task queue of the middle step.
+    pub queue: String,
+}
+
+/// The routing demo workflow.
+pub struct Routed;
+
+fn worker_name() -> Result<String, StepError> {
+    Ok(std::env::var("SAVEPOINT_WORKER_NAME").unwrap_or_else(|_| "worker".into()))
+}
+
+impl Workflow for Routed {
+    const NAME: &'static str = "routed";
+    type Input = RoutedIn;
+    type Output = Value;
+
+    async fn run(&self, ctx: &mut Ctx, input: RoutedIn) -> Result<Value, WorkflowError> {
+        let prepare: String = ctx.step("prepare", || async { worker_name() }).await?;
+        let render: String = ctx.step_on(&input.queue, "render", || async { worker_name() }).await?;
+        let deliver: String = ctx.step("deliver", || async { worker_name() }).await?;
+        Ok(json!({"prepare": prepare, "render": render, "deliver": deliver}))
+    }
+}
