@@ -434,12 +434,19 @@ def cmd_k8s_semantics(pairs: list[str]) -> None:
                    f"by {targets.get('savepoint-worker')}", f"want exactly one, found {targets.get('savepoint-worker', [])}")
             expect("replicas" not in worker["spec"], f"{tag} worker replicas unset",
                    "the autoscaler owns the count", "spec.replicas set: kubectl apply would reset the fleet")
-        queue = f"{cfg.get('SAVEPOINT_NAMESPACE', 'sp')}.q.{cfg.get('SAVEPOINT_QUEUE', 'default')}"
+        ns = cfg.get('SAVEPOINT_NAMESPACE', 'sp')
         for so in by_kind.get("ScaledObject", []):
+            # A fleet scales on (one of) the task queues it consumes: SAVEPOINT_WORKER_QUEUES
+            # of the target Deployment's container, else the deployment's SAVEPOINT_QUEUE.
+            target = get("Deployment", so["spec"]["scaleTargetRef"]["name"]) or {}
+            env = {e["name"]: e.get("value") for c in target.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+                   for e in c.get("env", [])}
+            served = [q.strip() for q in (env.get("SAVEPOINT_WORKER_QUEUES") or "").split(",") if q.strip()]
+            queues = [f"{ns}.q.{q}" for q in (served or [cfg.get('SAVEPOINT_QUEUE', 'default')])]
             for t in so["spec"]["triggers"]:
                 if t["type"] == "rabbitmq":
-                    expect(t["metadata"].get("queueName") == queue, f"{tag} keda queue",
-                           f"scales on {queue}", f"queueName {t['metadata'].get('queueName')} != {queue}")
+                    expect(t["metadata"].get("queueName") in queues, f"{tag} keda queue {so['metadata']['name']}",
+                           f"scales on {t['metadata'].get('queueName')}", f"queueName {t['metadata'].get('queueName')} not in {queues}")
                     auth = get("TriggerAuthentication", t.get("authenticationRef", {}).get("name", ""))
                     refs = [(r["parameter"], r["name"], r["key"]) for r in (auth or {}).get("spec", {}).get("secretTargetRef", [])]
                     expect(("host", "savepoint-credentials", "amqp-url") in refs, f"{tag} keda auth",
