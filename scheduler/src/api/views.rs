@@ -99,7 +99,12 @@ pub(crate) fn position(h: &RunHeader, f: &Facts) -> Position {
             p.since = Some(h.updated_at);
             // A wait with a timeout waits until its deadline (its due time).
             p.wake_at = h.due;
+            let child = h.wait.as_ref().and_then(|w| w.payload["thread_id"].as_str());
             match h.due {
+                Some(_) if kind == "child" => format!(
+                    "waiting at entry {next} for child run {} to end (woken when it does; looks again at its due time)",
+                    child.unwrap_or("?")
+                ),
                 Some(_) => format!("waiting at entry {next} for {kind} {name:?}, until its deadline"),
                 None => format!("waiting at entry {next} for {kind} {name:?}"),
             }
