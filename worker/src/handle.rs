@@ -26,7 +26,9 @@ pub(crate) struct Shared {
     /// Every task queue by name (publishing to the queue a run is routed to).
     pub queues: Queues,
     /// The task queues this worker consumes.
-    pub served_queues: Vec<String>,
+    pub served_queues: std::sync::Arc<[String]>,
+    /// Publishes the start tasks of child runs (one for every slice).
+    pub child_starter: std::sync::Arc<dyn savepoint::workflow::TaskSink>,
     pub registry: Registry,
     pub failpoints: Failpoints,
     pub incarnation: Incarnation,

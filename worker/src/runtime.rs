@@ -214,11 +214,16 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
     tracing::info!(worker.id = %incarnation, workflows = ?opts.registry.names(), concurrency = cfg.worker.concurrency, "worker started");
     let consume_stop = CancellationToken::new();
     let slices_stop = CancellationToken::new();
+    let child_starter = Arc::new(crate::slice::ChildStarter {
+        store: store.clone(),
+        queues: queues.clone(),
+    });
     let shared = Arc::new(Shared {
         store,
         broker: broker.clone(),
         queues: queues.clone(),
-        served_queues: served_queues.clone(),
+        served_queues: served_queues.clone().into(),
+        child_starter,
         registry: opts.registry.clone(),
         failpoints,
         incarnation,

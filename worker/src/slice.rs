@@ -10,7 +10,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use futures::future::BoxFuture;
-use std::sync::Arc;
 
 use savepoint::broker::Queues;
 use savepoint::ids::{EffectKey, ThreadId};
@@ -77,9 +76,9 @@ pub(crate) async fn publish(
 /// Publishes the start tasks of the child runs a workflow starts, as the API does for runs it
 /// starts: publish, then confirm to the store (a publish that fails leaves the run to the
 /// unconfirmed-start safety net).
-struct ChildStarter {
-    store: ScriptStore,
-    queues: Queues,
+pub(crate) struct ChildStarter {
+    pub store: ScriptStore,
+    pub queues: Queues,
 }
 
 impl TaskSink for ChildStarter {
@@ -253,10 +252,7 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         replay_only: false,
         workflow: c.header.workflow.clone(),
         stubs: shared.stubs.clone(),
-        tasks: Some(Arc::new(ChildStarter {
-            store: shared.store.clone(),
-            queues: shared.queues.clone(),
-        })),
+        tasks: Some(shared.child_starter.clone()),
         routing: Some(Routing {
             served: shared.served_queues.clone(),
             home: c

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use utoipa::ToSchema;
 
-use super::control::ring;
+use super::control::ring_on;
 use super::extract::{ApiJson, ApiPath};
 use super::model::ErrorBody;
 use super::{ApiError, ApiState, Reply, Services};
@@ -326,6 +326,11 @@ fn not_found(id: &str) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, format!("no schedule {id:?}"))
 }
 
+/// The schedule `id`, or 404.
+async fn record(svc: &Services, id: &str) -> Result<ScheduleRecord, ApiError> {
+    svc.store.schedule_get(id).await?.ok_or_else(|| not_found(id))
+}
+
 /// Create a schedule
 ///
 /// Starts a run of `workflow` with `input` at each firing of `cron` (in `timezone`) or every
@@ -384,7 +389,7 @@ pub(crate) async fn create(State(st): State<ApiState>, ApiJson(body): ApiJson<Sc
             )))
         }
     };
-    let rec = svc.store.schedule_get(&id).await?.ok_or_else(|| not_found(&id))?;
+    let rec = record(svc, &id).await?;
     Ok((code, Json(view(rec)?)))
 }
 
@@ -422,7 +427,7 @@ pub(crate) async fn list(State(st): State<ApiState>) -> Reply<ScheduleList> {
 pub(crate) async fn get(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Reply<ScheduleView> {
     let id = schedule_id(raw)?;
     let svc = st.services()?;
-    let rec = svc.store.schedule_get(&id).await?.ok_or_else(|| not_found(&id))?;
+    let rec = record(svc, &id).await?;
     Ok((StatusCode::OK, Json(view(rec)?)))
 }
 
@@ -481,7 +486,7 @@ pub(crate) async fn pause(
     if !svc.store.schedule_state(&id, "pause", &note).await? {
         return Err(not_found(&id));
     }
-    let rec = svc.store.schedule_get(&id).await?.ok_or_else(|| not_found(&id))?;
+    let rec = record(svc, &id).await?;
     Ok((StatusCode::OK, Json(view(rec)?)))
 }
 
@@ -502,7 +507,7 @@ pub(crate) async fn pause(
 pub(crate) async fn resume(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Reply<ScheduleView> {
     let id = schedule_id(raw)?;
     let svc = st.services()?;
-    let rec = svc.store.schedule_get(&id).await?.ok_or_else(|| not_found(&id))?;
+    let rec = record(svc, &id).await?;
     if rec.paused.is_some() {
         let spec = parse_spec(&rec.spec)?;
         let now = svc.store.server_time().await?;
@@ -512,7 +517,7 @@ pub(crate) async fn resume(State(st): State<ApiState>, ApiPath(raw): ApiPath<Str
             return Err(not_found(&id));
         }
     }
-    let rec = svc.store.schedule_get(&id).await?.ok_or_else(|| not_found(&id))?;
+    let rec = record(svc, &id).await?;
     Ok((StatusCode::OK, Json(view(rec)?)))
 }
 
@@ -535,7 +540,7 @@ pub(crate) async fn resume(State(st): State<ApiState>, ApiPath(raw): ApiPath<Str
 pub(crate) async fn trigger(State(st): State<ApiState>, ApiPath(raw): ApiPath<String>) -> Reply<TriggerReply> {
     let id = schedule_id(raw)?;
     let svc = st.services()?;
-    let rec = svc.store.schedule_get(&id).await?.ok_or_else(|| not_found(&id))?;
+    let rec = record(svc, &id).await?;
     let spec = parse_spec(&rec.spec)?;
     let now = svc.store.server_time().await?;
     let at = Utc.timestamp_millis_opt(now as i64).single().unwrap_or_default();
@@ -573,7 +578,8 @@ async fn start(svc: &Services, spec: &ScheduleSpec, input: &Value, thread: &str)
         .await?
     {
         CreateOutcome::Created => {
-            ring(svc, &t, Some(0), TaskReason::Start, Some(&trace), 0).await;
+            // (Started on the default queue, as `opts` says: no read of the run's queue.)
+            ring_on(svc, None, &t, Some(0), TaskReason::Start, Some(&trace), 0).await;
             Ok(Started::Yes)
         }
         CreateOutcome::Exists(_) | CreateOutcome::Conflict(_) => Ok(Started::Already),

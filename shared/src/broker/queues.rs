@@ -3,7 +3,7 @@
 //! queue no worker has declared yet is stored rather than dropped by the exchange.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use super::{Broker, BrokerConfig, BrokerError, Topology};
@@ -33,7 +33,10 @@ pub fn valid_queue(name: &str) -> Result<(), String> {
 pub struct Queues {
     base: BrokerConfig,
     home: String,
-    open: Arc<tokio::sync::Mutex<HashMap<String, Broker>>>,
+    /// Brokers connected so far: read on every publish (a short, uncontended lock).
+    open: Arc<RwLock<HashMap<String, Broker>>>,
+    /// Held while a queue is being connected, so two first uses connect it once.
+    connecting: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Queues {
@@ -45,7 +48,8 @@ impl Queues {
         Self {
             base: cfg,
             home: name,
-            open: Arc::new(tokio::sync::Mutex::new(open)),
+            open: Arc::new(RwLock::new(open)),
+            connecting: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 
@@ -56,9 +60,12 @@ impl Queues {
 
     /// The broker of queue `name` (connecting and declaring it on first use).
     pub async fn get(&self, name: &str) -> Result<Broker, BrokerError> {
-        let mut open = self.open.lock().await;
-        if let Some(b) = open.get(name) {
-            return Ok(b.clone());
+        if let Some(b) = self.opened(name) {
+            return Ok(b);
+        }
+        let _one = self.connecting.lock().await;
+        if let Some(b) = self.opened(name) {
+            return Ok(b);
         }
         valid_queue(name).map_err(|reason| BrokerError::InvalidName {
             name: name.to_owned(),
@@ -73,8 +80,14 @@ impl Queues {
             ..self.base.clone()
         };
         let b = Broker::connect(cfg, CONNECT_DEADLINE).await?;
+        let mut open = self.open.write().unwrap_or_else(|p| p.into_inner());
         open.insert(name.to_owned(), b.clone());
         Ok(b)
+    }
+
+    fn opened(&self, name: &str) -> Option<Broker> {
+        let open = self.open.read().unwrap_or_else(|p| p.into_inner());
+        open.get(name).cloned()
     }
 
     /// Publishes to queue `name` (`None`: the default queue), confirmed.
@@ -86,11 +99,6 @@ impl Queues {
     ) -> Result<(), BrokerError> {
         let b = self.get(name.filter(|n| !n.is_empty()).unwrap_or(&self.home)).await?;
         b.publish(payload, headers).await
-    }
-
-    /// The broker of the default queue.
-    pub async fn home(&self) -> Broker {
-        self.open.lock().await[&self.home].clone()
     }
 }
 

@@ -190,14 +190,15 @@ impl Ctx {
             .store
             .create_with(&child, &spec.workflow, spec.version, &input, &trace, &opts)
             .await;
-        match created {
+        let fresh = match created {
             Ok(CreateOutcome::Created) => {
                 if let Some(tasks) = self.p.tasks.clone() {
                     tasks.start(child.clone(), queue).await;
                 }
+                true
             }
             // Started before this run crashed (the same workflow and input): it is the one.
-            Ok(CreateOutcome::Exists(_)) => {}
+            Ok(CreateOutcome::Exists(_)) => false,
             Ok(CreateOutcome::Conflict(wf)) => {
                 let o = Outcome::Err(format!(
                     "child thread id {child} is taken by another run (workflow {wf:?}, another input)"
@@ -205,13 +206,13 @@ impl Ctx {
                 return self.record_child(name, &child, o, "child_returned").await;
             }
             Err(e) => return self.store_failed(e).await,
-        }
+        };
         self.failpoint("child.after_start").await;
         if !awaited {
             let o = Outcome::Ok(json!({ "thread_id": child }));
             return self.record_child(name, &child, o, "").await;
         }
-        self.await_child(name, index, &child, &spec.workflow).await
+        self.await_child(name, index, &child, &spec.workflow, fresh).await
     }
 
     /// Journals the outcome of the child call at the cursor (key = the child's thread id).
@@ -227,12 +228,7 @@ impl Ctx {
 
     /// The child's word to this run for the call at `index`, if it arrived: (field, value).
     fn child_word(&self, index: u32) -> Option<(String, Value)> {
-        let prefix = format!("s:{}:", child_signal(index));
-        self.p
-            .signals
-            .range(prefix.clone()..)
-            .find(|(k, _)| k.starts_with(&prefix))
-            .map(|(k, v)| (k.clone(), v.clone()))
+        self.buffered(&format!("s:{}:", child_signal(index)))
     }
 
     /// Takes the child's word for the call at `index` out of the buffered signals, so the
@@ -243,10 +239,13 @@ impl Ctx {
         Some(f)
     }
 
-    async fn await_child(&mut self, name: &str, index: u32, child: &ThreadId, workflow: &str) -> Outcome {
+    /// Records the child's outcome if it ended, else waits for it. `fresh`: this slice just
+    /// created it, so it has not ended and its record need not be read.
+    async fn await_child(&mut self, name: &str, index: u32, child: &ThreadId, workflow: &str, fresh: bool) -> Outcome {
         let told = self.child_word(index).and_then(|(_, v)| ChildResult::from_value(&v));
         let result = match told {
             Some(r) => Some(r),
+            None if fresh => None,
             // No word (not ended yet, or the word was lost): the child's own record decides.
             None => match self.p.store.header(child).await {
                 Ok(Some(h)) => ChildResult::of(&h),

@@ -137,8 +137,8 @@ pub struct CtxParts {
 /// What a worker serves and where a run belongs, for routing calls to task queues.
 #[derive(Debug, Clone)]
 pub struct Routing {
-    /// The task queues this worker consumes.
-    pub served: Vec<String>,
+    /// The task queues this worker consumes (shared by every slice of the worker).
+    pub served: Arc<[String]>,
     /// The run's home queue: where its calls run unless a call is routed elsewhere.
     pub home: String,
 }
@@ -250,6 +250,17 @@ impl Ctx {
     /// The fencing token of this attempt (monotonic per run: every claim raises it).
     pub fn fence(&self) -> u64 {
         self.p.lease.fence
+    }
+
+    /// The first buffered signal whose field starts with `prefix`, if any: (field, value).
+    /// (Fields sort, so it is the first field at or after the prefix, if that one matches.)
+    pub(super) fn buffered(&self, prefix: &str) -> Option<(String, Value)> {
+        self.p
+            .signals
+            .range(prefix.to_owned()..)
+            .next()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
     }
 
     /// Stops the slice: records why, wakes the runtime, and never returns (the runtime drops
@@ -416,34 +427,18 @@ impl Ctx {
             }
             super::decide::Gate::Fail(reason) => self.fail_run::<()>(reason).await,
         }
+        // Routed to a queue this worker does not consume: hand the run to a worker of that
+        // queue (it replays to here). No allocation unless the run moves.
         let route = self.route.take();
-        if let Some(r) = self.p.routing.as_ref().filter(|_| !in_group) {
-            let target = route.unwrap_or_else(|| r.home.clone());
-            if !r.served.contains(&target) {
-                // Runs elsewhere: hand the run to a worker of that queue (it replays to here).
-                self.failpoint("route.before_yield").await;
-                let redeliver = self.p.store.config().redeliver;
-                let how = Suspend {
-                    queue: Some(&target),
-                    ..Suspend::until(RunStatus::Pending, redeliver)
-                };
-                let detail = format!("{index} {name} to queue {target}");
-                let r = self
-                    .p
-                    .store
-                    .suspend(&mut self.p.lease, None, how, ("routed", &detail))
-                    .await;
-                match r {
-                    Ok(s) => {
-                        let exit = SliceExit::Yielded {
-                            rv: s.rv,
-                            queue: Some(target),
-                        };
-                        self.stop::<()>(exit).await;
-                    }
-                    Err(e) => self.store_failed::<()>(e).await,
-                }
+        let elsewhere = match &self.p.routing {
+            Some(r) if !in_group => {
+                let target = route.as_deref().unwrap_or(&r.home);
+                (!r.served.iter().any(|q| q == target)).then(|| target.to_owned())
             }
+            _ => None,
+        };
+        if let Some(target) = elsewhere {
+            self.yield_to_queue(index, name, target).await;
         }
         if self.p.crashes > 0 && !self.noted {
             // The previous attempts died at this position: name the call, for the reason a
@@ -455,6 +450,33 @@ impl Ctx {
             }
         }
         self.live_in_slice += 1;
+    }
+
+    /// Ends the slice with the run pending on task queue `target`, where the call `index
+    /// name` runs (event `routed`).
+    async fn yield_to_queue(&mut self, index: u32, name: &str, target: String) {
+        self.failpoint("route.before_yield").await;
+        let redeliver = self.p.store.config().redeliver;
+        let how = Suspend {
+            queue: Some(&target),
+            ..Suspend::until(RunStatus::Pending, redeliver)
+        };
+        let detail = format!("{index} {name} to queue {target}");
+        let r = self
+            .p
+            .store
+            .suspend(&mut self.p.lease, None, how, ("routed", &detail))
+            .await;
+        match r {
+            Ok(s) => {
+                let exit = SliceExit::Yielded {
+                    rv: s.rv,
+                    queue: Some(target),
+                };
+                self.stop::<()>(exit).await
+            }
+            Err(e) => self.store_failed::<()>(e).await,
+        }
     }
 
     /// Commits the entry at the cursor (fenced, compare-and-swap) and advances.

@@ -129,11 +129,7 @@ impl Ctx {
                 .get_key_value(&field)
                 .map(|(k, v)| (k.clone(), v.clone()))
         } else {
-            self.p
-                .signals
-                .range(field.clone()..)
-                .find(|(k, _)| k.starts_with(&field))
-                .map(|(k, v)| (k.clone(), v.clone()))
+            self.buffered(&field)
         };
         if let Some((f, v)) = found {
             self.p.signals.remove(&f);
