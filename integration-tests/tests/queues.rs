@@ -53,6 +53,17 @@ async fn a_middle_step_runs_on_a_second_queue_served_by_another_worker_process()
         "{run}"
     );
     assert_eq!(run["home_queue"], "gpu", "{run}");
+    // A fork of it runs where it ran: its home queue is kept.
+    let (code, body) = w.post(&format!("/v1/runs/{t}/fork"), json!({"from_step": 1})).await;
+    assert_eq!(code, 201, "{body}");
+    let f = savepoint::ids::ThreadId::new(body["thread_id"].as_str().unwrap().to_owned()).unwrap();
+    let run = w.wait_status(&f, &["completed", "failed"], LONG).await;
+    assert_eq!(
+        run["output"],
+        json!({"prepare": "gpu", "render": "gpu", "deliver": "gpu"}),
+        "{run}"
+    );
+    assert_eq!(run["home_queue"], "gpu", "{run}");
     // A bad queue name is a 422 that names the rule.
     let (code, body) = w
         .post(

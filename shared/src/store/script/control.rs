@@ -318,7 +318,8 @@ impl ScriptStore {
             .arg(ms(self.cfg.retention))
             .arg(ms(self.cfg.queued_redeliver))
             .arg(format!("{source}@{from}"))
-            .arg(from);
+            .arg(from)
+            .arg(h.home_queue.as_deref().unwrap_or(""));
         for (i, e) in journal.iter().take(from as usize).enumerate() {
             inv.arg(self.seal_entry(to, i as u32, e));
         }

@@ -7,7 +7,9 @@
 --       5 partition index of runs whose start task is not confirmed yet
 -- ARGV: 1 thread id, 2 workflow name, 3 workflow version, 4 checkpoint schema version,
 --       5 input, 6 redeliver_ms, 7 event cap, 8 trace context, 9 retention_ms,
---       10 queued_redeliver_ms, 11 forked from ('<thread>@<N>'), 12 N, 13.. entries 0..N-1
+--       10 queued_redeliver_ms, 11 forked from ('<thread>@<N>'), 12 N,
+--       13 the source's home task queue ('' = the default: the fork runs where it ran),
+--       14.. entries 0..N-1
 -- Returns: {'created'} | {'exists', status} (a fork of the same run and entry under this id)
 --        | {'conflict', forked_from or ''} (the id is taken by another run)
 local h = redis.call('HMGET', KEYS[1], 'status', 'forked_from')
@@ -21,7 +23,8 @@ redis.call('HSET', KEYS[1], 'wf', ARGV[2], 'wfv', ARGV[3], 'schema', ARGV[4], 's
   'steps', n, 'ver', 1, 'fence', 0, 'attempt', 0, 'owner', '', 'lease', 0,
   'created', t, 'updated', t, 'input', ARGV[5], 'trace', ARGV[8], 'due', t + tonumber(ARGV[6]),
   'forked_from', ARGV[11])
-for i = 0, n - 1 do redis.call('HSET', KEYS[1], 'j:' .. i, ARGV[13 + i]) end
+if ARGV[13] ~= '' then redis.call('HSET', KEYS[1], 'q', ARGV[13], 'hq', ARGV[13]) end
+for i = 0, n - 1 do redis.call('HSET', KEYS[1], 'j:' .. i, ARGV[14 + i]) end
 redis.call('ZADD', KEYS[2], t + tonumber(ARGV[10]), ARGV[1])
 redis.call('ZADD', KEYS[5], t + tonumber(ARGV[6]), ARGV[1])
 redis.call('ZADD', KEYS[4], t, ARGV[1])
