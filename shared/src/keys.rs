@@ -128,6 +128,28 @@ impl Keys {
         format!("{}:{{sched}}:buffered", self.ns)
     }
 
+    /// The runs holding a slot of flow-control key `key` (thread → slot expiry, ms). Every
+    /// flow-control key shares the hash tag `{fc}`, so one script sees a key's slots, its
+    /// waiting line and its rate bucket.
+    pub fn flow_slots(&self, key: &str) -> String {
+        format!("{}:{{fc}}:slots:{key}", self.ns)
+    }
+
+    /// The runs waiting for a slot of `key`, in order (score: priority band, then first wait).
+    pub fn flow_wait(&self, key: &str) -> String {
+        format!("{}:{{fc}}:wait:{key}", self.ns)
+    }
+
+    /// When each run waiting for a slot of `key` was last seen (ms).
+    pub fn flow_seen(&self, key: &str) -> String {
+        format!("{}:{{fc}}:seen:{key}", self.ns)
+    }
+
+    /// The start-rate token bucket of `key` (`tokens`, `at`).
+    pub fn flow_rate(&self, key: &str) -> String {
+        format!("{}:{{fc}}:rate:{key}", self.ns)
+    }
+
     /// Live worker registrations (incarnation → expiry and the workflows it serves); the
     /// fleet's workflow catalog is computed from it.
     pub fn workers(&self) -> String {

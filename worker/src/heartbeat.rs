@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use savepoint::lease::LeaseClock;
-use savepoint::store::{Lease, ScriptStore, StoreError};
+use savepoint::store::{Flow, Lease, ScriptStore, StoreError};
 
 /// Extends `lease` every third of the lease length until dropped; each confirmed extension
 /// moves `clock`; cancels `lost` when the store says the lease is gone (another worker took
@@ -17,7 +17,13 @@ use savepoint::store::{Lease, ScriptStore, StoreError};
 pub(crate) struct Heartbeat(JoinHandle<()>);
 
 impl Heartbeat {
-    pub(crate) fn start(store: ScriptStore, lease: Lease, clock: LeaseClock, lost: CancellationToken) -> Self {
+    pub(crate) fn start(
+        store: ScriptStore,
+        lease: Lease,
+        clock: LeaseClock,
+        lost: CancellationToken,
+        flow: Option<Flow>,
+    ) -> Self {
         let every = (store.config().lease / 3).max(Duration::from_millis(50));
         Self(tokio::spawn(
             async move {
@@ -30,7 +36,15 @@ impl Heartbeat {
                     }
                     let sent = Instant::now();
                     match store.heartbeat(&lease).await {
-                        Ok(_) => clock.confirmed(sent),
+                        Ok(_) => {
+                            clock.confirmed(sent);
+                            // The run's flow-control slot lives as long as its lease.
+                            if let Some(f) = &flow {
+                                if let Err(e) = store.flow_extend(f, &lease.thread).await {
+                                    tracing::warn!(error = %e, "extending the flow-control slot failed");
+                                }
+                            }
+                        }
                         Err(e) if e.is_lease_lost() || matches!(e, StoreError::Missing(_)) => {
                             tracing::warn!(error = %e, "lease lost: cancelling the step in flight");
                             lost.cancel();

@@ -17,7 +17,9 @@ use savepoint::lease::LeaseClock;
 use savepoint::metrics::{inc, metrics};
 use savepoint::protocol::{Task, TaskReason};
 use savepoint::store::Suspend;
-use savepoint::store::{ChildResult, Claimed, Finish, Lease, RunStatus, ScriptStore, SignalOutcome};
+use savepoint::store::{
+    Acquired, ChildResult, Claimed, Finish, Flow, Lease, RunStatus, ScriptStore, SignalOutcome, FLOW_PARK,
+};
 use savepoint::workflow::decide::{self, Body, SliceEnd};
 use savepoint::workflow::{
     busy_backoff, key_still_held, Ctx, CtxParts, Routing, RunError, SliceExit, TaskSink, WorkflowError,
@@ -213,6 +215,10 @@ async fn run_slice(shared: &Shared, c: Claimed) {
             Ok(()) => {
                 tracing::info!(%reason, "run failed");
                 tell_parent(shared, &c, ChildResult::Failed(reason)).await;
+                if let Some(f) = &c.header.flow {
+                    // It may have been waiting in line for a slot.
+                    leave_slot(shared, f, &c.lease.thread, true).await;
+                }
             }
             Err(e) => tracing::warn!(error = %e, "could not fail a run past its deadline; it is retried"),
         }
@@ -228,12 +234,40 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         inc(&metrics().slices, &[("end", "suspended")]);
         return;
     }
+    let flow = c.header.flow.clone();
+    if let Some(f) = &flow {
+        let start = c.header.steps == 0;
+        match shared
+            .store
+            .flow_acquire(f, &lease.thread, c.header.priority, start)
+            .await
+        {
+            Ok(Acquired::Slot) => {}
+            Ok(wait) => {
+                wait_in_line(shared, &mut lease, f, wait).await;
+                inc(&metrics().slices, &[("end", "flow_waiting")]);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "taking a flow-control slot failed; releasing the run for a retry");
+                release_for_retry(shared, &mut lease).await;
+                inc(&metrics().slices, &[("end", "transient")]);
+                return;
+            }
+        }
+    }
     let journal = c.journal.clone().unwrap_or_default();
     let replayed = journal.len();
     let lost = CancellationToken::new();
     let cfg = shared.store.config();
     let clock = LeaseClock::new(c.sent_at, cfg.lease, cfg.lease_margin);
-    let _hb = Heartbeat::start(shared.store.clone(), lease.clone(), clock.clone(), lost.clone());
+    let _hb = Heartbeat::start(
+        shared.store.clone(),
+        lease.clone(),
+        clock.clone(),
+        lost.clone(),
+        flow.clone(),
+    );
     let mut ctx = Ctx::new(CtxParts {
         store: shared.store.clone(),
         lease,
@@ -363,6 +397,9 @@ async fn run_slice(shared: &Shared, c: Claimed) {
             Some(SliceExit::WouldRunLive(_)) | None => "transient",
         },
     };
+    if let Some(f) = &flow {
+        leave_slot(shared, f, &c.lease.thread, false).await;
+    }
     tracing::debug!(
         end,
         replayed,
@@ -371,6 +408,39 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         "slice ended"
     );
     inc(&metrics().slices, &[("end", end)]);
+}
+
+/// A run of a flow-controlled key found no slot (or no start token): it goes back to
+/// `pending`, in line, until a slot's release wakes it, or its token is due, or at the latest
+/// after [`FLOW_PARK`] (a wake lost to a crash).
+async fn wait_in_line(shared: &Shared, lease: &mut Lease, f: &Flow, wait: Acquired) {
+    let (due, detail) = match wait {
+        Acquired::Rate(d) => (
+            d.min(FLOW_PARK),
+            format!("start rate of key {} ({}/s)", f.key, f.rate.unwrap_or(0.0)),
+        ),
+        Acquired::Full(held) => (FLOW_PARK, format!("key {}: {held} of {} slots held", f.key, f.limit)),
+        Acquired::Slot => return,
+    };
+    let how = Suspend::until(RunStatus::Pending, due);
+    if let Err(e) = shared.store.suspend(lease, None, how, ("flow_waiting", &detail)).await {
+        tracing::debug!(error = %e, "parking a run in line failed; its lease expires");
+    }
+}
+
+/// Gives the run's slot of `f` back (`ended`: and its place in line), and publishes the tasks
+/// of the runs at the head of the line that may take the free slots now.
+async fn leave_slot(shared: &Shared, f: &Flow, thread: &ThreadId, ended: bool) {
+    match shared.store.flow_release(f, thread, ended).await {
+        Ok(next) => {
+            for t in next.iter().filter(|t| *t != thread) {
+                let queue = shared.store.run_queue(t).await.ok().flatten();
+                publish(shared, t, queue.as_deref(), None, TaskReason::Due, None, 0).await;
+            }
+        }
+        // The slot expires with the lease; the line's safety net rings the waiters.
+        Err(e) => tracing::warn!(error = %e, "releasing a flow-control slot failed; it expires with the lease"),
+    }
 }
 
 async fn block(shared: &Shared, lease: &mut Lease, reason: &str, class: &str) -> &'static str {

@@ -361,6 +361,10 @@ pub(crate) async fn cancel(
             for (parent, r) in c.cascade.parent_woke.iter().chain(&c.cascade.woke) {
                 rerun(svc, parent, TaskReason::Signal, r).await;
             }
+            // Runs waiting in line for the slot it held (or its place) go on now.
+            for next in &c.cascade.flow_woke {
+                ring(svc, next, None, TaskReason::Due, None, 0).await;
+            }
             let effects_in_doubt = c
                 .settled
                 .iter()

@@ -83,6 +83,50 @@ pub(crate) struct StartRequest {
     #[serde(default)]
     #[schema(pattern = "^[a-z0-9_-]{1,64}$", example = "gpu")]
     pub queue: Option<String>,
+    /// Flow control: at most `limit` runs of a key running at once (the rest wait in line,
+    /// by `priority` then arrival), and at most `rate_per_sec` starts per second of the key.
+    #[serde(default)]
+    pub flow: Option<FlowBody>,
+    /// The run's place in its flow key's waiting line: 0 (default) to 9, higher first.
+    #[serde(default, deserialize_with = "whole_u64_opt")]
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 9, example = 5)]
+    pub priority: Option<u64>,
+}
+
+/// A run's flow control as stored.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct FlowView {
+    /// `<workflow>:<key>`, or the workflow alone (a per-workflow limit).
+    pub key: String,
+    /// Most runs of the key running at once.
+    pub limit: u32,
+    /// Most starts per second of the key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_per_sec: Option<f64>,
+}
+
+/// Flow control of a run (`flow` on start). The key is `key`, else the input's value at
+/// `key_from` (a JSON Pointer, e.g. `/customer`), else the workflow itself (a per-workflow
+/// limit); runs of one workflow and key share the limit and the rate.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FlowBody {
+    /// The key.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 128, example = "customer-7")]
+    pub key: Option<String>,
+    /// Where in the input the key is (a JSON Pointer); its value must be a string or a number.
+    #[serde(default)]
+    #[schema(pattern = "^/.*$", example = "/customer")]
+    pub key_from: Option<String>,
+    /// Most runs of the key running (holding a worker) at once.
+    #[serde(default, deserialize_with = "whole_u64_opt")]
+    #[schema(value_type = Option<u64>, minimum = 1, maximum = 100000, example = 2)]
+    pub limit: Option<u64>,
+    /// Most starts per second of the key.
+    #[serde(default)]
+    #[schema(exclusive_minimum = 0, maximum = 100000, example = 5)]
+    pub rate_per_sec: Option<f64>,
 }
 
 /// A JSON integer as a `u32`, also written as a float with no fraction (`2.0`: JSON Schema
@@ -340,6 +384,12 @@ pub(crate) struct RunView {
     /// The task queue it was started on, where its calls run unless routed elsewhere.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub home_queue: Option<String>,
+    /// Its flow control, if it was started with one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flow: Option<FlowView>,
+    /// Its priority in its flow key's waiting line (absent: 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
     /// The run this one was forked from, and the entry.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<Lineage>,

@@ -6,7 +6,7 @@ use axum::Json;
 use savepoint::ids::ThreadId;
 use savepoint::metrics::{inc, metrics};
 use savepoint::protocol::TaskReason;
-use savepoint::store::{CreateOptions, CreateOutcome};
+use savepoint::store::{CreateOptions, CreateOutcome, Flow};
 use savepoint::store::{RunHeader, RunStatus, ScriptStore, StoreError};
 use serde::Deserialize;
 use tracing::info;
@@ -125,6 +125,15 @@ pub(crate) async fn start(
     if let Some(q) = &req.queue {
         savepoint::broker::valid_queue(q).map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e))?;
     }
+    let flow = match &req.flow {
+        Some(f) => Some(flow_of(f, &req.workflow, &req.input)?),
+        None => None,
+    };
+    let priority = match req.priority {
+        None => 0,
+        Some(p) if p <= 9 => p as u8,
+        Some(p) => return Err(ApiError::unprocessable(format!("priority must be 0 to 9, not {p}"))),
+    };
     let input = req.input.to_string();
     if input.len() > st.max_body {
         return Err(ApiError::new(
@@ -155,6 +164,8 @@ pub(crate) async fn start(
                 timeout,
                 parent: None,
                 queue: req.queue.clone(),
+                flow,
+                priority,
             },
         )
         .await?
@@ -341,6 +352,48 @@ pub(crate) async fn list(State(st): State<ApiState>, ApiQuery(q): ApiQuery<ListQ
     let runs = runs.iter().map(views::list_item).collect();
     Ok((StatusCode::OK, Json(RunList { runs })))
 }
+
+/// The flow control a start asks for: its key (`<workflow>:<key>`, or the workflow alone),
+/// limit and rate, checked (422).
+fn flow_of(f: &super::model::FlowBody, workflow: &str, input: &serde_json::Value) -> Result<Flow, ApiError> {
+    let bad = |m: String| Err(ApiError::unprocessable(m));
+    let key = match (&f.key, &f.key_from) {
+        (Some(_), Some(_)) => return bad("flow: give key or key_from, not both".into()),
+        (Some(k), None) if k.is_empty() || k.chars().count() > 128 => {
+            return bad("flow.key must be 1 to 128 characters".into())
+        }
+        (Some(k), None) => format!("{workflow}:{k}"),
+        (None, Some(p)) => match input.pointer(p) {
+            Some(serde_json::Value::String(s)) if !s.is_empty() && s.chars().count() <= 128 => {
+                format!("{workflow}:{s}")
+            }
+            Some(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => format!("{workflow}:{v}"),
+            Some(v) => {
+                return bad(format!(
+                    "flow.key_from {p:?}: the input's value there is not a string (1-128 characters) or a number: {v}"
+                ))
+            }
+            None => return bad(format!("flow.key_from {p:?}: the input has no value there")),
+        },
+        (None, None) => workflow.to_owned(),
+    };
+    let limit = match f.limit {
+        None if f.rate_per_sec.is_none() => return bad("flow needs a limit, a rate_per_sec or both".into()),
+        None => UNLIMITED,
+        Some(n @ 1..=100_000) => n as u32,
+        Some(n) => return bad(format!("flow.limit must be 1 to 100000, not {n}")),
+    };
+    let rate = match f.rate_per_sec {
+        Some(r) if !(r > 0.0 && r <= 100_000.0) => {
+            return bad(format!("flow.rate_per_sec must be above 0 and at most 100000, not {r}"))
+        }
+        r => r,
+    };
+    Ok(Flow { key, limit, rate })
+}
+
+/// The limit of a flow with only a start rate: its slots never run out.
+const UNLIMITED: u32 = u32::MAX / 2;
 
 #[cfg(test)]
 mod tests {

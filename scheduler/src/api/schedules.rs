@@ -571,6 +571,8 @@ async fn start(svc: &Services, spec: &ScheduleSpec, input: &Value, thread: &str)
         timeout: spec.timeout_secs.map(Duration::from_secs_f64),
         parent: None,
         queue: None,
+        flow: None,
+        priority: 0,
     };
     match svc
         .store

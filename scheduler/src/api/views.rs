@@ -201,6 +201,12 @@ pub(crate) fn run_view(h: &RunHeader, f: &Facts) -> RunView {
         deadline_at: h.deadline,
         queue: h.queue.clone(),
         home_queue: h.home_queue.clone(),
+        flow: h.flow.as_ref().map(|f| super::model::FlowView {
+            key: f.key.clone(),
+            limit: f.limit,
+            rate_per_sec: f.rate,
+        }),
+        priority: Some(h.priority).filter(|p| *p > 0),
         forked_from: h.forked_from.as_ref().map(|(thread, n)| super::model::Lineage {
             thread_id: thread.clone(),
             from_step: *n,
@@ -340,6 +346,8 @@ mod tests {
             children: Vec::new(),
             queue: None,
             home_queue: None,
+            flow: None,
+            priority: 0,
             crashes: 0,
             crashed_by: None,
             wait: Some(Wait {

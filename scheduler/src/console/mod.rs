@@ -626,6 +626,13 @@ async fn run_page(State(st): State<ConsoleState>, Path(raw): Path<String>) -> Pa
             },
         });
     }
+    if let Some(f) = &h.flow {
+        let rate = f.rate.map(|r| format!(", {r} starts/s")).unwrap_or_default();
+        fields.push(Field {
+            name: "flow control",
+            value: format!("key {} (limit {}{rate}), priority {}", f.key, f.limit, h.priority),
+        });
+    }
     if let Some(p) = &h.parent {
         fields.push(Field {
             name: "parent",

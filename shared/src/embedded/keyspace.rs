@@ -476,6 +476,15 @@ impl Keyspace {
                     },
                 )
             }
+            "ZRANK" => {
+                arity(args, 3)?;
+                let rank = self.zset(&args[1], now_ms)?.and_then(|z| {
+                    let s = *z.scores.get(&args[2])?;
+                    // (Members order by score, then bytes, as in Redis.)
+                    Some(z.order.range(..(Score(s), args[2].clone())).count())
+                });
+                Ok(rank.map_or(Value::Nil, |r| Value::Int(r as i64)))
+            }
             "ZCARD" => {
                 arity(args, 2)?;
                 Ok(Value::Int(
@@ -721,6 +730,11 @@ mod tests {
         run(&mut ks, 0, &["ZADD", "z", "3", "c", "1", "a", "2", "b", "2", "a2"]).unwrap();
         let r = run(&mut ks, 0, &["ZRANGEBYSCORE", "z", "-inf", "2", "LIMIT", "0", "2"]).unwrap();
         assert_eq!(r, Value::Array(vec![bulk(b"a"), bulk(b"a2")]));
+        // Rank: by score, then member bytes; none for a stranger.
+        assert_eq!(run(&mut ks, 0, &["ZRANK", "z", "a"]).unwrap(), Value::Int(0));
+        assert_eq!(run(&mut ks, 0, &["ZRANK", "z", "b"]).unwrap(), Value::Int(2));
+        assert_eq!(run(&mut ks, 0, &["ZRANK", "z", "c"]).unwrap(), Value::Int(3));
+        assert_eq!(run(&mut ks, 0, &["ZRANK", "z", "x"]).unwrap(), Value::Nil);
         let r = run(&mut ks, 0, &["ZREVRANGEBYSCORE", "z", "(3", "-inf", "LIMIT", "0", "1"]).unwrap();
         assert_eq!(r, Value::Array(vec![bulk(b"b")]));
         let r = run(&mut ks, 0, &["ZREVRANGE", "z", "0", "0", "WITHSCORES"]).unwrap();

@@ -13,10 +13,10 @@ pub mod model;
 mod script;
 
 pub use self::script::{
-    child_signal, owns_partition, Advance, Cancelled, Cascade, CatalogEntry, ChildResult, CreateOutcome, EffectDone,
-    EffectRecord, EffectRelease, ForkOutcome, ListFilter, PageCursor, Rerun, RestartOutcome, RetryOutcome, RunEvent,
-    Rung, SchedulePut, ScheduleRecord, ScriptStore, ServedSpec, SignalOutcome, StoreConfig, Suspend, Suspended,
-    WorkerInfo, SCHEMA_VERSION,
+    child_signal, owns_partition, Acquired, Advance, Cancelled, Cascade, CatalogEntry, ChildResult, CreateOutcome,
+    EffectDone, EffectRecord, EffectRelease, Flow, ForkOutcome, ListFilter, PageCursor, Rerun, RestartOutcome,
+    RetryOutcome, RunEvent, Rung, SchedulePut, ScheduleRecord, ScriptStore, ServedSpec, SignalOutcome, StoreConfig,
+    Suspend, Suspended, WorkerInfo, FLOW_PARK, SCHEMA_VERSION,
 };
 pub use engine::{AckScope, ReplicaAck};
 pub use model::{

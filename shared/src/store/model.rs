@@ -153,6 +153,10 @@ pub struct RunHeader {
     pub queue: Option<String>,
     /// The task queue it was started on (`hq`): where its calls run unless routed elsewhere.
     pub home_queue: Option<String>,
+    /// Its flow control (`fck`, `fcl`, `fcr`): the key whose slots it takes.
+    pub flow: Option<super::Flow>,
+    /// Its priority in a flow key's waiting line (`prio`, 0–9, higher first).
+    pub priority: u8,
     /// Takeovers at the current journal position (the worker died or stalled each time).
     pub crashes: u32,
     /// The workers that held the run when it crashed there.
@@ -235,6 +239,12 @@ impl RunHeader {
             children: children_of(map),
             queue: text(map, "q").filter(|q| !q.is_empty()),
             home_queue: text(map, "hq").filter(|q| !q.is_empty()),
+            flow: text(map, "fck").map(|key| super::Flow {
+                key,
+                limit: num(map, "fcl").unwrap_or(1),
+                rate: num(map, "fcr"),
+            }),
+            priority: num(map, "prio").unwrap_or(0),
             crashes: num(map, "crashes").unwrap_or(0),
             crashed_by: text(map, "crashed_by"),
             wait,
@@ -267,6 +277,10 @@ pub struct CreateOptions {
     pub parent: Option<ParentLink>,
     /// The task queue it runs on (`None`: the deployment's default queue).
     pub queue: Option<String>,
+    /// Its flow control: a limit of runs of a key at once, a start rate.
+    pub flow: Option<super::Flow>,
+    /// Its priority in a flow key's waiting line (0–9, higher first).
+    pub priority: u8,
 }
 
 /// A child run's link to its parent: the parent's thread and the journal index of the call.

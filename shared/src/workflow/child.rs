@@ -183,6 +183,8 @@ impl Ctx {
                 index,
             }),
             queue: queue.clone(),
+            flow: None,
+            priority: 0,
         };
         let trace = crate::telemetry::current_traceparent().unwrap_or_default();
         let created = self

@@ -1,7 +1,7 @@
 //! The demo workflows hosted by the `savepoint-worker` binary: `invoice` (the seed's story),
 //! `approval` (human in the loop), `webhook` (an HTTP effect with an idempotency key) and
 //! `chain` (trivial steps, for benchmarks) and `fanout` (parallel steps and effects, a race
-//! with a timeout), and `family` with `kid` (child workflows), `routed` (a step on another task queue).
+//! with a timeout), and `family` with `kid` (child workflows), `routed` (a step on another task queue), `metered` (witnessed steps, for flow control).
 //!
 //! Every demo effect call, real or repeated, appends one JSON record
 //! `{"thread_id","effect","key","at"}` to the Redis list `<namespace>:demo:effects`, so a
@@ -12,6 +12,7 @@ mod chain;
 mod family;
 mod fanout;
 mod invoice;
+mod metered;
 mod routed;
 mod webhook;
 
@@ -20,6 +21,7 @@ pub use chain::Chain;
 pub use family::{Family, Kid};
 pub use fanout::Fanout;
 pub use invoice::Invoice;
+pub use metered::Metered;
 pub use routed::Routed;
 pub use webhook::Webhook;
 
@@ -103,9 +105,10 @@ pub fn registry_from_spec(store: &ScriptStore, spec: &str) -> Result<Registry, S
             "family" => r.register_versions(Family, v, min),
             "kid" => r.register_versions(Kid::new(log.clone()), v, min),
             "routed" => r.register_versions(Routed, v, min),
+            "metered" => r.register_versions(Metered::new(store), v, min),
             other => {
                 return Err(format!(
-                    "unknown demo workflow {other:?}: invoice, approval, webhook, chain, fanout, family, kid, routed"
+                    "unknown demo workflow {other:?}: invoice, approval, webhook, chain, fanout, family, kid, routed, metered"
                 ))
             }
         };
@@ -124,6 +127,7 @@ pub fn registry(store: &ScriptStore) -> Registry {
         .register(Fanout::new(log.clone()))
         .register(Family)
         .register(Kid::new(log))
-        .register(Routed);
+        .register(Routed)
+        .register(Metered::new(store));
     r
 }

@@ -72,6 +72,9 @@ pub struct Cascade {
     pub cancelled: Vec<ThreadId>,
     /// Parents woken by the cancel of a descendant (each needs its task published).
     pub woke: Vec<(ThreadId, Rerun)>,
+    /// Runs at the head of a flow key's line that a cancelled run's slot (or place) freed:
+    /// publish their tasks.
+    pub flow_woke: Vec<ThreadId>,
 }
 
 impl ScriptStore {
@@ -128,6 +131,14 @@ impl ScriptStore {
                     continue;
                 }
             };
+            if let Some(f) = &h.flow {
+                match self.flow_release(f, &t, true).await {
+                    Ok(next) => out.flow_woke.extend(next.into_iter().filter(|n| *n != t)),
+                    Err(e) => {
+                        tracing::warn!(thread.id = %t, error = %e, "cancel: could not free its flow slot; it expires")
+                    }
+                }
+            }
             if let Some(p) = &h.parent {
                 let r = ChildResult::Cancelled(h.reason.clone().unwrap_or_else(|| reason.to_owned()));
                 match self.notify_parent(&t, p, &r).await {

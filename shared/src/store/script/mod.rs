@@ -4,6 +4,7 @@ mod children;
 mod control;
 mod effects;
 mod fleet;
+mod flow;
 mod query;
 pub(crate) mod reply;
 mod scan;
@@ -33,6 +34,7 @@ pub use children::{child_signal, Cascade, ChildResult};
 pub use control::{Cancelled, ForkOutcome, Rerun, RestartOutcome, RetryOutcome, SignalOutcome};
 pub use effects::{EffectDone, EffectRecord, EffectRelease};
 pub use fleet::{owns_partition, CatalogEntry, ServedSpec, WorkerInfo};
+pub use flow::{Acquired, Flow, FLOW_PARK};
 pub use query::{ListFilter, PageCursor, RunEvent};
 pub use scan::Rung;
 pub use schedules::{Advance, SchedulePut, ScheduleRecord};
@@ -346,6 +348,14 @@ impl ScriptStore {
             None => inv.arg("").arg(""),
         };
         inv.arg(opts.queue.as_deref().unwrap_or(""));
+        match &opts.flow {
+            Some(f) => inv
+                .arg(&f.key)
+                .arg(f.limit)
+                .arg(f.rate.map(|r| r.to_string()).unwrap_or_default()),
+            None => inv.arg("").arg("").arg(""),
+        };
+        inv.arg(opts.priority);
         let r = self.invoke(&inv).await?;
         match r.tag().as_str() {
             "created" => Ok(CreateOutcome::Created),

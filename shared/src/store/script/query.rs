@@ -72,7 +72,7 @@ impl std::fmt::Display for PageCursor {
 }
 
 /// Every field of the run hash except the journal (`j:<i>`).
-const HEADER_FIELDS: [&str; 38] = [
+const HEADER_FIELDS: [&str; 42] = [
     "wf",
     "wfv",
     "schema",
@@ -105,6 +105,10 @@ const HEADER_FIELDS: [&str; 38] = [
     "children",
     "q",
     "hq",
+    "fck",
+    "fcl",
+    "fcr",
+    "prio",
     "crashes",
     "crashed_by",
     "wait_kind",

@@ -9,7 +9,9 @@
 --          (the `deadline` field; suspend.lua bounds every due time by it),
 --       12 parent thread id ('' = none: not a child run), 13 the parent's call index,
 --       14 task queue ('' = the default): the run's home queue (`hq`) and the queue its
---          next task goes to (`q`)
+--          next task goes to (`q`),
+--       15 flow-control key ('' = none), 16 its limit, 17 its starts per second ('' = none),
+--       18 priority (0-9) in the key's waiting line
 -- The caller publishes the start task next. Its due score is already the one for a queued
 -- task (a confirm then costs one ZREM of the `unconfirmed` entry, not a script); until the
 -- confirm, the `unconfirmed` entry (due after redeliver_ms) is the net for a publisher that
@@ -28,6 +30,9 @@ redis.call('HSET', KEYS[1], 'wf', ARGV[2], 'wfv', ARGV[3], 'schema', ARGV[4], 's
 if ARGV[11] ~= '' then redis.call('HSET', KEYS[1], 'deadline', t + tonumber(ARGV[11])) end
 if ARGV[12] ~= '' then redis.call('HSET', KEYS[1], 'parent', ARGV[12], 'parent_i', ARGV[13]) end
 if ARGV[14] ~= '' then redis.call('HSET', KEYS[1], 'q', ARGV[14], 'hq', ARGV[14]) end
+if ARGV[15] ~= '' then redis.call('HSET', KEYS[1], 'fck', ARGV[15], 'fcl', ARGV[16]) end
+if ARGV[17] ~= '' then redis.call('HSET', KEYS[1], 'fcr', ARGV[17]) end
+if ARGV[18] ~= '0' then redis.call('HSET', KEYS[1], 'prio', ARGV[18]) end
 redis.call('ZADD', KEYS[2], t + tonumber(ARGV[10]), ARGV[1])
 redis.call('ZADD', KEYS[5], t + tonumber(ARGV[6]), ARGV[1])
 redis.call('ZADD', KEYS[4], t, ARGV[1])

@@ -1,0 +1,54 @@
+-- flow_acquire: a claimed run of a flow-controlled key takes one of the key's slots (at most
+-- `limit` runs of the key hold one at once), in line: a run may take a free slot only when no
+-- more than the free slots' count of runs wait ahead of it (priority first, then the time it
+-- first waited). A slot's score is its holder's lease expiry: a slot of a worker that died is
+-- free once that passes. A start (a run with no journal yet) also takes a token of the key's
+-- start rate, if it has one.
+-- A waiting run is seen again at least every park interval (its safety-net due time rings it);
+-- one not seen for `stale` ms (it ended, or was cancelled, while in line) leaves the line, so
+-- it cannot hold up the runs behind it for longer than that.
+-- KEYS: 1 the key's slots zset, 2 its waiting line zset, 3 its rate bucket hash,
+--       4 when each waiting run was last seen (zset)
+-- ARGV: 1 thread id, 2 limit, 3 slot expiry (ms from now), 4 priority band if it must wait
+--       (9 - priority: its line score is band * 1e13 + now, so higher priorities go first), 5 starts per second ('' = no rate), 6 '1' if this is a
+--       start (the run has no journal yet), 7 stale ms
+-- Returns: {'ok'} | {'full', holders} (it waits in line) | {'rate', wait_ms} (in line, for a token)
+local t = now_ms()
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t)
+local id = ARGV[1]
+local order = tonumber(ARGV[4]) * 1e13 + t
+for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', t - tonumber(ARGV[7]))) do
+  redis.call('ZREM', KEYS[2], s)
+  redis.call('ZREM', KEYS[4], s)
+end
+if redis.call('ZSCORE', KEYS[1], id) then
+  redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), id)
+  return { 'ok' }
+end
+local held = redis.call('ZCARD', KEYS[1])
+local free = tonumber(ARGV[2]) - held
+local rank = redis.call('ZRANK', KEYS[2], id) or redis.call('ZCARD', KEYS[2])
+if free <= 0 or rank >= free then
+  if not redis.call('ZSCORE', KEYS[2], id) then redis.call('ZADD', KEYS[2], order, id) end
+  redis.call('ZADD', KEYS[4], t, id)
+  return { 'full', tostring(held) }
+end
+if ARGV[5] ~= '' and ARGV[6] == '1' then
+  local rate = tonumber(ARGV[5])
+  local cap = math.max(1, rate)
+  local b = redis.call('HMGET', KEYS[3], 'tokens', 'at')
+  local tokens = tonumber(b[1] or tostring(cap))
+  local at = tonumber(b[2] or tostring(t))
+  tokens = math.min(cap, tokens + (t - at) * rate / 1000)
+  if tokens < 1 then
+    redis.call('HSET', KEYS[3], 'tokens', tostring(tokens), 'at', t)
+    if not redis.call('ZSCORE', KEYS[2], id) then redis.call('ZADD', KEYS[2], order, id) end
+    redis.call('ZADD', KEYS[4], t, id)
+    return { 'rate', tostring(math.ceil((1 - tokens) * 1000 / rate)) }
+  end
+  redis.call('HSET', KEYS[3], 'tokens', tostring(tokens - 1), 'at', t)
+end
+redis.call('ZREM', KEYS[2], id)
+redis.call('ZREM', KEYS[4], id)
+redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), id)
+return { 'ok' }
