@@ -378,3 +378,62 @@ async fn a_scheduler_killed_between_fork_or_restart_and_publish_loses_nothing() 
     wk.wait_exit(LONG).await;
     cleanup(&w.cfg).await;
 }
+
+/// The operator's word: a fork with `rerun_effects` performs a key the source settled once
+/// more (and only that key); a key not recorded at or after the entry is a 422.
+#[tokio::test]
+async fn a_fork_with_rerun_effects_performs_a_settled_key_again_on_the_operators_word() {
+    let w = World::new("lnrerun", |_| {}).await;
+    let mut wk = w.worker(WORKER, "w1", "");
+    w.wait_registered("invoice").await;
+    let src = tid("inv-rr");
+    let (code, body) = w
+        .post(
+            "/v1/runs",
+            json!({"workflow": "invoice", "thread_id": src.as_str(), "input": {"invoice_id": "INV-RR"}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let done = w.wait_status(&src, &["completed", "failed", "blocked"], LONG).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    // A key the source recorded before the entry, or never: refused, nothing forked.
+    let (code, body) = w
+        .post(
+            &format!("/v1/runs/{src}/fork"),
+            json!({"from_step": 2, "thread_id": "inv-rr-bad", "rerun_effects": ["email:nope"]}),
+        )
+        .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not the key of an effect"),
+        "{body}"
+    );
+    assert!(w.store.header(&tid("inv-rr-bad")).await.unwrap().is_none());
+    let (code, body) = w
+        .post(
+            &format!("/v1/runs/{src}/fork"),
+            json!({"from_step": 2, "thread_id": "inv-rr-2", "rerun_effects": ["ledger:INV-RR"]}),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let run = w
+        .wait_status(&tid("inv-rr-2"), &["completed", "failed", "blocked"], LONG)
+        .await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let counts = w.effect_counts().await;
+    assert_eq!(
+        count(&counts, "ledger:INV-RR"),
+        2,
+        "performed again, as asked: {counts:?}"
+    );
+    assert_eq!(count(&counts, "email:inv-rr"), 1, "{counts:?}");
+    assert_eq!(count(&counts, "email:inv-rr-2"), 1, "{counts:?}");
+    let types = w.event_types(&tid("inv-rr-2")).await;
+    assert!(types.iter().any(|e| e == "effects_rerun"), "{types:?}");
+    wk.signal("TERM");
+    wk.wait_exit(Duration::from_secs(30)).await;
+    cleanup(&w.cfg).await;
+}

@@ -5,7 +5,8 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use savepoint::ids::ThreadId;
+use savepoint::ids::{EffectKey, ThreadId};
+use savepoint::journal::EntryKind;
 use savepoint::protocol::TaskReason;
 use savepoint::store::{ForkOutcome, RestartOutcome, StoreError};
 use tracing::info;
@@ -56,6 +57,7 @@ pub(crate) async fn fork(
         return Err(ApiError::conflict("a fork needs a thread id of its own"));
     }
     let n = body.from_step;
+    let rerun = effects_to_rerun(svc, &source, n, &body.rerun_effects).await?;
     let trace = savepoint::telemetry::current_traceparent().unwrap_or_else(crate::publish::new_traceparent);
     let reply = |status| ForkReply {
         thread_id: to.as_str().to_owned(),
@@ -72,6 +74,8 @@ pub(crate) async fn fork(
                 .store
                 .annotate(&source, "forked", &format!("{to} from entry {n}"))
                 .await;
+            // Before its task: the fork must not reach a key the operator freed first.
+            forget(svc, &source, &to, &rerun).await?;
             // As for a start: a failed publish is only logged, the unconfirmed-start net
             // publishes it.
             ring(svc, &to, Some(n), TaskReason::Start, Some(&trace), 0).await;
@@ -119,9 +123,12 @@ pub(crate) async fn restart(
     let thread = thread_id(raw)?;
     let svc = st.services()?;
     let n = body.from_step;
+    // (Read before the restart drops the entries that recorded them.)
+    let rerun = effects_to_rerun(svc, &thread, n, &body.rerun_effects).await?;
     match svc.store.restart(&thread, n, "operator restart via API").await {
         Ok(RestartOutcome::Queued(r, was)) => {
             info!(thread.id = %thread, from_step = n, %was, "run restarted");
+            forget(svc, &thread, &thread, &rerun).await?;
             ring(svc, &thread, None, TaskReason::Operator, r.trace.as_deref(), r.rv).await;
             Ok((StatusCode::ACCEPTED, Json(Accepted::pending(thread.as_str()))))
         }
@@ -137,4 +144,65 @@ pub(crate) async fn restart(
         Err(StoreError::Missing(_)) => Err(ApiError::run_not_found(&thread)),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The effect keys of `rerun` checked against the journal of `run`: each must be the key of an
+/// effect entry at or after `from` (422 otherwise).
+async fn effects_to_rerun(
+    svc: &super::Services,
+    run: &ThreadId,
+    from: u32,
+    rerun: &[String],
+) -> Result<Vec<EffectKey>, ApiError> {
+    if rerun.is_empty() {
+        return Ok(Vec::new());
+    }
+    if rerun.len() > 100 {
+        return Err(ApiError::unprocessable("rerun_effects names at most 100 keys"));
+    }
+    let Some((_, journal)) = svc.store.get(run).await? else {
+        return Err(ApiError::run_not_found(run));
+    };
+    let recorded: Vec<&str> = journal
+        .iter()
+        .skip(from as usize)
+        .filter(|e| e.kind == EntryKind::Effect)
+        .filter_map(|e| e.key.as_deref())
+        .collect();
+    rerun
+        .iter()
+        .map(|k| {
+            if !recorded.contains(&k.as_str()) {
+                return Err(ApiError::unprocessable(format!(
+                    "rerun_effects: {k:?} is not the key of an effect {run} recorded at or after entry {from} \
+                     (those are: {recorded:?})"
+                )));
+            }
+            EffectKey::new(k.clone()).map_err(|e| ApiError::unprocessable(e.to_string()))
+        })
+        .collect()
+}
+
+/// Deletes the records of `keys` that `source` settled, so `run` performs them again, and
+/// notes it in `run`'s log (event `effects_rerun`).
+async fn forget(svc: &super::Services, source: &ThreadId, run: &ThreadId, keys: &[EffectKey]) -> Result<(), ApiError> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let mut freed = Vec::new();
+    for k in keys {
+        if svc.store.effect_forget(k, source).await? {
+            freed.push(k.as_str());
+        }
+    }
+    info!(thread.id = %run, keys = ?freed, "settled effects freed to run again");
+    let _ = svc
+        .store
+        .annotate(
+            run,
+            "effects_rerun",
+            &format!("performed again on the operator's word: {}", freed.join(", ")),
+        )
+        .await;
+    Ok(())
 }

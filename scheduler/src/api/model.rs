@@ -176,6 +176,12 @@ pub(crate) struct ForkBody {
     #[serde(default)]
     #[schema(pattern = "^[A-Za-z0-9_.:-]{1,128}$", example = "invoice-1-retake")]
     pub thread_id: Option<String>,
+    /// Effect keys the source recorded at or after `from_step` that the operator wants
+    /// performed again (their records are deleted before the fork starts); by default a
+    /// settled key is never repeated.
+    #[serde(default)]
+    #[schema(max_items = 100, example = json!(["ledger:INV-1"]))]
+    pub rerun_effects: Vec<String>,
 }
 
 /// Body of `POST /v1/runs/{thread_id}/restart`.
@@ -187,6 +193,11 @@ pub(crate) struct RestartBody {
     #[serde(deserialize_with = "whole_u32")]
     #[schema(minimum = 0, maximum = 4_294_967_295u64, example = 2)]
     pub from_step: u32,
+    /// Effect keys the run recorded at or after `from_step` that the operator wants performed
+    /// again (see fork); by default a settled key is never repeated.
+    #[serde(default)]
+    #[schema(max_items = 100, example = json!(["ledger:INV-1"]))]
+    pub rerun_effects: Vec<String>,
 }
 
 /// The run that started a run as its child.

@@ -259,8 +259,14 @@ impl ApiClient {
     }
 
     /// `POST /v1/runs/{thread}/fork`.
-    pub async fn fork(&self, thread: &str, from_step: u32, thread_id: Option<&str>) -> Result<Value, ClientError> {
-        let mut body = json!({ "from_step": from_step });
+    pub async fn fork(
+        &self,
+        thread: &str,
+        from_step: u32,
+        thread_id: Option<&str>,
+        rerun_effects: &[String],
+    ) -> Result<Value, ClientError> {
+        let mut body = json!({ "from_step": from_step, "rerun_effects": rerun_effects });
         if let Some(t) = thread_id {
             body["thread_id"] = Value::from(t);
         }
@@ -269,8 +275,8 @@ impl ApiClient {
     }
 
     /// `POST /v1/runs/{thread}/restart`.
-    pub async fn restart(&self, thread: &str, from_step: u32) -> Result<Value, ClientError> {
-        let body = json!({ "from_step": from_step });
+    pub async fn restart(&self, thread: &str, from_step: u32, rerun_effects: &[String]) -> Result<Value, ClientError> {
+        let body = json!({ "from_step": from_step, "rerun_effects": rerun_effects });
         self.request(
             Method::POST,
             &format!("/v1/runs/{}/restart", encode(thread)),

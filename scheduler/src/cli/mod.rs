@@ -108,6 +108,10 @@ pub enum Command {
         /// The new run's id (generated when absent).
         #[arg(long)]
         thread_id: Option<String>,
+        /// An effect key the source settled at or after the entry to perform again (repeat
+        /// the flag for several); by default a settled key is never repeated.
+        #[arg(long = "rerun-effect", value_name = "KEY")]
+        rerun_effects: Vec<String>,
     },
     /// Re-run a failed, blocked or cancelled run in place from a journal entry: entries
     /// before it are kept, the rest dropped. Needs the admin role.
@@ -117,6 +121,9 @@ pub enum Command {
         /// The entry to go on from.
         #[arg(long)]
         from_step: u32,
+        /// An effect key the run settled at or after the entry to perform again (repeatable).
+        #[arg(long = "rerun-effect", value_name = "KEY")]
+        rerun_effects: Vec<String>,
     },
     /// Schedules: start runs of a workflow on a cron pattern or a fixed interval.
     #[command(subcommand)]
@@ -548,13 +555,20 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
             thread,
             from_step,
             thread_id,
+            rerun_effects,
         } => {
-            let v = client.fork(&thread, from_step, thread_id.as_deref()).await?;
+            let v = client
+                .fork(&thread, from_step, thread_id.as_deref(), &rerun_effects)
+                .await?;
             print(json, &v, render::forked)
         }
         Command::Schedule(cmd) => schedule(&client, json, cmd).await,
-        Command::Restart { thread, from_step } => {
-            let v = client.restart(&thread, from_step).await?;
+        Command::Restart {
+            thread,
+            from_step,
+            rerun_effects,
+        } => {
+            let v = client.restart(&thread, from_step, &rerun_effects).await?;
             print(json, &v, |v| render::ack(&format!("restart from entry {from_step}"), v))
         }
         Command::Cancel { thread, reason } => {

@@ -261,6 +261,16 @@ impl ScriptStore {
         Ok(self.invoke(&inv).await?.tag() == "ok")
     }
 
+    /// Deletes the done record of `key` that run `thread` settled, so the effect is performed
+    /// again by the next run that reaches it (an operator's `rerun_effects`). False when the
+    /// record is absent, not done, or another run's.
+    pub async fn effect_forget(&self, key: &EffectKey, thread: &ThreadId) -> Result<bool, StoreError> {
+        let mut inv = self.scripts.effect_forget.prepare_invoke();
+        inv.key(self.keys.effect(key));
+        inv.arg(thread.as_str());
+        Ok(self.invoke(&inv).await?.tag() == "ok")
+    }
+
     /// The raw dedup record of an effect key (JSON), for the API and tests.
     pub async fn effect_record(&self, key: &EffectKey) -> Result<Option<Value>, StoreError> {
         let raw: Option<String> = self.engine.query(redis::cmd("GET").arg(self.keys.effect(key))).await?;

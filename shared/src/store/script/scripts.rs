@@ -64,6 +64,7 @@ scripts!(
     effect_release,
     effect_orphan,
     effect_reopen,
+    effect_forget,
     register_worker,
     live_workers,
     wake_unserved,
