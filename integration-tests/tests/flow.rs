@@ -188,3 +188,46 @@ async fn bad_flow_requests_are_422_with_the_rule() {
     wk.wait_exit(Duration::from_secs(30)).await;
     cleanup(&w.cfg).await;
 }
+
+/// Issue 24, hole 1: a run that yields (here after every step) is claimed again by another
+/// worker while the slice that yielded still holds its slot. Today's slots are keyed by the
+/// thread alone, so the new slice took the old slot over and the old slice's release then
+/// deleted it: the run went on with no slot, and the release woke the head of the line, so
+/// limit + 1 runs of a customer were inside a step together. Slots now belong to the slice's
+/// fencing token: only the slice that holds one frees it.
+#[tokio::test]
+async fn runs_that_yield_between_steps_never_hold_more_than_the_limit() {
+    let w = World::new("flowyield", |_| {}).await;
+    let one = [("SAVEPOINT_SLICE_MAX_STEPS", "1")];
+    let mut workers: Vec<_> = (1..=3)
+        .map(|i| w.worker_env(WORKER, &format!("y{i}"), "", &one))
+        .collect();
+    w.wait_registered("metered").await;
+    let mut runs = Vec::new();
+    for i in 0..60 {
+        let body = json!({
+            "workflow": "metered",
+            "input": {"customer": format!("y{}", i % 3), "steps": 5, "step_ms": 15},
+            "flow": {"key_from": "/customer", "limit": 2},
+        });
+        runs.push(start(&w, body).await);
+    }
+    for t in &runs {
+        let run = w.wait_status(t, &["completed", "failed", "blocked"], LONG).await;
+        assert_eq!(run["status"], "completed", "{run}");
+    }
+    let seen = witnessed(&w).await;
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(
+        seen.values().all(|n| *n <= 2),
+        "more than 2 of a customer inside a step at once: {seen:?}"
+    );
+    // Yields did happen: a run's slices were taken by more than one worker.
+    let yielded = w.event_types(&runs[0]).await;
+    assert!(yielded.iter().filter(|e| *e == "claimed").count() >= 5, "{yielded:?}");
+    for p in &mut workers {
+        p.signal("TERM");
+        p.wait_exit(Duration::from_secs(30)).await;
+    }
+    cleanup(&w.cfg).await;
+}

@@ -135,6 +135,13 @@ impl Keys {
         format!("{}:{{fc}}:slots:{key}", self.ns)
     }
 
+    /// The fencing token each slot of `key` was taken with (thread → fence): only the slice
+    /// that took a slot may extend or give it back, so a slice that lost its run (a yield
+    /// another worker picked up, or a pause past the lease) cannot free its successor's slot.
+    pub fn flow_holders(&self, key: &str) -> String {
+        format!("{}:{{fc}}:holders:{key}", self.ns)
+    }
+
     /// The runs waiting for a slot of `key`, in order (score: priority band, then first wait).
     pub fn flow_wait(&self, key: &str) -> String {
         format!("{}:{{fc}}:wait:{key}", self.ns)

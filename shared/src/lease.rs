@@ -22,6 +22,8 @@ use tokio::time::Instant;
 #[derive(Debug)]
 struct State {
     deadline: Instant,
+    /// The local deadline of the flow-control slot the slice holds, if any.
+    slot: Option<Instant>,
     stalled_until: Option<Instant>,
 }
 
@@ -41,6 +43,7 @@ impl LeaseClock {
             validity,
             state: Arc::new(Mutex::new(State {
                 deadline: sent + validity,
+                slot: None,
                 stalled_until: None,
             })),
         }
@@ -62,9 +65,28 @@ impl LeaseClock {
         }
     }
 
-    /// The instant after which this worker must not act under the lease.
+    /// The slice also holds a flow-control slot, taken (or last extended) by a request sent
+    /// at `sent` with the lease's validity: from now on the deadline is also bounded by the
+    /// slot's, which only [`LeaseClock::slot_confirmed`] moves (a commit extends the lease,
+    /// not the slot, so a step never runs on past the slot when its extensions fail).
+    pub fn bind_slot(&self, sent: Instant) {
+        self.lock().slot = Some(sent + self.validity);
+    }
+
+    /// Redis confirmed a slot extension sent at `sent` (never backwards; nothing without a
+    /// bound slot).
+    pub fn slot_confirmed(&self, sent: Instant) {
+        let mut s = self.lock();
+        let d = sent + self.validity;
+        if let Some(slot) = s.slot.as_mut().filter(|slot| d > **slot) {
+            *slot = d;
+        }
+    }
+
+    /// The instant after which this worker must not act under the lease (or its slot).
     pub fn deadline(&self) -> Instant {
-        self.lock().deadline
+        let s = self.lock();
+        s.slot.map_or(s.deadline, |slot| slot.min(s.deadline))
     }
 
     /// True once the deadline has passed.
@@ -93,6 +115,23 @@ impl LeaseClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bound_slot_bounds_the_deadline_until_it_is_extended() {
+        let t0 = Instant::now();
+        let c = LeaseClock::new(t0, Duration::from_millis(1000), Duration::from_millis(100));
+        c.bind_slot(t0);
+        // A commit moves the lease, not the slot.
+        c.confirmed(t0 + Duration::from_millis(500));
+        assert_eq!(c.deadline(), t0 + Duration::from_millis(900));
+        c.slot_confirmed(t0 + Duration::from_millis(300));
+        assert_eq!(c.deadline(), t0 + Duration::from_millis(1200));
+        c.slot_confirmed(t0 + Duration::from_millis(800));
+        assert_eq!(c.deadline(), t0 + Duration::from_millis(1400));
+        // Never backwards.
+        c.slot_confirmed(t0);
+        assert_eq!(c.deadline(), t0 + Duration::from_millis(1400));
+    }
 
     #[test]
     fn deadline_is_sent_plus_lease_minus_margin_and_never_moves_back() {

@@ -38,10 +38,24 @@ impl Heartbeat {
                     match store.heartbeat(&lease).await {
                         Ok(_) => {
                             clock.confirmed(sent);
-                            // The run's flow-control slot lives as long as its lease.
+                            // The run's flow-control slot lives as long as its lease; the local
+                            // deadline is bounded by the slot's too (`bind_slot`), so a step
+                            // never runs on past its slot's expiry, when another run may take it.
                             if let Some(f) = &flow {
-                                if let Err(e) = store.flow_extend(f, &lease.thread).await {
-                                    tracing::warn!(error = %e, "extending the flow-control slot failed");
+                                let sent = Instant::now();
+                                match store.flow_extend(f, &lease.thread, lease.fence).await {
+                                    Ok(true) => clock.slot_confirmed(sent),
+                                    Ok(false) => {
+                                        tracing::warn!(
+                                            "the run's flow-control slot is gone: stopping the step in flight"
+                                        );
+                                        lost.cancel();
+                                        return;
+                                    }
+                                    Err(e) => tracing::warn!(
+                                        error = %e,
+                                        "extending the flow-control slot failed; retrying until its local deadline"
+                                    ),
                                 }
                             }
                         }

@@ -217,7 +217,7 @@ async fn run_slice(shared: &Shared, c: Claimed) {
                 tell_parent(shared, &c, ChildResult::Failed(reason)).await;
                 if let Some(f) = &c.header.flow {
                     // It may have been waiting in line for a slot.
-                    leave_slot(shared, f, &c.lease.thread, true).await;
+                    leave_slot(shared, f, &c.lease.thread, None, true).await;
                 }
             }
             Err(e) => tracing::warn!(error = %e, "could not fail a run past its deadline; it is retried"),
@@ -235,14 +235,25 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         return;
     }
     let flow = c.header.flow.clone();
+    let slot_sent = Instant::now();
     if let Some(f) = &flow {
         let start = c.header.steps == 0;
         match shared
             .store
-            .flow_acquire(f, &lease.thread, c.header.priority, start)
+            .flow_acquire(f, &lease.thread, lease.fence, c.header.priority, start)
             .await
         {
             Ok(Acquired::Slot) => {}
+            Ok(Acquired::Stale(holder)) => {
+                // A later slice of this run holds its slot: this one lost the run.
+                tracing::warn!(
+                    holder,
+                    fence = lease.fence,
+                    "a later slice holds the run's flow slot; giving the run up"
+                );
+                inc(&metrics().slices, &[("end", "lease_lost")]);
+                return;
+            }
             Ok(wait) => {
                 wait_in_line(shared, &mut lease, f, wait).await;
                 inc(&metrics().slices, &[("end", "flow_waiting")]);
@@ -261,6 +272,9 @@ async fn run_slice(shared: &Shared, c: Claimed) {
     let lost = CancellationToken::new();
     let cfg = shared.store.config();
     let clock = LeaseClock::new(c.sent_at, cfg.lease, cfg.lease_margin);
+    if flow.is_some() {
+        clock.bind_slot(slot_sent);
+    }
     let _hb = Heartbeat::start(
         shared.store.clone(),
         lease.clone(),
@@ -398,7 +412,9 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         },
     };
     if let Some(f) = &flow {
-        leave_slot(shared, f, &c.lease.thread, false).await;
+        // Only this slice's own slot (its fence): if the run was claimed again meanwhile (a
+        // yield already published, a pause past the lease), the next slice holds it now.
+        leave_slot(shared, f, &c.lease.thread, Some(c.lease.fence), false).await;
     }
     tracing::debug!(
         end,
@@ -420,7 +436,7 @@ async fn wait_in_line(shared: &Shared, lease: &mut Lease, f: &Flow, wait: Acquir
             format!("start rate of key {} ({}/s)", f.key, f.rate.unwrap_or(0.0)),
         ),
         Acquired::Full(held) => (FLOW_PARK, format!("key {}: {held} of {} slots held", f.key, f.limit)),
-        Acquired::Slot => return,
+        Acquired::Slot | Acquired::Stale(_) => return,
     };
     let how = Suspend::until(RunStatus::Pending, due);
     if let Err(e) = shared.store.suspend(lease, None, how, ("flow_waiting", &detail)).await {
@@ -428,10 +444,11 @@ async fn wait_in_line(shared: &Shared, lease: &mut Lease, f: &Flow, wait: Acquir
     }
 }
 
-/// Gives the run's slot of `f` back (`ended`: and its place in line), and publishes the tasks
-/// of the runs at the head of the line that may take the free slots now.
-async fn leave_slot(shared: &Shared, f: &Flow, thread: &ThreadId, ended: bool) {
-    match shared.store.flow_release(f, thread, ended).await {
+/// Gives the slot of `f` this slice took under `fence` back (`ended`: and the run's place in
+/// line), and publishes the tasks of the runs at the head of the line that may take the free
+/// slots now.
+async fn leave_slot(shared: &Shared, f: &Flow, thread: &ThreadId, fence: Option<u64>, ended: bool) {
+    match shared.store.flow_release(f, thread, fence, ended).await {
         Ok(next) => {
             for t in next.iter().filter(|t| *t != thread) {
                 let queue = shared.store.run_queue(t).await.ok().flatten();

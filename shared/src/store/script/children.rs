@@ -132,7 +132,7 @@ impl ScriptStore {
                 }
             };
             if let Some(f) = &h.flow {
-                match self.flow_release(f, &t, true).await {
+                match self.flow_release(f, &t, None, true).await {
                     Ok(next) => out.flow_woke.extend(next.into_iter().filter(|n| *n != t)),
                     Err(e) => {
                         tracing::warn!(thread.id = %t, error = %e, "cancel: could not free its flow slot; it expires")

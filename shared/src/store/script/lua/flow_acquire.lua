@@ -4,24 +4,36 @@
 -- first waited). A slot's score is its holder's lease expiry: a slot of a worker that died is
 -- free once that passes. A start (a run with no journal yet) also takes a token of the key's
 -- start rate, if it has one.
+-- A slot belongs to the slice that took it, named by its fencing token (holders hash): a run
+-- claimed again (a yield, a takeover) takes over the slot its earlier slice still holds, under
+-- its own, higher fence; a slice whose fence is lower than the holder's has lost its run and
+-- is told so ('stale'), and neither it nor its release can touch the slot any more.
 -- A waiting run is seen again at least every park interval (its safety-net due time rings it);
 -- one not seen for `stale` ms (it ended, or was cancelled, while in line) leaves the line, so
 -- it cannot hold up the runs behind it for longer than that.
 -- KEYS: 1 the key's slots zset, 2 its waiting line zset, 3 its rate bucket hash,
---       4 when each waiting run was last seen (zset)
+--       4 when each waiting run was last seen (zset), 5 the slots' holders (thread -> fence)
 -- ARGV: 1 thread id, 2 limit, 3 slot expiry (ms from now), 4 priority band if it must wait
 --       (9 - priority: its line score is band * 1e13 + now, so higher priorities go first), 5 starts per second ('' = no rate), 6 '1' if this is a
---       start (the run has no journal yet), 7 stale ms
+--       start (the run has no journal yet), 7 stale ms, 8 the slice's fencing token
 -- Returns: {'ok'} | {'full', holders} (it waits in line) | {'rate', wait_ms} (in line, for a token)
+--        | {'stale', holder fence} (a later slice of this run holds its slot)
 local t = now_ms()
+for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', t)) do
+  redis.call('HDEL', KEYS[5], s)
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t)
 local id = ARGV[1]
+local fence = tonumber(ARGV[8])
 local order = tonumber(ARGV[4]) * 1e13 + t
 for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', t - tonumber(ARGV[7]))) do
   redis.call('ZREM', KEYS[2], s)
   redis.call('ZREM', KEYS[4], s)
 end
 if redis.call('ZSCORE', KEYS[1], id) then
+  local held = tonumber(redis.call('HGET', KEYS[5], id) or '0')
+  if held > fence then return { 'stale', tostring(held) } end
+  redis.call('HSET', KEYS[5], id, ARGV[8])
   redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), id)
   return { 'ok' }
 end
@@ -51,4 +63,5 @@ end
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', KEYS[4], id)
 redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), id)
+redis.call('HSET', KEYS[5], id, ARGV[8])
 return { 'ok' }

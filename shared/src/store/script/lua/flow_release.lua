@@ -1,14 +1,26 @@
--- flow_release: a run gives its slot of a flow-controlled key back (its slice ended), or a
+-- flow_release: a slice gives its slot of a flow-controlled key back (the slice ended), or a
 -- run that ended leaves the line; answers the runs at the head of the line that may take the
 -- slots free now (the caller publishes their tasks: nobody polls the broker for a slot).
--- KEYS: 1 the key's slots zset, 2 its waiting line zset, 3 its last-seen zset
--- ARGV: 1 thread id, 2 limit, 3 '1' if the run ended (it leaves the line too)
+-- Only the slice that holds the slot (its fencing token in the holders hash) frees it: a
+-- slice whose run was claimed again meanwhile (it yielded, or it was paused past its lease)
+-- leaves its successor's slot alone. An empty fence frees no slot (a cancel: the slice in
+-- flight, if any, gives its slot back when it ends, or its lease expires).
+-- KEYS: 1 the key's slots zset, 2 its waiting line zset, 3 its last-seen zset,
+--       4 the slots' holders (thread -> fence)
+-- ARGV: 1 thread id, 2 limit, 3 '1' if the run ended (it leaves the line too),
+--       4 the slice's fencing token ('' = none)
 -- Returns: {thread, ...} to wake
 local t = now_ms()
-redis.call('ZREM', KEYS[1], ARGV[1])
+if ARGV[4] ~= '' and redis.call('HGET', KEYS[4], ARGV[1]) == ARGV[4] then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[4], ARGV[1])
+end
 if ARGV[3] == '1' then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('ZREM', KEYS[3], ARGV[1])
+end
+for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', t)) do
+  redis.call('HDEL', KEYS[4], s)
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t)
 local free = tonumber(ARGV[2]) - redis.call('ZCARD', KEYS[1])
