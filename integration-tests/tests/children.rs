@@ -178,3 +178,112 @@ async fn a_cancelled_child_is_an_error_the_parent_sees_at_once() {
     wk.wait_exit(Duration::from_secs(30)).await;
     cleanup(&w.cfg).await;
 }
+
+/// The fields of a run's signals hash (buffered signals, answers, child words).
+async fn signal_fields(w: &World, t: &ThreadId) -> Vec<String> {
+    let k = w.store.keys().run(t);
+    w.store
+        .query(redis::cmd("HKEYS").arg(&k.signals))
+        .await
+        .expect("signals")
+}
+
+/// Issue 24, hole 4: every child tells its parent when it ends, but only an awaited
+/// `ctx.child` consumed the word, so each start-and-forget child left one buffered in its
+/// parent for good (until the buffered-signal cap refused every signal to it). A word whose
+/// call is already journaled is not kept now, and the journaling of a child call drops any
+/// word for it.
+#[tokio::test]
+async fn words_of_children_nobody_awaits_are_not_kept_in_the_parent() {
+    let w = world("kidswords").await;
+    let mut wk = w.worker(WORKER, "w1", "");
+    w.wait_registered("family").await;
+    let parent = w.start("family", json!({"kids": 1, "detached": 3, "wait": true})).await;
+    let run = w.wait_status(&parent, &["waiting"], LONG).await;
+    assert_eq!(run["wait"]["name"], "done", "{run}");
+    // Every child ended (so each has told its parent).
+    for i in 0..4 {
+        let c = w
+            .wait_status(&child_of(&parent, i), &["completed", "failed"], LONG)
+            .await;
+        assert_eq!(c["status"], "completed", "{c}");
+        let told = w.event_types(&child_of(&parent, i)).await;
+        assert!(told.iter().any(|e| e == "completed"), "{told:?}");
+    }
+    // Each child's worker tells the parent after the child's finish: wait until all four
+    // words were delivered (each leaves its client id, d:child:<id>), then look at what the
+    // parent keeps.
+    let deadline = std::time::Instant::now() + LONG;
+    loop {
+        let fields = signal_fields(&w, &parent).await;
+        if fields.iter().filter(|f| f.starts_with("d:child:")).count() >= 4 {
+            let kept: Vec<&String> = fields.iter().filter(|f| f.starts_with("s:child:")).collect();
+            assert!(kept.is_empty(), "child words nobody will read are kept: {fields:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the children never told their parent: {fields:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, body) = w
+        .post(&format!("/v1/runs/{parent}/signals/done"), json!({"value": 1}))
+        .await;
+    assert!(code == 200 || code == 202, "{code} {body}");
+    let run = w.wait_status(&parent, &["completed", "failed"], LONG).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    wk.signal("TERM");
+    wk.wait_exit(Duration::from_secs(30)).await;
+    cleanup(&w.cfg).await;
+}
+
+/// Issue 24, hole 7: a parent cancelled after it linked a child but before it created it. The
+/// cancel's cascade found no child then; the stalled parent slice created it afterwards, and
+/// the child ran its effect for a cancelled parent. The child now learns at its first claim
+/// that its parent is gone, and ends cancelled before any call.
+#[tokio::test]
+async fn a_child_created_after_its_parent_was_cancelled_never_runs() {
+    let w = world("kidsorphan").await;
+    let mut wk = w.worker(WORKER, "w1", "child.after_link=pause(2500)@1");
+    w.wait_registered("family").await;
+    let parent = w.start("family", json!({"kids": 1})).await;
+    let child = child_of(&parent, 0);
+    let deadline = std::time::Instant::now() + LONG;
+    while !w.event_types(&parent).await.iter().any(|e| e == "child_started") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the parent never linked its child"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        w.store.header(&child).await.unwrap().is_none(),
+        "created before the pause ended"
+    );
+    let (code, body) = w
+        .post(&format!("/v1/runs/{parent}/cancel"), json!({"reason": "orphan test"}))
+        .await;
+    assert_eq!(code, 200, "{body}");
+    // The paused slice goes on and creates the child; it must end cancelled, not completed.
+    let deadline = std::time::Instant::now() + LONG;
+    while w.store.header(&child).await.unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stalled parent never created its child"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let c = w
+        .wait_status(&child, &["cancelled", "completed", "failed", "blocked"], LONG)
+        .await;
+    assert_eq!(c["status"], "cancelled", "{c}");
+    assert!(
+        c["cancel_reason"].as_str().unwrap_or_default().contains("orphan test"),
+        "{c}"
+    );
+    assert_eq!(w.effect_counts().await.get(&format!("gift:{child}")), None);
+    wk.signal("TERM");
+    wk.wait_exit(Duration::from_secs(30)).await;
+    cleanup(&w.cfg).await;
+}

@@ -27,6 +27,7 @@ pub const NAMES: &[&str] = &[
     "run.deadline.before_fail",
     "schedule.before_advance",
     "child.before_start",
+    "child.after_link",
     "child.after_start",
     "child.before_notify",
     "route.before_yield",

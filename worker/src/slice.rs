@@ -18,7 +18,7 @@ use savepoint::metrics::{inc, metrics};
 use savepoint::protocol::{Task, TaskReason};
 use savepoint::store::Suspend;
 use savepoint::store::{
-    Acquired, ChildResult, Claimed, Finish, Flow, Lease, RunStatus, ScriptStore, SignalOutcome, FLOW_PARK,
+    Acquired, ChildResult, Claimed, Finish, Flow, Lease, ParentCancel, RunStatus, ScriptStore, SignalOutcome, FLOW_PARK,
 };
 use savepoint::workflow::decide::{self, Body, SliceEnd};
 use savepoint::workflow::{
@@ -199,6 +199,30 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         }
         inc(&metrics().slices, &[("end", "blocked")]);
         return;
+    }
+    if c.header.parent.is_some() {
+        match orphaned(shared, &c).await {
+            Ok(None) => {}
+            Ok(Some(reason)) => {
+                // Its parent was cancelled and the cancel's cascade did not reach it (it
+                // was linked but not yet created then, or the cascade's write failed): the
+                // child cancels itself at its next claim, before any further call.
+                match shared.store.cancel(&lease.thread, &reason).await {
+                    Ok(_) => tracing::info!(%reason, "child run cancelled with its parent"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not cancel a child of a cancelled parent; it is retried")
+                    }
+                }
+                inc(&metrics().slices, &[("end", "cancelled")]);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reading a child's parent failed; releasing the run for a retry");
+                release_for_retry(shared, &mut lease).await;
+                inc(&metrics().slices, &[("end", "transient")]);
+                return;
+            }
+        }
     }
     if let Some(deadline) = c.header.deadline.filter(|d| c.server_now >= *d) {
         // Its deadline passed while it slept, waited, queued or lay with a dead worker: it
@@ -424,6 +448,28 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         "slice ended"
     );
     inc(&metrics().slices, &[("end", end)]);
+}
+
+/// Why a child run about to start a slice must not run: its parent was cancelled and its link
+/// says a cancel reaches it, but the cancel's cascade did not (it ran before the child
+/// existed, or a write of it failed: the cascade is best effort, this check is the backstop).
+async fn orphaned(shared: &Shared, c: &Claimed) -> Result<Option<String>, savepoint::store::StoreError> {
+    let Some(parent) = &c.header.parent else {
+        return Ok(None);
+    };
+    let Some(p) = shared.store.header(&parent.thread).await? else {
+        return Ok(None);
+    };
+    if p.status != RunStatus::Cancelled {
+        return Ok(None);
+    }
+    let cancels = p
+        .children
+        .iter()
+        .find(|l| l.thread == c.lease.thread)
+        .is_none_or(|l| l.on_parent_cancel == ParentCancel::Cancel);
+    let why = p.reason.unwrap_or_default();
+    Ok(cancels.then(|| format!("parent {} was cancelled: {why}", parent.thread)))
 }
 
 /// A run of a flow-controlled key found no slot (or no start token): it goes back to

@@ -226,7 +226,7 @@ pub(crate) async fn resume(
             rerun(svc, &thread, TaskReason::Signal, &r).await;
             accepted(Accepted::pending(thread.as_str()))
         }
-        SignalOutcome::Duplicate => accepted(Accepted::duplicate(thread.as_str())),
+        SignalOutcome::Duplicate | SignalOutcome::Settled => accepted(Accepted::duplicate(thread.as_str())),
         SignalOutcome::NotWaiting(status, kind, name) => {
             let waits = if status == "waiting" && !kind.is_empty() {
                 format!(" (it waits for {kind} {name:?})")
@@ -309,7 +309,7 @@ pub(crate) async fn signal(
             rerun(svc, &thread, TaskReason::Signal, &r).await;
             accepted(Accepted::pending(thread.as_str()))
         }
-        SignalOutcome::Duplicate => accepted(Accepted::duplicate(thread.as_str())),
+        SignalOutcome::Duplicate | SignalOutcome::Settled => accepted(Accepted::duplicate(thread.as_str())),
         SignalOutcome::Buffered => {
             info!(thread.id = %thread, signal = %name, "signal buffered");
             accepted(Accepted::buffered(thread.as_str()))

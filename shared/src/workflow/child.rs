@@ -172,6 +172,7 @@ impl Ctx {
         if let Err(e) = link {
             return self.store_failed(e).await;
         }
+        self.failpoint("child.after_link").await;
         let queue = spec
             .queue
             .clone()
@@ -223,8 +224,12 @@ impl Ctx {
             key: Some(child.to_string()),
             ..Entry::new(name, EntryKind::Child, o.clone(), 1)
         };
-        let field = self.take_child_word(self.cursor);
-        self.commit(entry, event, field.as_deref()).await;
+        // The child's word for this call, whether or not this slice saw it arrive: a word
+        // that came after the claim is its one field (signal.lua), dropped with the entry.
+        let field = self
+            .take_child_word(self.cursor)
+            .unwrap_or_else(|| format!("s:{}:0", child_signal(self.cursor)));
+        self.commit(entry, event, Some(&field)).await;
         o
     }
 

@@ -1,6 +1,7 @@
-//! `family {"kids", "hold"?, "detached"?}`: a parent that starts `kids` child runs of `kid`
+//! `family {"kids", "hold"?, "detached"?, "wait"?}`: a parent that starts `kids` child runs of `kid`
 //! one after another with `ctx.child` and awaits each, then `detached` more with
-//! `ctx.start_child` without waiting; outputs every child's output and the detached ids.
+//! `ctx.start_child` without waiting (then, with `wait`, waits for the signal `done`);
+//! outputs every child's output and the detached ids.
 //! `kid {"n", "hold"?}` records one demo effect (`gift.send`, key `gift:<its thread id>`),
 //! waits for the signal `go` first when `hold` is set, and outputs `{"n", "doubled"}`.
 
@@ -22,6 +23,9 @@ pub struct FamilyIn {
     /// Children started and not awaited.
     #[serde(default)]
     pub detached: u32,
+    /// After starting them, wait for the signal `done` before returning.
+    #[serde(default)]
+    pub wait: bool,
 }
 
 /// Input of `kid`.
@@ -65,6 +69,9 @@ impl Workflow for Family {
                 hold: input.hold,
             };
             detached.push(ctx.start_child::<Kid>(&format!("detached-{n}"), kid).await?);
+        }
+        if input.wait {
+            let _: Value = ctx.wait_signal("done").await?;
         }
         let sum = outputs.iter().map(|o| o.doubled).sum::<u64>();
         Ok(json!({"children": outputs, "sum": sum, "detached": detached}))

@@ -43,6 +43,9 @@ pub enum SignalOutcome {
     /// The run already holds this many signals it has not asked for (the store's
     /// `max_buffered_signals`): refused, nothing changed.
     Full(u64),
+    /// (A child's word only) the parent's call already journaled the child: nobody would
+    /// read the word, so it was not kept.
+    Settled,
 }
 
 /// A cancelled run and what became of the effect intents it held.
@@ -92,6 +95,7 @@ impl ScriptStore {
             "terminal" => SignalOutcome::Terminal(RunStatus::parse(&r.text(1)).unwrap_or(RunStatus::Completed)),
             "not_waiting" => SignalOutcome::NotWaiting(r.text(1), r.text(2), r.text(3)),
             "full" => SignalOutcome::Full(r.num(1)),
+            "settled" => SignalOutcome::Settled,
             other => return Err(StoreError::Reply(format!("signal: {other}"))),
         })
     }
@@ -140,10 +144,12 @@ impl ScriptStore {
         let mut inv = self.scripts.cancel.prepare_invoke();
         inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
         inv.key(&k.blocked).key(&k.waiting).key(&k.unserved).key(&k.unconfirmed);
+        // The reason is the operator's (or a parent's cascaded) text: sealed like a payload.
         inv.arg(thread.as_str())
             .arg(ms(self.cfg.retention))
             .arg(self.cfg.event_cap)
-            .arg(reason);
+            .arg(self.seal_run(thread, "reason", reason).as_ref())
+            .arg(self.seal_run(thread, "event", reason).as_ref());
         let r = self.invoke(&inv).await?;
         match r.tag().as_str() {
             "ok" => {}

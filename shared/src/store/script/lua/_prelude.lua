@@ -31,9 +31,10 @@ local function check_lease(run, owner, fence, ver)
 end
 
 -- Deletes a consumed signal or answer field; a named signal also leaves the count of signals
--- the run holds (#n, capped by signal.lua).
+-- the run holds (#n, capped by signal.lua). A child's word (s:child:<index>:…) is not counted.
 local function consume_signal(sig, field)
-  if redis.call('HDEL', sig, field) == 1 and string.sub(field, 1, 2) == 's:' then
+  if redis.call('HDEL', sig, field) == 1 and string.sub(field, 1, 2) == 's:'
+      and string.sub(field, 1, 8) ~= 's:child:' then
     if tonumber(redis.call('HGET', sig, '#n') or '0') > 0 then redis.call('HINCRBY', sig, '#n', -1) end
   end
 end

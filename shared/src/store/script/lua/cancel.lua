@@ -3,7 +3,8 @@
 -- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 run signals hash,
 --       5 partition blocked index, 6 partition waiting index, 7 partition unserved index,
 --       8 partition unconfirmed-start index
--- ARGV: 1 thread id, 2 retention_ms, 3 event cap, 4 reason
+-- ARGV: 1 thread id, 2 retention_ms, 3 event cap, 4 reason (the `reason` field, sealed for it
+--       with payload keys), 5 the `cancelled` event's detail (the reason, sealed for events)
 -- Returns: {'ok', index, key, index, key, …} (the effect intents the run held, by journal
 --          index: the caller settles each as "in doubt, owner cancelled")
 --        | {'missing'} | {'terminal', status}
@@ -19,7 +20,7 @@ redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('ZREM', KEYS[6], ARGV[1])
 redis.call('ZREM', KEYS[7], ARGV[1])
 redis.call('ZREM', KEYS[8], ARGV[1])
-event(KEYS[3], ARGV[3], 'cancelled', ARGV[4], t)
+event(KEYS[3], ARGV[3], 'cancelled', ARGV[5], t)
 local held = { 'ok' }
 for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
   if string.sub(f, 1, 2) == 'x:' then

@@ -10,6 +10,8 @@
 --        | {'duplicate', name} (this client id was delivered before: nothing changed)
 --        | {'missing'} | {'terminal', status} | {'not_waiting', status, wait kind, wait name}
 --        | {'full', held} (the run holds ARGV[8] signals it has not asked for: nothing changed)
+--        | {'settled', name} (kind child: the parent's call already journaled the child, so
+--          the word has no reader and is not kept)
 -- Client ids are kept in the signals hash as d:<id> for the run's life.
 local h = redis.call('HMGET', KEYS[1], 'status', 'wait_kind', 'wait_name', 'ver')
 if not h[1] then return { 'missing' } end
@@ -26,6 +28,19 @@ if kind == 'interrupt' then
   end
   name = h[3]
   redis.call('HSET', KEYS[4], 'i:' .. name, ARGV[4])
+elseif kind == 'child' then
+  -- A child's word (name child:<call index>) has one reader: the parent's call at that
+  -- index, while it is not journaled. Once it is (a start_child, or an awaited child whose
+  -- outcome the parent read at its poll), nobody will consume the word: it is not kept.
+  -- Otherwise it is the call's one word (one child per call, deduplicated by its id), in a
+  -- field of its own that the commit of the call's entry always deletes, and not counted
+  -- among the signals the run holds (there are at most as many as its child calls).
+  local index = string.match(name, '^child:(%d+)$')
+  if index and redis.call('HEXISTS', KEYS[1], 'j:' .. index) == 1 then
+    if ARGV[7] ~= '' then redis.call('HSET', KEYS[4], 'd:' .. ARGV[7], name) end
+    return { 'settled', name }
+  end
+  redis.call('HSET', KEYS[4], 's:' .. name .. ':0', ARGV[4])
 else
   local held = tonumber(redis.call('HGET', KEYS[4], '#n') or '0')
   if held >= tonumber(ARGV[8]) then return { 'full', tostring(held) } end
