@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use savepoint::ids::ThreadId;
-use savepoint::workflow::{Ctx, EffectOptions, Registry, RetryPolicy, StepError, Workflow, WorkflowError};
+use savepoint::workflow::{
+    Ctx, EffectOptions, EffectPolicy, Registry, RetryPolicy, StepError, Workflow, WorkflowError,
+};
 use savepoint_integration_tests::cleanup;
 use savepoint_integration_tests::inproc::InProc;
 use savepoint_integration_tests::scenario::World;
@@ -150,9 +152,12 @@ async fn a_step_in_flight_is_cut_off_when_the_run_deadline_passes() {
 }
 
 /// Attempt 1 of step "slow" hangs; its attempt timeout (300 ms) cuts it and attempt 2 returns.
-/// An effect whose every attempt hangs ends in doubt: the run is blocked on its key.
+/// An effect whose attempt hangs is in doubt once cut off (it may have reached the provider):
+/// under `block` the run is blocked on its key after that one call; only a `retry_safe`
+/// effect (input `"policy": "retry_safe"`) is called again with the same key.
 struct Hangs {
     calls: Arc<AtomicU32>,
+    effect_calls: Arc<AtomicU32>,
 }
 
 impl Workflow for Hangs {
@@ -186,12 +191,17 @@ impl Workflow for Hangs {
             };
             let opts = EffectOptions {
                 retry: Some(policy),
-                ..EffectOptions::default()
+                policy: EffectPolicy::parse(input["policy"].as_str().unwrap_or("block")).unwrap_or_default(),
             };
+            let effect_calls = self.effect_calls.clone();
+            let key = format!("charge:{}", ctx.thread_id());
             let _: u32 = ctx
-                .effect_with("charge", "charge:hangs", opts, |_fx| async {
-                    tokio::time::sleep(Duration::from_secs(20)).await;
-                    Ok::<_, StepError>(1)
+                .effect_with("charge", key, opts, |_fx| {
+                    effect_calls.fetch_add(1, Ordering::SeqCst);
+                    async {
+                        tokio::time::sleep(Duration::from_secs(20)).await;
+                        Ok::<_, StepError>(1)
+                    }
                 })
                 .await?;
         }
@@ -203,8 +213,12 @@ impl Workflow for Hangs {
 async fn an_attempt_that_exceeds_its_timeout_is_retried_and_an_effect_in_doubt_blocks() {
     let w = World::new("toattempt", |_| {}).await;
     let calls = Arc::new(AtomicU32::new(0));
+    let effect_calls = Arc::new(AtomicU32::new(0));
     let mut reg = Registry::new();
-    reg.register(Hangs { calls: calls.clone() });
+    reg.register(Hangs {
+        calls: calls.clone(),
+        effect_calls: effect_calls.clone(),
+    });
     let wk = InProc::start(&w.cfg, reg);
     w.wait_registered("hangs").await;
 
@@ -219,15 +233,35 @@ async fn an_attempt_that_exceeds_its_timeout_is_retried_and_an_effect_in_doubt_b
         "{events}"
     );
 
+    // Issue 24, hole 3: under `block`, the cut-off attempt is the only call.
     calls.store(1, Ordering::SeqCst); // the step succeeds at once from now on
     let t = w.start("hangs", json!({"effect": true})).await;
     let run = w.wait_status(&t, &["completed", "failed", "blocked"], LONG).await;
     assert_eq!(run["status"], "blocked", "{run}");
     assert_eq!(
-        run["blocked_reason"], "effect charge:hangs outcome unknown: its attempt 2 timed out after 300ms",
+        run["blocked_reason"],
+        format!("effect charge:{t} outcome unknown: its attempt 1 timed out after 300ms"),
         "{run}"
     );
-    assert_eq!(run["blocked_effect"], "charge:hangs", "{run}");
+    assert_eq!(run["blocked_effect"], format!("charge:{t}"), "{run}");
+    assert_eq!(
+        effect_calls.load(Ordering::SeqCst),
+        1,
+        "a block effect was called again after a time-out"
+    );
+
+    // `retry_safe`: the provider honours the key, so the attempts go on (and the last one
+    // cut off leaves it in doubt too).
+    effect_calls.store(0, Ordering::SeqCst);
+    let t = w.start("hangs", json!({"effect": true, "policy": "retry_safe"})).await;
+    let run = w.wait_status(&t, &["completed", "failed", "blocked"], LONG).await;
+    assert_eq!(run["status"], "blocked", "{run}");
+    assert_eq!(
+        run["blocked_reason"],
+        format!("effect charge:{t} outcome unknown: its attempt 2 timed out after 300ms"),
+        "{run}"
+    );
+    assert_eq!(effect_calls.load(Ordering::SeqCst), 2);
     wk.stop().await;
     cleanup(&w.cfg).await;
 }

@@ -589,13 +589,12 @@ impl Ctx {
     }
 
     /// Runs `f(attempt)` under the retry policy (each retry recorded as a `retried` event),
-    /// [`Ctx::guarded`]. A panic is a failed attempt when `panic_is_failure` (steps), and ends
-    /// the loop as [`Attempted::Unknown`] otherwise (effects: whether it happened is unknown).
+    /// [`Ctx::guarded`]. What a panic or a timed-out attempt means is the `cut`'s (see [`Cut`]).
     pub(super) async fn attempt_loop<T, F, Fut, E>(
         &mut self,
         name: &str,
         policy: &RetryPolicy,
-        panic_is_failure: bool,
+        cut: Cut,
         f: F,
     ) -> Attempted<T>
     where
@@ -605,10 +604,7 @@ impl Ctx {
     {
         let tools = self.call_tools();
         let index = self.cursor;
-        match self
-            .guarded(attempts(&tools, index, name, policy, panic_is_failure, f))
-            .await
-        {
+        match self.guarded(attempts(&tools, index, name, policy, cut, f)).await {
             Ok(a) => a,
             Err(e) => self.store_failed(e).await,
         }
@@ -673,12 +669,12 @@ impl Ctx {
             let stubs = self.p.stubs.clone();
             let attempted = match &stubs {
                 Some(stubs) => {
-                    self.attempt_loop(name, policy, true, |attempt| {
+                    self.attempt_loop(name, policy, Cut::Step, |attempt| {
                         stubs.choose(name, attempt, &mut f).run::<T, E>(name)
                     })
                     .await
                 }
-                None => self.attempt_loop(name, policy, true, |_| f()).await,
+                None => self.attempt_loop(name, policy, Cut::Step, |_| f()).await,
             };
             let (r, attempts) = match attempted {
                 Attempted::Done(r, attempts) => (r, attempts),
@@ -716,6 +712,29 @@ pub(super) struct CallTools {
     pub tries: BTreeMap<u32, u32>,
 }
 
+/// What a call's panic or timed-out attempt means, by the kind of call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cut {
+    /// A step: a panic or a timed-out attempt is a failed attempt (a step may run again).
+    Step,
+    /// An effect whose provider honours its key (`retry_safe`): a panic leaves it in doubt;
+    /// a timed-out attempt may be followed by another with the same key.
+    RetrySafeEffect,
+    /// Any other effect (`block`, `reconcile`): a panic or a timed-out attempt leaves it in
+    /// doubt at once, since a call cut off may have reached the provider.
+    Effect,
+}
+
+impl Cut {
+    /// The cut for an effect under `policy`.
+    pub(super) fn effect(policy: &super::EffectPolicy) -> Self {
+        match policy {
+            super::EffectPolicy::RetrySafe => Cut::RetrySafeEffect,
+            _ => Cut::Effect,
+        }
+    }
+}
+
 /// Runs `f(attempt)` under the retry policy, each retry recorded as a `retried` event with
 /// the count kept in the run, so attempts go on where an earlier slice left them (a slice that
 /// ends mid-retry does not hand its call a fresh budget). An attempt cut short by a crash before
@@ -727,7 +746,7 @@ pub(super) async fn attempts<T, F, Fut, E>(
     index: u32,
     name: &str,
     policy: &RetryPolicy,
-    panic_is_failure: bool,
+    cut: Cut,
     mut f: F,
 ) -> Result<Attempted<T>, StoreError>
 where
@@ -744,7 +763,7 @@ where
         };
         let r = match caught {
             Some(Ok(r)) => r.map_err(Into::into),
-            Some(Err(panic)) if panic_is_failure => {
+            Some(Err(panic)) if cut == Cut::Step => {
                 Err(StepError::retryable(format!("panicked: {}", panic_message(&*panic))))
             }
             Some(Err(panic)) => {
@@ -756,8 +775,14 @@ where
             None => {
                 let limit = policy.attempt_timeout.unwrap_or_default();
                 let e = StepError::retryable(format!("attempt timed out after {limit:?}")).with_class("timeout");
-                // An effect cut off may have happened: only a retry (same key) may follow.
-                if !panic_is_failure && !policy.should_retry(attempt, &e) {
+                // An effect cut off may have happened: only a `retry_safe` effect's provider
+                // makes a second call with the same key safe, and only while retries are left.
+                let in_doubt = match cut {
+                    Cut::Step => false,
+                    Cut::RetrySafeEffect => !policy.should_retry(attempt, &e),
+                    Cut::Effect => true,
+                };
+                if in_doubt {
                     return Ok(Attempted::Unknown(format!(
                         "its attempt {attempt} timed out after {limit:?}"
                     )));

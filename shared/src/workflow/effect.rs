@@ -206,7 +206,8 @@ impl Ctx {
         }
         let policy = opts.retry.clone().unwrap_or_else(|| self.p.retry.clone());
         let call_span = tracing::debug_span!("effect.call", effect.name = name, effect.key = %key, step.index = idx);
-        let called = self.call(name, &key, &policy, f).instrument(call_span).await;
+        let cut = super::ctx::Cut::effect(&opts.policy);
+        let called = self.call(name, &key, &policy, cut, f).instrument(call_span).await;
         let value = match called {
             Called::Ok(v) => match serde_json::to_value(&v) {
                 Ok(j) => j,
@@ -424,7 +425,14 @@ impl Ctx {
     }
 
     /// Calls the effect function under its retry policy, with the fencing token.
-    async fn call<T, F, Fut, E>(&mut self, name: &str, key: &EffectKey, policy: &RetryPolicy, mut f: F) -> Called<T>
+    async fn call<T, F, Fut, E>(
+        &mut self,
+        name: &str,
+        key: &EffectKey,
+        policy: &RetryPolicy,
+        cut: super::ctx::Cut,
+        mut f: F,
+    ) -> Called<T>
     where
         T: DeserializeOwned,
         F: FnMut(EffectCtx) -> Fut,
@@ -446,14 +454,14 @@ impl Ctx {
         let stubs = self.p.stubs.clone();
         let attempted = match &stubs {
             Some(stubs) => {
-                self.attempt_loop(name, policy, false, |attempt| {
+                self.attempt_loop(name, policy, cut, |attempt| {
                     let fx = EffectCtx { attempt, ..fx.clone() };
                     stubs.choose(name, attempt, || f(fx)).run::<T, E>(name)
                 })
                 .await
             }
             None => {
-                self.attempt_loop(name, policy, false, |attempt| f(EffectCtx { attempt, ..fx.clone() }))
+                self.attempt_loop(name, policy, cut, |attempt| f(EffectCtx { attempt, ..fx.clone() }))
                     .await
             }
         };

@@ -27,7 +27,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use super::ctx::{attempts, decode_outcome, Attempted, CallTools, Ctx, SliceExit};
+use super::ctx::{attempts, decode_outcome, Attempted, CallTools, Ctx, Cut, SliceExit};
 use super::decide::{self, Replay};
 use super::effect::effect_entry;
 use super::{EffectCtx, EffectOptions, RetryPolicy, StepError, WorkflowError};
@@ -185,6 +185,7 @@ struct Live<'a> {
     name: String,
     key: Option<EffectKey>,
     policy: RetryPolicy,
+    cut: Cut,
     run: ErasedFn<'a>,
 }
 
@@ -310,6 +311,7 @@ impl Ctx {
                     name: c.name,
                     key: None,
                     policy,
+                    cut: Cut::Step,
                     run: c.run,
                 };
                 launch(&tools, stubs.clone(), l)
@@ -364,8 +366,8 @@ impl Ctx {
             }
             let in_group = !live.is_empty() || !ready.is_empty();
             self.before_live_at(&call.name, idx, in_group).await;
-            let (key, policy) = match call.kind {
-                CallKind::Step { retry } => (None, retry.unwrap_or_else(|| self.p.retry.clone())),
+            let (key, policy, cut) = match call.kind {
+                CallKind::Step { retry } => (None, retry.unwrap_or_else(|| self.p.retry.clone()), Cut::Step),
                 CallKind::Effect { key, opts } => {
                     let key = match EffectKey::new(key) {
                         Ok(k) => k,
@@ -381,7 +383,8 @@ impl Ctx {
                         );
                         continue;
                     }
-                    (Some(key), opts.retry.unwrap_or_else(|| self.p.retry.clone()))
+                    let cut = Cut::effect(&opts.policy);
+                    (Some(key), opts.retry.unwrap_or_else(|| self.p.retry.clone()), cut)
                 }
             };
             live.push(Live {
@@ -390,6 +393,7 @@ impl Ctx {
                 name: call.name,
                 key,
                 policy,
+                cut,
                 run: call.run,
             });
         }
@@ -490,8 +494,7 @@ fn launch<'t, 'a: 't>(tools: &'t CallTools, stubs: Option<super::Stubs>, mut l: 
         attempt: 0,
     };
     Box::pin(async move {
-        let is_step = l.key.is_none();
-        let r = attempts(tools, l.idx, &l.name, &l.policy, is_step, |attempt| {
+        let r = attempts(tools, l.idx, &l.name, &l.policy, l.cut, |attempt| {
             invoke(stubs.as_ref(), &l.name, EffectCtx { attempt, ..fx.clone() }, &mut l.run)
         })
         .await;
