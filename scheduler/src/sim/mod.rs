@@ -14,14 +14,33 @@
 //! (nothing settled or released) and restarted later; an effect's provider answers late.
 //! Two scanner replicas race. Clients retry starts and repeat resumes.
 //!
+//! The workload (`workload.rs`) uses every feature a seed can drive on one embedded instance:
+//! effects under each in-doubt policy and interrupts (`order`, `approve`), flow control with
+//! yields between steps (`metered`, slices of two steps), child workflows awaited and started
+//! and forgotten, with parents cancelled mid-way (`parent`, `kid`), a parallel group of
+//! effects and an effect whose attempts time out (`batch`), all with sealed payloads and a
+//! payload-key rotation mid-chaos (every worker restarted with the new sealing key).
+//!
 //! Invariants (checked after a heal phase in which faults stop and every worker is back):
 //! 1. no effect key is applied twice at the provider (counted outside the engine; block and
-//!    reconcile policies); the provider refuses tokens lower than one it has seen;
+//!    reconcile policies); the provider refuses tokens lower than one it has seen; the
+//!    function of a `block` effect (a group's, or one whose attempt timed out, included) is
+//!    never called twice;
 //! 2. every run exists and ended completed, failed, cancelled or blocked with a reason;
 //! 3. every journal only ever grew: an entry once read never changes, fences and versions
 //!    never go back (no write of a fenced-out worker landed);
 //! 4. every completed run replays against its journal to its recorded output;
-//! 5. the store stays within its bounds (event cap, journal cap).
+//! 5. the store stays within its bounds (event cap, journal cap);
+//! 6. flow control: at no instant were more runs of a key inside a step than its limit
+//!    (witnessed by the provider), and at the end no slot is held and no live run waits in
+//!    line;
+//! 7. children: every child ended (or waits on a blocked child of its own, as a parent
+//!    awaiting a blocked child does); every child of a cancelled parent ended cancelled, or
+//!    had ended before the cancel, or finished the slice under way and started none after
+//!    (its claim events); a parent holds a child's word only for a call not yet journaled,
+//!    never more words than children, and an ended parent's signals expire with it;
+//! 8. sealed payloads: after the rotation every run still opens (invariants 2 and 4 read
+//!    them), and no value or key name in the namespace holds an input's plaintext marker.
 
 mod workload;
 
@@ -46,7 +65,8 @@ use savepoint::failpoints::Failpoints;
 use savepoint::ids::ThreadId;
 use savepoint::journal::Entry;
 use savepoint::metrics::Readiness;
-use savepoint::store::{RunStatus, ScriptStore};
+use savepoint::security::Redacted;
+use savepoint::store::{ParentCancel, RunHeader, RunStatus, ScriptStore};
 use savepoint_worker::WorkerOptions;
 
 use crate::api::{self, ApiState, Services};
@@ -64,7 +84,7 @@ pub struct SimArgs {
     #[arg(long)]
     pub seed: Option<u64>,
     /// Runs started per seed.
-    #[arg(long, default_value_t = 6)]
+    #[arg(long, default_value_t = 12)]
     pub runs: usize,
     /// Workers per seed.
     #[arg(long, default_value_t = 3)]
@@ -90,7 +110,7 @@ impl SimArgs {
         Self {
             seeds: n,
             seed: Some(first),
-            runs: 6,
+            runs: 12,
             workers: 3,
             chaos_ms: 6000,
             jobs: Some(1),
@@ -232,6 +252,28 @@ struct World {
     queue: Option<Arc<savepoint::embedded::MemQueue>>,
 }
 
+/// The simulator's payload keys (fixed, so a seed is reproducible): `k1` seals first; every
+/// process knows `k2` from the start (the rotation runbook's first step), and workers started
+/// after the rotation seal with it.
+const KEY_K1: &str = "k1:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
+const KEY_K2: &str = "k2:AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=";
+
+/// The marker every run's input carries; it must never lie in the store as plaintext.
+const SECRET: &str = "PLAINTEXT-SECRET";
+
+/// What the driver does with run `i`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Order,
+    Approve,
+    Metered,
+    Parent,
+    Batch,
+}
+
+/// The embedded server's clock at the start of every seed (µs).
+const SERVER_BASE_US: u64 = 1_767_225_600_000_000;
+
 fn sim_name(seed: u64) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     format!("sim-{seed}-{}", N.fetch_add(1, Ordering::Relaxed))
@@ -240,6 +282,11 @@ fn sim_name(seed: u64) -> String {
 impl World {
     fn now(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
+    }
+
+    /// The embedded server's clock now (ms): its fixed base plus the virtual time since.
+    fn server_ms(&self) -> u64 {
+        SERVER_BASE_US / 1000 + self.now()
     }
 
     fn start_worker(&mut self, i: usize) {
@@ -286,6 +333,30 @@ impl World {
                 self.trace.line(now, format!("crash w{i} (down {down_ms} ms)"));
             }
         }
+    }
+
+    /// Whether run `h` waits for a child (awaited by `ctx.child`) that is blocked, or itself
+    /// waits on a blocked child of its own.
+    async fn waits_on_blocked_child(&self, h: &RunHeader) -> bool {
+        let mut h = h.clone();
+        for _ in 0..8 {
+            let Some(wait) = h.wait.as_ref().filter(|w| w.kind == "child") else {
+                return false;
+            };
+            let index = wait.name.trim_start_matches("child:").parse::<u32>().ok();
+            let Some(link) = h.children.iter().find(|l| Some(l.index) == index) else {
+                return false;
+            };
+            let Some((c, _)) = self.read(&link.thread).await else {
+                return false;
+            };
+            match c.status {
+                RunStatus::Blocked => return true,
+                RunStatus::Waiting => h = c,
+                _ => return false,
+            }
+        }
+        false
     }
 
     fn restart_due_workers(&mut self, all: bool) {
@@ -397,7 +468,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
     let name = sim_name(seed);
     let url = format!("{}{name}", embedded::SCHEME);
     // A fixed server clock: the same seed sees the same timestamps.
-    embedded::install_engine(&name, MemEngine::starting_at(1_767_225_600_000_000));
+    embedded::install_engine(&name, MemEngine::starting_at(SERVER_BASE_US));
     let mut cfg = Config {
         amqp_url: url.clone(),
         redis_url: url,
@@ -409,6 +480,10 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         ..Config::default()
     };
     cfg.scheduler.scan_interval_ms = 100;
+    // Slices of two calls: runs yield between steps (a flow slot changes hands mid-run).
+    cfg.worker.slice_max_steps = 2;
+    cfg.child_poll_ms = 2000;
+    cfg.security.payload_keys = Redacted(format!("{KEY_K1},{KEY_K2}"));
     let trace = Arc::new(Trace::default());
     let started = tokio::time::Instant::now();
     let plan = Arc::new(Plan {
@@ -468,7 +543,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
             stop.clone(),
         ));
     }
-    let provider = Arc::new(Provider::new(seed));
+    let provider = Arc::new(Provider::new(seed, started));
     let mut w = World {
         cfg,
         store,
@@ -488,20 +563,52 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
     }
 
     let mut violations = Vec::new();
+    let mut kinds = Vec::new();
+    let mut cancel_plan: Vec<Option<u64>> = Vec::new();
     let runs: Vec<(ThreadId, Value, u64)> = (0..args.runs)
         .map(|i| {
-            let approve = w.rng.random::<f64>() < 0.35;
-            let (wf, input) = if approve {
-                ("approve", json!({"id": i}))
+            let x = w.rng.random::<f64>();
+            let secret = format!("{SECRET}-{i}");
+            let kind = if x < 0.3 {
+                Kind::Order
+            } else if x < 0.45 {
+                Kind::Approve
+            } else if x < 0.65 {
+                Kind::Metered
+            } else if x < 0.82 {
+                Kind::Parent
             } else {
-                ("order", json!({"id": i, "nap_ms": w.rng.random_range(0..4000u64)}))
+                Kind::Batch
             };
             let t = ThreadId::new(format!("sim-run-{i}")).unwrap_or_else(|_| ThreadId::generate("sim"));
             let at = w.rng.random_range(0..args.chaos_ms / 2);
-            let body = json!({"workflow": wf, "input": input, "thread_id": t.as_str()});
+            let body = match kind {
+                Kind::Order => json!({"workflow": "order", "thread_id": t.as_str(),
+                    "input": {"id": i, "nap_ms": w.rng.random_range(0..4000u64), "secret": secret}}),
+                Kind::Approve => json!({"workflow": "approve", "thread_id": t.as_str(),
+                    "input": {"id": i, "secret": secret}}),
+                Kind::Metered => {
+                    let (key, limit) = workload::FLOW_KEYS[i % workload::FLOW_KEYS.len()];
+                    json!({"workflow": "metered", "thread_id": t.as_str(),
+                        "input": {"id": i, "key": key, "steps": 4, "secret": secret},
+                        "flow": {"key_from": "/key", "limit": limit}})
+                }
+                Kind::Parent => json!({"workflow": "parent", "thread_id": t.as_str(),
+                    "input": {"id": i, "secret": secret}}),
+                Kind::Batch => json!({"workflow": "batch", "thread_id": t.as_str(),
+                    "input": {"id": i, "secret": secret}}),
+            };
+            let cancel = (kind == Kind::Parent && w.rng.random::<f64>() < 0.4)
+                .then(|| w.rng.random_range(at..args.chaos_ms + 2000));
+            kinds.push(kind);
+            cancel_plan.push(cancel);
             (t, body, at)
         })
         .collect();
+    // When each cancelled parent's cancel was acknowledged (server ms).
+    let mut cancelled_at: Vec<Option<u64>> = vec![None; runs.len()];
+    let rotate_at = args.chaos_ms / 2;
+    let mut rotated = false;
     let mut created = vec![false; runs.len()];
     let mut seen: Vec<Seen> = (0..runs.len()).map(|_| Seen::default()).collect();
 
@@ -529,7 +636,50 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
                 let down = w.rng.random_range(100..3000u64);
                 w.crash_worker(i, down);
             }
-            w.restart_due_workers(false);
+        }
+        // (Also after the heal: the rotation may restart workers late in a stalled seed.)
+        w.restart_due_workers(false);
+        if !rotated && now >= rotate_at {
+            // Key rotation: every worker restarts sealing with k2 (k1 still opens).
+            rotated = true;
+            w.cfg.security.payload_keys = Redacted(format!("{KEY_K2},{KEY_K1}"));
+            w.trace.line(now, "rotate: workers restart sealing with k2".into());
+            for i in 0..args.workers {
+                let down = w.rng.random_range(10..300u64);
+                w.crash_worker(i, down);
+            }
+        }
+        // Operators cancel some parents while their children work.
+        for i in 0..runs.len() {
+            let due = cancel_plan[i].is_some_and(|at| at <= now);
+            if !due || !created[i] || cancelled_at[i].is_some() {
+                continue;
+            }
+            let t = &runs[i].0;
+            let (status, _) = w
+                .api(
+                    Method::POST,
+                    &format!("/v1/runs/{t}/cancel"),
+                    Some(json!({"reason": format!("operator {SECRET}-cancel")})),
+                )
+                .await;
+            w.trace.line(now, format!("cancel {t}: {status}"));
+            // The cancel's time is the one the run records (an earlier attempt whose reply
+            // was lost may be the one that cancelled it).
+            let ours = match w.read(t).await {
+                Some((h, _))
+                    if h.status == RunStatus::Cancelled && h.reason.as_deref().is_some_and(|r| r.contains(SECRET)) =>
+                {
+                    h.finished_at
+                }
+                _ => None,
+            };
+            match (status, ours) {
+                (_, Some(at)) => cancelled_at[i] = Some(at),
+                // It had ended: nothing to cancel.
+                (409, None) => cancel_plan[i] = None,
+                _ => {}
+            }
         }
         // Clients start their runs (retrying until the API answers, sometimes twice).
         for (i, (t, body, at)) in runs.iter().enumerate() {
@@ -568,6 +718,9 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
             };
             check_growth(t, &mut seen[i], &h, &journal, &mut violations);
             match h.status {
+                // A parent awaiting a child that is blocked (an effect in doubt) waits for an
+                // operator, as the child does: it is not stranded.
+                RunStatus::Waiting if w.waits_on_blocked_child(&h).await => {}
                 RunStatus::Waiting => {
                     open += 1;
                     let id = format!("approve-{t}");
@@ -582,6 +735,14 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
                 }
                 s if s.is_final() || s == RunStatus::Blocked => {}
                 _ => open += 1,
+            }
+            // Children started and not awaited outlive their parent: wait for them too.
+            for link in &h.children {
+                if let Some((c, _)) = w.read(&link.thread).await {
+                    if !c.status.is_final() && c.status != RunStatus::Blocked && !w.waits_on_blocked_child(&c).await {
+                        open += 1;
+                    }
+                }
             }
         }
         if healed && open == 0 {
@@ -640,6 +801,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
                 violations.push(format!("run {t} is blocked without a reason"));
             }
             RunStatus::Failed | RunStatus::Cancelled | RunStatus::Blocked => {}
+            RunStatus::Waiting if w.waits_on_blocked_child(&h).await => trace.count("waiting.on_blocked_child"),
             other => {
                 // What the store and the queue hold for it, for the report.
                 let k = w.store.keys().run(t);
@@ -692,6 +854,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
             ),
         );
     }
+    feature_checks(&w, &runs, &kinds, &cancelled_at, &mut violations).await;
     for (key, fences) in provider.applications() {
         trace.count("effects.applied");
         if fences.len() > 1 {
@@ -795,4 +958,193 @@ pub fn run(args: &SimArgs) -> Vec<SeedReport> {
         .collect();
     println!("sim: {}", summary.join(" "));
     failed
+}
+
+/// Every value and key name of the namespace (an embedded instance has no `TYPE`: each key
+/// is read as each kind until one answers).
+async fn dump_namespace(store: &ScriptStore) -> Vec<(String, Vec<u8>)> {
+    let ns = store.keys().namespace().to_string();
+    let keys: Vec<String> = store
+        .query(redis::cmd("KEYS").arg(format!("{ns}:*")))
+        .await
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for k in keys {
+        out.push((k.clone(), k.clone().into_bytes()));
+        if let Ok(Some(v)) = store.query::<Option<Vec<u8>>>(redis::cmd("GET").arg(&k)).await {
+            out.push((k, v));
+            continue;
+        }
+        let reads = [
+            redis::cmd("HGETALL").arg(&k).clone(),
+            redis::cmd("LRANGE").arg(&k).arg(0).arg(-1).clone(),
+            redis::cmd("ZRANGE").arg(&k).arg(0).arg(-1).clone(),
+        ];
+        for cmd in reads {
+            if let Ok(values) = store.query::<Vec<Vec<u8>>>(&cmd).await {
+                out.extend(values.into_iter().map(|v| (k.clone(), v)));
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// The invariants of the features beyond effects and runs (module doc, 1 and 6-8).
+async fn feature_checks(
+    w: &World,
+    runs: &[(ThreadId, Value, u64)],
+    kinds: &[Kind],
+    cancelled_at: &[Option<u64>],
+    bad: &mut Vec<String>,
+) {
+    let provider = &w.provider;
+    // 1. A block effect's function is called at most once.
+    for (key, n) in provider.calls() {
+        if n > 1 && workload::BLOCK_KEYS.iter().any(|p| key.starts_with(p)) {
+            bad.push(format!("block effect {key} was called {n} times"));
+        }
+    }
+    // 6. Flow control: never over the limit; nothing held or waiting once every run ended
+    // (after the slots of slices that died expire).
+    bad.extend(provider.over_limit());
+    for (k, n) in provider.most_inside() {
+        w.trace.count(&format!("flow.most_inside.{k}.{n}"));
+    }
+    let cfg = w.store.config();
+    tokio::time::sleep(cfg.lease + cfg.grace + Duration::from_millis(100)).await;
+    let now = w.server_ms();
+    for (key, _) in workload::FLOW_KEYS {
+        let fk = format!("metered:{key}");
+        let keys = w.store.keys();
+        let held: Vec<String> = w
+            .store
+            .query(
+                redis::cmd("ZRANGEBYSCORE")
+                    .arg(keys.flow_slots(&fk))
+                    .arg(now)
+                    .arg("+inf"),
+            )
+            .await
+            .unwrap_or_default();
+        let waiting: Vec<String> = w
+            .store
+            .query(redis::cmd("ZRANGE").arg(keys.flow_wait(&fk)).arg(0).arg(-1))
+            .await
+            .unwrap_or_default();
+        // (A run that ended while a stale slice of it queued again is dropped from the line
+        // by the next acquire after the stale interval: only live runs in line count.)
+        let mut live = Vec::new();
+        for t in waiting {
+            let Ok(id) = ThreadId::new(t.clone()) else { continue };
+            if w.read(&id).await.is_some_and(|(h, _)| !h.status.is_final()) {
+                live.push(t);
+            }
+        }
+        let waiting = live;
+        if !held.is_empty() || !waiting.is_empty() {
+            bad.push(format!(
+                "flow key {fk}: slots still held by {held:?}, in line {waiting:?}, after every run ended"
+            ));
+        }
+    }
+    // 7. Children.
+    for (i, (t, _, _)) in runs.iter().enumerate() {
+        if kinds[i] != Kind::Parent {
+            continue;
+        }
+        let Some((h, _)) = w.read(t).await else { continue };
+        for link in &h.children {
+            let child = &link.thread;
+            let Some((c, _)) = w.read(child).await else {
+                if cancelled_at[i].is_none() {
+                    bad.push(format!("child {child} of {t} was linked but never created"));
+                }
+                continue;
+            };
+            w.trace.count(&format!("child.end.{}", c.status.as_str()));
+            if !c.status.is_final() && c.status != RunStatus::Blocked {
+                bad.push(format!("child {child} of {t} never ended: {}", c.status.as_str()));
+            }
+            if c.status == RunStatus::Blocked && !c.reason.as_deref().unwrap_or("").contains("outcome unknown") {
+                bad.push(format!(
+                    "child {child} blocked for a reason the workload cannot cause: {:?}",
+                    c.reason
+                ));
+            }
+            // A child reached by its parent's cancel ends cancelled; one the cascade missed
+            // (a write of it failed) may finish the slice under way, but starts none after
+            // the cancel: it checks its parent at each claim.
+            if let Some(at) = cancelled_at[i] {
+                let before = c.finished_at.is_some_and(|f| f <= at);
+                if c.status != RunStatus::Cancelled && !before && link.on_parent_cancel == ParentCancel::Cancel {
+                    let events = w.store.events(child, 10_000).await.unwrap_or_default();
+                    let late: Vec<u64> = events
+                        .iter()
+                        .filter(|e| (e.typ == "claimed" || e.typ == "takeover") && e.at > at)
+                        .map(|e| e.at)
+                        .collect();
+                    w.trace.count("child.finished_slice_after_cancel");
+                    if !late.is_empty() {
+                        bad.push(format!(
+                            "child {child} of {t} (cancelled at {at}) ended {} at {:?} after slices claimed at {late:?}",
+                            c.status.as_str(),
+                            c.finished_at
+                        ));
+                    }
+                }
+            }
+        }
+        let k = w.store.keys().run(t);
+        let fields: Vec<String> = w
+            .store
+            .query(redis::cmd("HKEYS").arg(&k.signals))
+            .await
+            .unwrap_or_default();
+        // A child's word is kept only for a call not yet journaled (its one reader); the
+        // signals hash of an ended run expires with it.
+        let run_fields: Vec<String> = w.store.query(redis::cmd("HKEYS").arg(&k.run)).await.unwrap_or_default();
+        let words: Vec<&String> = fields
+            .iter()
+            .filter(|f| f.starts_with("s:child:"))
+            .filter(|f| {
+                let index = f.trim_start_matches("s:child:").split(':').next().unwrap_or_default();
+                run_fields.iter().any(|r| *r == format!("j:{index}"))
+            })
+            .collect();
+        if !words.is_empty() {
+            bad.push(format!(
+                "run {t} ({}) holds child words for calls it journaled: {words:?}",
+                h.status.as_str()
+            ));
+        }
+        let held = fields.iter().filter(|f| f.starts_with("s:child:")).count();
+        if held > h.children.len() {
+            bad.push(format!(
+                "run {t} holds {held} child words for {} children",
+                h.children.len()
+            ));
+        }
+        if h.status.is_final() && !fields.is_empty() {
+            let ttl: i64 = w.store.query(redis::cmd("PTTL").arg(&k.signals)).await.unwrap_or(0);
+            if ttl < 0 {
+                bad.push(format!(
+                    "run {t} ended ({}) but its signals hash never expires",
+                    h.status.as_str()
+                ));
+            }
+        }
+    }
+    // 8. Sealed payloads: no plaintext marker anywhere in the namespace.
+    let dump = dump_namespace(&w.store).await;
+    let mut leaks: BTreeMap<String, usize> = BTreeMap::new();
+    for (k, v) in &dump {
+        if v.windows(SECRET.len()).any(|x| x == SECRET.as_bytes()) {
+            *leaks.entry(k.clone()).or_default() += 1;
+        }
+    }
+    for (k, n) in leaks {
+        bad.push(format!("{n} plaintext value(s) of an input in {k}"));
+    }
+    w.trace.count("sealed.values_dumped");
 }

@@ -1,19 +1,31 @@
-//! The simulated workload: two workflows and the effect provider that counts applications
-//! outside the engine.
+//! The simulated workload: a workflow per feature (effects and waits, flow control, child
+//! workflows, parallel groups, attempt time-outs) and the provider that witnesses them
+//! outside the engine: which effects it applied and how often each was called, and how many
+//! runs of a flow-control key were inside a step at once.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use savepoint::workflow::{Ctx, EffectCtx, EffectOptions, EffectPolicy, Registry, StepError, Workflow, WorkflowError};
+use savepoint::workflow::{
+    Call, Ctx, EffectCtx, EffectOptions, EffectPolicy, Registry, RetryPolicy, StepError, Workflow, WorkflowError,
+};
+
+/// The flow-control keys of the `metered` runs and their limits.
+pub(crate) const FLOW_KEYS: [(&str, usize); 2] = [("fa", 1), ("fb", 2)];
+
+/// Effect key prefixes whose in-doubt policy is `block`: the engine must never call such an
+/// effect's function twice (a second call could repeat it).
+pub(crate) const BLOCK_KEYS: [&str; 6] = ["charge:", "notify:", "gift:", "timed:", "batch-a:", "batch-b:"];
 
 /// A provider of side effects (a payment API, a mailer): it keeps what it applied per key
 /// and refuses a fencing token lower than one it has seen for the key. Some calls answer late.
 pub(crate) struct Provider {
     state: Mutex<State>,
+    started: tokio::time::Instant,
 }
 
 struct State {
@@ -21,18 +33,80 @@ struct State {
     highest: BTreeMap<String, u64>,
     refused: u64,
     rng: StdRng,
+    /// Calls of each effect key's function (entered, whatever came of it).
+    calls: BTreeMap<String, u32>,
+    /// Runs inside a step of each flow-control key now, and the most seen at once.
+    inside: BTreeMap<String, BTreeSet<String>>,
+    most_inside: BTreeMap<String, usize>,
+    /// Each time more runs of a key were inside a step than its limit.
+    over: Vec<String>,
 }
 
 impl Provider {
-    pub(crate) fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64, started: tokio::time::Instant) -> Self {
         Self {
             state: Mutex::new(State {
                 applied: BTreeMap::new(),
                 highest: BTreeMap::new(),
                 refused: 0,
                 rng: StdRng::seed_from_u64(seed ^ 0x5EED),
+                calls: BTreeMap::new(),
+                inside: BTreeMap::new(),
+                most_inside: BTreeMap::new(),
+                over: Vec::new(),
             }),
+            started,
         }
+    }
+
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Counts a call of the effect function for `key` (before its latency).
+    fn called(&self, key: &str) {
+        if let Ok(mut s) = self.state.lock() {
+            *s.calls.entry(key.to_owned()).or_default() += 1;
+        }
+    }
+
+    /// `thread` enters a step of flow key `key` (limit `limit`); it leaves when the guard is
+    /// dropped (the step returned, or its future was dropped: a crash, a lost lease).
+    fn enter(self: &Arc<Self>, key: &str, limit: usize, thread: &str) -> Inside {
+        let now = self.now();
+        if let Ok(mut s) = self.state.lock() {
+            let set = s.inside.entry(key.to_owned()).or_default();
+            set.insert(thread.to_owned());
+            let n = set.len();
+            if n > limit {
+                let who: Vec<String> = set.iter().cloned().collect();
+                s.over.push(format!(
+                    "{now} ms: {n} runs of flow key {key} (limit {limit}) inside a step: {who:?}"
+                ));
+            }
+            let most = s.most_inside.entry(key.to_owned()).or_default();
+            *most = (*most).max(n);
+        }
+        Inside {
+            provider: Arc::clone(self),
+            key: key.to_owned(),
+            thread: thread.to_owned(),
+        }
+    }
+
+    /// Calls of each effect key's function.
+    pub(crate) fn calls(&self) -> BTreeMap<String, u32> {
+        self.state.lock().map(|s| s.calls.clone()).unwrap_or_default()
+    }
+
+    /// Every instant a flow key's limit was passed.
+    pub(crate) fn over_limit(&self) -> Vec<String> {
+        self.state.lock().map(|s| s.over.clone()).unwrap_or_default()
+    }
+
+    /// The most runs of each flow key seen inside a step at once.
+    pub(crate) fn most_inside(&self) -> BTreeMap<String, usize> {
+        self.state.lock().map(|s| s.most_inside.clone()).unwrap_or_default()
     }
 
     /// A delay before the call reaches the provider (sometimes past a lease).
@@ -49,6 +123,7 @@ impl Provider {
 
     /// Applies the effect `key` with fencing token `fence`.
     async fn apply(&self, fx: &EffectCtx) -> Result<Value, StepError> {
+        self.called(&fx.key);
         tokio::time::sleep(self.latency()).await;
         let mut s = self
             .state
@@ -84,6 +159,23 @@ impl Provider {
     /// Calls refused for a stale token.
     pub(crate) fn refused(&self) -> u64 {
         self.state.lock().map(|s| s.refused).unwrap_or(0)
+    }
+}
+
+/// A run inside a flow-controlled step, as the provider counts it.
+struct Inside {
+    provider: Arc<Provider>,
+    key: String,
+    thread: String,
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.provider.state.lock() {
+            if let Some(set) = s.inside.get_mut(&self.key) {
+                set.remove(&self.thread);
+            }
+        }
     }
 }
 
@@ -176,10 +268,138 @@ fn ctx_thread(input: &Value) -> savepoint::ids::ThreadId {
         .unwrap_or_else(|_| savepoint::ids::ThreadId::generate("sim"))
 }
 
+/// `metered {id, key, steps}`: `steps` steps under flow control (the run is started with
+/// `flow.key_from = /key`), each witnessed inside by the provider for a while.
+struct Metered(Arc<Provider>);
+
+impl Workflow for Metered {
+    const NAME: &'static str = "metered";
+    type Input = Value;
+    type Output = Value;
+
+    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+        let id = input["id"].as_u64().unwrap_or(0);
+        let key = input["key"].as_str().unwrap_or("fa").to_owned();
+        let limit = FLOW_KEYS.iter().find(|(k, _)| *k == key).map_or(1, |(_, l)| *l);
+        let thread = ctx.thread_id().to_string();
+        let mut total = 0;
+        for i in 0..input["steps"].as_u64().unwrap_or(3) {
+            let ms = 10 + (id * 37 + i * 61) % 240;
+            let (p, k, t) = (Arc::clone(&self.0), key.clone(), thread.clone());
+            let n: u64 = ctx
+                .step(&format!("work-{i}"), || {
+                    let (p, k, t) = (p.clone(), k.clone(), t.clone());
+                    async move {
+                        let _inside = p.enter(&k, limit, &t);
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                        Ok::<_, StepError>(ms)
+                    }
+                })
+                .await?;
+            total += n;
+        }
+        Ok(json!({"total": total, "secret": input["secret"]}))
+    }
+}
+
+/// `parent {id}`: awaits a child `kid`, starts another and goes on, then lingers (a sleep),
+/// so a cancel can find children at work.
+struct Parent;
+
+impl Workflow for Parent {
+    const NAME: &'static str = "parent";
+    type Input = Value;
+    type Output = Value;
+
+    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+        let id = input["id"].as_u64().unwrap_or(0);
+        let first: Value = ctx
+            .child::<Kid, _>("kid-a", json!({"id": id, "nap_ms": (id * 131) % 900}))
+            .await?;
+        let other = ctx
+            .start_child::<Kid>("kid-b", json!({"id": id + 1000, "nap_ms": (id * 71) % 1500}))
+            .await?;
+        ctx.sleep("linger", Duration::from_millis((id * 53) % 1200)).await?;
+        Ok(json!({"first": first, "other": other, "secret": input["secret"]}))
+    }
+}
+
+/// `kid {id, nap_ms}`: a step, a sleep, then the effect `gift` (block) under its thread id.
+struct Kid(Arc<Provider>);
+
+impl Workflow for Kid {
+    const NAME: &'static str = "kid";
+    type Input = Value;
+    type Output = Value;
+
+    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+        let id = input["id"].as_u64().unwrap_or(0);
+        let n: u64 = ctx.step("count", || async move { Ok::<_, StepError>(id * 2) }).await?;
+        ctx.sleep("nap", Duration::from_millis(input["nap_ms"].as_u64().unwrap_or(0)))
+            .await?;
+        let p = &self.0;
+        let gift: Value = ctx
+            .effect("gift", format!("gift:{}", ctx.thread_id()), |fx| async move {
+                p.apply(&fx).await
+            })
+            .await?;
+        Ok(json!({"n": n, "gift": gift}))
+    }
+}
+
+/// `batch {id}`: a parallel group of two effects (block) and a step, then an effect whose
+/// attempts time out when the provider is slow (block: cut off means in doubt, never a second
+/// call).
+struct Batch(Arc<Provider>);
+
+impl Workflow for Batch {
+    const NAME: &'static str = "batch";
+    type Input = Value;
+    type Output = Value;
+
+    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+        let id = input["id"].as_u64().unwrap_or(0);
+        let p = &self.0;
+        let results = ctx
+            .all(vec![
+                Call::effect("a", format!("batch-a:{id}"), |fx| async move { p.apply(&fx).await }),
+                Call::step("middle", move || async move { Ok::<_, StepError>(json!(id)) }),
+                Call::effect("b", format!("batch-b:{id}"), |fx| async move { p.apply(&fx).await }),
+            ])
+            .await;
+        let mut out = Vec::new();
+        for r in results {
+            out.push(r?);
+        }
+        let policy = RetryPolicy {
+            initial: Duration::from_millis(50),
+            ..RetryPolicy::attempts(3)
+        }
+        .with_attempt_timeout(Duration::from_millis(400));
+        let opts = EffectOptions {
+            retry: Some(policy),
+            ..EffectOptions::default()
+        };
+        let timed: Value = ctx
+            .effect_with(
+                "timed",
+                format!("timed:{id}"),
+                opts,
+                |fx| async move { p.apply(&fx).await },
+            )
+            .await?;
+        Ok(json!({"group": out, "timed": timed, "secret": input["secret"]}))
+    }
+}
+
 /// The simulated workers' registry.
 pub(crate) fn registry(provider: Arc<Provider>, unguarded: bool) -> Registry {
     let mut r = Registry::new();
     r.register(Order(Arc::clone(&provider), unguarded))
-        .register(Approve(provider));
+        .register(Approve(Arc::clone(&provider)))
+        .register(Metered(Arc::clone(&provider)))
+        .register(Parent)
+        .register(Kid(Arc::clone(&provider)))
+        .register(Batch(provider));
     r
 }
