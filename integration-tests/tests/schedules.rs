@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use chrono::NaiveDateTime;
 use savepoint::ids::ThreadId;
+use savepoint::security::{PayloadCodec, Redacted};
+use savepoint::store::ScriptStore;
 use savepoint::workflow::{Ctx, Registry, StepError, Workflow, WorkflowError};
 use savepoint_integration_tests::inproc::InProc;
 use savepoint_integration_tests::procs::{free_port, killed_by_signal, Proc};
@@ -367,6 +369,140 @@ async fn schedules_are_created_idempotently_triggered_paused_resumed_and_refused
     assert_eq!(del.status().as_u16(), 204);
     assert_eq!(w.get("/v1/schedules/nightly").await.0, 404);
     assert_eq!(w.post("/v1/schedules/nightly/trigger", json!({})).await.0, 404);
+    wk.signal("TERM");
+    wk.wait_exit(LONG).await;
+    cleanup(&w.cfg).await;
+}
+
+async fn replica_with_keys(w: &World, name: &str, keys: &str) -> (Proc, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut cfg = w.cfg.clone();
+    cfg.security.payload_keys = Redacted(keys.to_owned());
+    let p = Proc::spawn(SCHEDULER, name, &cfg, &[("SAVEPOINT_HTTP_ADDR", &addr)]);
+    let base = format!("http://{addr}");
+    wait_until(LONG, "a scheduler replica is ready", || {
+        let (http, url) = (w.http.clone(), format!("{base}/readyz"));
+        async move {
+            http.get(url)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+                .then_some(())
+        }
+    })
+    .await;
+    (p, base)
+}
+
+async fn stored_input(w: &World, id: &str) -> String {
+    let raw: Vec<u8> = w
+        .store
+        .query(redis::cmd("HGET").arg(w.store.keys().schedule(id)).arg("input"))
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&raw).into_owned()
+}
+
+/// Key rotation as the README's runbook says, with schedules (issue 24, hole 2): a schedule
+/// created under key `old` (and paused, so only a sweep can reach it) is re-sealed by a
+/// scheduler that seals with `new`; once `old` is dropped it still fires. Seventy schedules
+/// sealed with a key nobody has any more (`lost`), due earlier than it, do not hold it back:
+/// the due query reads past the ones that fail.
+#[tokio::test]
+async fn schedules_fire_after_the_old_key_is_dropped_and_past_schedules_no_key_opens() {
+    let entry = |id: &str| PayloadCodec::new_key_entry(id).unwrap();
+    let (old, new, lost) = (entry("old"), entry("new"), entry("lost"));
+    let w = World::new("schrot", |c| c.security.payload_keys = Redacted(format!("{new},{old}"))).await;
+    // Only the replicas below fire, each with the keys of its step of the runbook.
+    w.sched.shutdown_token().cancel();
+    let mut wk = w.worker(WORKER, "w1", "");
+    w.wait_registered("chain").await;
+
+    let (mut before, base) = replica_with_keys(&w, "keys-old", &old).await;
+    let r = w
+        .http
+        .post(format!("{base}/v1/schedules"))
+        .json(
+            &json!({"id": "rot", "workflow": "chain", "input": {"steps": 1}, "every_secs": 1, "overlap": "allow_all"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201, "{:?}", r.text().await);
+    let r = w
+        .http
+        .post(format!("{base}/v1/schedules/rot/pause"))
+        .json(&json!({"note": "rotation"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{:?}", r.text().await);
+    before.signal("TERM");
+    before.wait_exit(LONG).await;
+    assert!(stored_input(&w, "rot").await.starts_with("$sp1:old:"));
+
+    // Seventy schedules whose key is lost, due a minute ago (ahead of `rot` in the due index).
+    let mut lost_cfg = w.cfg.clone();
+    lost_cfg.security.payload_keys = Redacted(lost);
+    let lost_store = ScriptStore::connect(&lost_cfg.redis_url, lost_cfg.keys(), lost_cfg.store())
+        .await
+        .unwrap();
+    let spec: String = w
+        .store
+        .query(redis::cmd("HGET").arg(w.store.keys().schedule("rot")).arg("spec"))
+        .await
+        .unwrap();
+    let now = w.store.server_time().await.unwrap();
+    for i in 0..70 {
+        lost_store
+            .schedule_put(&format!("lost-{i:02}"), &spec, &json!({"steps": 1}), now - 60_000)
+            .await
+            .unwrap();
+    }
+
+    // Step 3 of the runbook: `new` first, `old` second. The replica re-seals as it starts.
+    let (mut rotated, _) = replica_with_keys(&w, "keys-new-old", &format!("{new},{old}")).await;
+    wait_until(LONG, "the paused schedule is re-sealed with the new key", || {
+        let w = &w;
+        async move { stored_input(w, "rot").await.starts_with("$sp1:new:").then_some(()) }
+    })
+    .await;
+    rotated.signal("TERM");
+    rotated.wait_exit(LONG).await;
+
+    // Step 4: `old` dropped. The schedule fires behind the seventy that cannot.
+    let (mut after, base) = replica_with_keys(&w, "keys-new", &new).await;
+    let resumed_at = w.store.server_time().await.unwrap();
+    let r = w
+        .http
+        .post(format!("{base}/v1/schedules/rot/resume"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{:?}", r.text().await);
+    wait_until(LONG, "a run of the rotated schedule completes", || {
+        let (http, base) = (w.http.clone(), base.clone());
+        async move {
+            let runs = runs_of(&http, &base, "rot").await;
+            runs.iter()
+                .any(|(at, r)| at + 1000 > resumed_at && r["status"] == "completed")
+                .then_some(())
+        }
+    })
+    .await;
+    let (s, body) = {
+        let r = w.http.get(format!("{base}/v1/schedules/lost-00")).send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap_or_default())
+    };
+    assert_eq!(s, 500, "a schedule no key opens says why: {body}");
+    assert!(body.contains("which is not configured here"), "{body}");
+    let started = runs_of(&w.http, &base, "lost-00").await;
+    assert!(
+        started.is_empty(),
+        "nothing ran for a schedule no key opens: {started:?}"
+    );
+    after.signal("TERM");
+    after.wait_exit(LONG).await;
     wk.signal("TERM");
     wk.wait_exit(LONG).await;
     cleanup(&w.cfg).await;

@@ -4,9 +4,10 @@
 //! replicas fire one time, and whichever dies half-way, the time has exactly one run. The
 //! schedule moves on by compare-and-set on its next firing (`sched_advance.lua`).
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -14,7 +15,7 @@ use axum::Json;
 use chrono::{TimeZone, Utc};
 use savepoint::ids::ThreadId;
 use savepoint::protocol::TaskReason;
-use savepoint::store::{Advance, CreateOptions, CreateOutcome, SchedulePut, ScheduleRecord, StoreError};
+use savepoint::store::{Advance, CreateOptions, CreateOutcome, Resealed, SchedulePut, ScheduleRecord, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -599,13 +600,14 @@ async fn active(svc: &Services, thread: Option<&str>) -> Result<Option<ThreadId>
     })
 }
 
-/// One pass over schedule `id`, due at `next` (ms), at server time `now`.
-async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<(), StoreError> {
+/// One pass over schedule `id`, due at `next` (ms), at server time `now`. True when it is
+/// no longer due at `next` (this replica or another moved it on, or it was paused or deleted).
+async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<bool, StoreError> {
     let Some(rec) = svc.store.schedule_get(id).await? else {
-        return Ok(());
+        return Ok(true);
     };
     if rec.next != Some(next) || rec.paused.is_some() {
-        return Ok(());
+        return Ok(true);
     }
     let spec = parse_spec(&rec.spec)?;
     let timing = match Timing::of(&spec) {
@@ -613,7 +615,7 @@ async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<(), Store
         Err(e) => {
             warn!(schedule = %id, error = %e, "a stored schedule no longer parses; it stops");
             svc.store.schedule_advance(id, next, &Advance::default()).await?;
-            return Ok(());
+            return Ok(true);
         }
     };
     // Every firing from `next` up to now; those later than the window are missed.
@@ -679,7 +681,7 @@ async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<(), Store
         }
     }
     if svc.publisher.failpoints().check(BEFORE_ADVANCE).await.is_err() {
-        return Ok(());
+        return Ok(false);
     }
     let advance = Advance {
         next: new_next,
@@ -691,7 +693,7 @@ async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<(), Store
     if svc.store.schedule_advance(id, next, &advance).await? && (fired > 0 || skipped > 0) {
         info!(schedule = %id, fired, skipped, next = ?new_next, "schedule fired");
     }
-    Ok(())
+    Ok(true)
 }
 
 /// A buffered firing whose previous run ended is started.
@@ -710,31 +712,113 @@ async fn unbuffer(svc: &Services, id: &str, at: u64) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The firing loop every scheduler replica runs, every `tick`, until `stop`.
+/// Due schedules read per query, and at most this many handled in one pass.
+const DUE_PAGE: usize = 64;
+const MAX_DUE: usize = 4096;
+/// How often each replica re-seals schedules whose input another payload key sealed.
+const RESEAL_EVERY: Duration = Duration::from_secs(300);
+
+/// The firing loop every scheduler replica runs, every `tick`, until `stop`. It also
+/// re-seals schedules with the sealing payload key at start-up and every [`RESEAL_EVERY`]
+/// (README "Key rotation"), so no schedule depends on a key the runbook drops.
 pub(crate) async fn run(slot: Arc<OnceLock<Services>>, tick: Duration, stop: CancellationToken) {
     let mut every = tokio::time::interval(tick);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = Failing::default();
+    let mut reseal_due = Instant::now();
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = every.tick() => {}
         }
         let Some(svc) = slot.get() else { continue };
-        if let Err(e) = pass(svc).await {
+        if Instant::now() >= reseal_due {
+            match reseal_all(svc).await {
+                Ok(()) => reseal_due = Instant::now() + RESEAL_EVERY,
+                Err(e) => warn!(error = %e, "re-sealing schedules failed; the next tick tries again"),
+            }
+        }
+        if let Err(e) = pass(svc, &mut failing).await {
             warn!(error = %e, "schedule pass failed; the next tick tries again");
         }
     }
 }
 
-async fn pass(svc: &Services) -> Result<(), StoreError> {
+/// The schedules whose last firing attempt failed, with the error logged for each: a
+/// schedule that keeps failing (its input sealed with a key no longer configured) is logged
+/// once, not on every tick, and logged again when it recovers.
+#[derive(Default)]
+struct Failing(HashMap<String, String>);
+
+impl Failing {
+    fn failed(&mut self, id: &str, e: &StoreError) {
+        let text = e.to_string();
+        if self.0.get(id) != Some(&text) {
+            warn!(schedule = %id, error = %text, "firing a schedule failed; it is tried again on each tick, and the other schedules go on");
+            self.0.insert(id.to_owned(), text);
+        }
+    }
+
+    fn ok(&mut self, id: &str) {
+        if self.0.remove(id).is_some() {
+            info!(schedule = %id, "a schedule that failed fires again");
+        }
+    }
+}
+
+/// One pass: fires every due schedule. A schedule that fails stays due, and the ones due
+/// after it are read past it, so no number of failing schedules holds the others back.
+async fn pass(svc: &Services, failing: &mut Failing) -> Result<(), StoreError> {
     let now = svc.store.server_time().await?;
-    for (id, next) in svc.store.schedules_due(now, 64).await? {
-        if let Err(e) = fire(svc, &id, next, now).await {
-            warn!(schedule = %id, error = %e, "firing a schedule failed; the next tick tries again");
+    let (mut stayed, mut handled) = (0, 0);
+    while handled < MAX_DUE {
+        let page = svc.store.schedules_due(now, stayed, DUE_PAGE).await?;
+        let n = page.len();
+        for (id, next) in page {
+            match fire(svc, &id, next, now).await {
+                Ok(true) => failing.ok(&id),
+                Ok(false) => stayed += 1,
+                Err(e) => {
+                    stayed += 1;
+                    failing.failed(&id, &e);
+                }
+            }
+        }
+        handled += n;
+        if n < DUE_PAGE {
+            break;
         }
     }
     for (id, at) in svc.store.schedules_buffered().await? {
-        unbuffer(svc, &id, at).await?;
+        if let Err(e) = unbuffer(svc, &id, at).await {
+            failing.failed(&id, &e);
+        }
+    }
+    Ok(())
+}
+
+/// Seals every schedule's input anew with the sealing key when another key (or none) sealed
+/// it. One that no configured key opens is named (it cannot fire until a key that opens it
+/// is configured again).
+async fn reseal_all(svc: &Services) -> Result<(), StoreError> {
+    let (mut done, mut unreadable) = (0, Vec::new());
+    for id in svc.store.schedule_ids().await? {
+        match svc.store.schedule_reseal(&id).await {
+            Ok(Resealed::Done) => done += 1,
+            Ok(Resealed::Current | Resealed::Changed) => {}
+            Err(e @ (StoreError::Sealed(_) | StoreError::Corrupt(_))) => unreadable.push(format!("{id}: {e}")),
+            Err(e) => return Err(e),
+        }
+    }
+    if done > 0 {
+        info!(schedules = done, "schedules re-sealed with the sealing payload key");
+    }
+    if !unreadable.is_empty() {
+        warn!(
+            count = unreadable.len(),
+            first = %unreadable[0],
+            "schedules whose input no configured payload key opens: they cannot fire until the key that sealed them is configured again (SAVEPOINT_PAYLOAD_KEYS)"
+        );
     }
     Ok(())
 }

@@ -14,9 +14,9 @@ mod script;
 
 pub use self::script::{
     child_signal, owns_partition, Acquired, Advance, Cancelled, Cascade, CatalogEntry, ChildResult, CreateOutcome,
-    EffectDone, EffectRecord, EffectRelease, Flow, ForkOutcome, ListFilter, PageCursor, Rerun, RestartOutcome,
-    RetryOutcome, RunEvent, Rung, SchedulePut, ScheduleRecord, ScriptStore, ServedSpec, SignalOutcome, StoreConfig,
-    Suspend, Suspended, WorkerInfo, FLOW_PARK, SCHEMA_VERSION,
+    EffectDone, EffectRecord, EffectRelease, Flow, ForkOutcome, ListFilter, PageCursor, Rerun, Resealed,
+    RestartOutcome, RetryOutcome, RunEvent, Rung, SchedulePut, ScheduleRecord, ScriptStore, ServedSpec, SignalOutcome,
+    StoreConfig, Suspend, Suspended, WorkerInfo, FLOW_PARK, SCHEMA_VERSION,
 };
 pub use engine::{AckScope, ReplicaAck};
 pub use model::{

@@ -37,7 +37,7 @@ pub use fleet::{owns_partition, CatalogEntry, ServedSpec, WorkerInfo};
 pub use flow::{Acquired, Flow, FLOW_PARK};
 pub use query::{ListFilter, PageCursor, RunEvent};
 pub use scan::Rung;
-pub use schedules::{Advance, SchedulePut, ScheduleRecord};
+pub use schedules::{Advance, Resealed, SchedulePut, ScheduleRecord};
 
 /// Checkpoint schema version written by this build.
 pub const SCHEMA_VERSION: u32 = 1;

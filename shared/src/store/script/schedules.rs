@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::ScriptStore;
 use crate::ids::ThreadId;
+use crate::security::codec;
 use crate::store::StoreError;
 
 /// A schedule as stored.
@@ -59,6 +60,17 @@ pub struct Advance<'a> {
     pub skipped: u64,
     /// `Some(Some(t))`: hold firing `t` until the previous run ends; `Some(None)`: drop it.
     pub buffered: Option<Option<u64>>,
+}
+
+/// Outcome of [`ScriptStore::schedule_reseal`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resealed {
+    /// Its input was sealed anew with the sealing key.
+    Done,
+    /// Nothing to do: sealed with the sealing key already, no input, or no payload keys.
+    Current,
+    /// It changed or was deleted between the read and the write: nothing written.
+    Changed,
 }
 
 fn bind(id: &str) -> Result<ThreadId, StoreError> {
@@ -130,8 +142,9 @@ impl ScriptStore {
             .await
     }
 
-    /// Schedules whose next firing is at or before `now` (ms), with it; at most `limit`.
-    pub async fn schedules_due(&self, now: u64, limit: usize) -> Result<Vec<(String, u64)>, StoreError> {
+    /// Schedules whose next firing is at or before `now` (ms), with it, oldest first; at most
+    /// `limit`, after skipping the first `offset`.
+    pub async fn schedules_due(&self, now: u64, offset: usize, limit: usize) -> Result<Vec<(String, u64)>, StoreError> {
         self.query(
             redis::cmd("ZRANGEBYSCORE")
                 .arg(self.keys().schedule_next())
@@ -139,7 +152,7 @@ impl ScriptStore {
                 .arg(now)
                 .arg("WITHSCORES")
                 .arg("LIMIT")
-                .arg(0)
+                .arg(offset)
                 .arg(limit),
         )
         .await
@@ -199,5 +212,36 @@ impl ScriptStore {
             .key(keys.schedule_all());
         inv.arg(id).arg(action).arg(arg);
         Ok(self.invoke(&inv).await?.tag() == "ok")
+    }
+
+    /// Seals schedule `id`'s input anew with the sealing key when it is stored in plaintext or
+    /// under another key (a key rotation), so that dropping an old key never strands a
+    /// schedule. Without payload keys there is nothing to do.
+    pub async fn schedule_reseal(&self, id: &str) -> Result<Resealed, StoreError> {
+        let Some(codec) = &self.cfg.codec else {
+            return Ok(Resealed::Current);
+        };
+        let key = self.keys().schedule(id);
+        let raw: Option<Vec<u8>> = self.query(redis::cmd("HGET").arg(&key).arg("input")).await?;
+        let Some(raw) = raw else {
+            return Ok(Resealed::Current);
+        };
+        match codec::parse_sealed(&raw) {
+            Ok(Some(s)) if s.key_id == codec.sealing_key_id() => return Ok(Resealed::Current),
+            Ok(_) => {}
+            Err(e) => return Err(StoreError::Sealed(format!("schedule {id} input: {e}"))),
+        }
+        let thread = bind(id)?;
+        let plain = self.open_run(&thread, "input", &raw)?;
+        let plain =
+            String::from_utf8(plain).map_err(|_| StoreError::Corrupt(format!("schedule {id}: input is not UTF-8")))?;
+        let sealed = self.seal_run(&thread, "input", &plain);
+        let mut inv = self.scripts.sched_reseal.prepare_invoke();
+        inv.key(key);
+        inv.arg(raw.as_slice()).arg(sealed.as_ref());
+        Ok(match self.invoke(&inv).await?.tag().as_str() {
+            "ok" => Resealed::Done,
+            _ => Resealed::Changed,
+        })
     }
 }

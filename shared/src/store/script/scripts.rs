@@ -55,6 +55,7 @@ scripts!(
     sched_advance,
     sched_unbuffer,
     sched_state,
+    sched_reseal,
     due_candidates,
     ring,
     mark_queued,
