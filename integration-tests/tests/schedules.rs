@@ -67,10 +67,11 @@ async fn spawn_replica(w: &World, name: &str, failpoints: &str) -> (Proc, String
     (p, base)
 }
 
-/// Two replicas (processes), one SIGKILLed by `schedule.before_advance=kill@3` — after it
-/// started the run of a firing and before it moved the schedule on. Every second for about
-/// ten seconds: each firing time from the first to the last has exactly one run, every run
-/// completes, and the schedule counted each once.
+/// Two replicas (processes), one SIGKILLed by `schedule.before_create=kill@3` — after it
+/// moved the schedule on with the firing's run recorded as pending, before it created the
+/// run (the survivor's next pass creates it). Every second for about ten seconds: each firing
+/// time from the first to the last has exactly one run, every run completes, and the
+/// schedule counted each once.
 #[tokio::test]
 async fn two_replicas_one_sigkilled_fire_each_second_exactly_once() {
     let w = World::new("screp", |_| {}).await;
@@ -79,8 +80,8 @@ async fn two_replicas_one_sigkilled_fire_each_second_exactly_once() {
     let mut wk = w.worker(WORKER, "w1", "");
     w.wait_registered("chain").await;
     // B stalls 300 ms before each advance, so A is first to each firing and reaches its
-    // failpoint every time; both start every firing's run (the same thread id).
-    let (mut victim, _) = spawn_replica(&w, "replica-a", "schedule.before_advance=kill@3").await;
+    // failpoint every time.
+    let (mut victim, _) = spawn_replica(&w, "replica-a", "schedule.before_create=kill@3").await;
     let (mut survivor, base) = spawn_replica(&w, "replica-b", "schedule.before_advance=pause(300)").await;
     let r = w
         .http
@@ -505,5 +506,111 @@ async fn schedules_fire_after_the_old_key_is_dropped_and_past_schedules_no_key_o
     after.wait_exit(LONG).await;
     wk.signal("TERM");
     wk.wait_exit(LONG).await;
+    cleanup(&w.cfg).await;
+}
+
+/// `overlap: skip` across two replicas (issue 24, hole 8). Replica A judges the second firing
+/// busy (the first run waits for an answer) and skips it, but stalls before moving the
+/// schedule on; meanwhile the first run ends, and replica B, starting, judges the same firing
+/// free, starts it and stalls longer. A's move lands first. Before, B's run was created but
+/// never became the schedule's last run, so the third firing started a second run beside it;
+/// now only the replica whose move lands creates runs, and at most one run is ever open.
+#[tokio::test]
+async fn overlap_skip_holds_when_two_replicas_judge_one_firing_differently() {
+    let w = World::new("scskip2", |_| {}).await;
+    w.sched.shutdown_token().cancel();
+    let mut wk = w.worker(WORKER, "w1", "");
+    w.wait_registered("approval").await;
+    let (mut a, base) = spawn_replica(&w, "replica-a", "schedule.before_advance=pause(6000)").await;
+    let r = w
+        .http
+        .post(format!("{base}/v1/schedules"))
+        .json(&json!({"id": "sk", "workflow": "approval", "input": {"why": "overlap"}, "every_secs": 10, "overlap": "skip"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201, "{:?}", r.text().await);
+    let schedule = || {
+        let (http, base) = (w.http.clone(), base.clone());
+        async move {
+            http.get(format!("{base}/v1/schedules/sk"))
+                .send()
+                .await
+                .ok()?
+                .json::<Value>()
+                .await
+                .ok()
+        }
+    };
+    // The first firing's run, waiting for its answer; the schedule moved on to the second.
+    let (first, x0) = wait_until(LONG, "the first firing's run waits", || {
+        let (http, base) = (w.http.clone(), base.clone());
+        async move {
+            let runs = runs_of(&http, &base, "sk").await;
+            let (at, r) = runs.first()?;
+            (r["status"] == "waiting").then(|| (*at, r["thread_id"].as_str().unwrap_or_default().to_owned()))
+        }
+    })
+    .await;
+    let second = wait_until(LONG, "the schedule moved on to its second firing", || async {
+        let s = schedule().await?;
+        s["next_at"].as_u64().filter(|n| *n > first)
+    })
+    .await;
+    // A reads the second firing (its tick is at most 250 ms) and stalls 6 s before its move.
+    wait_until(LONG, "the second firing is due and read", || async {
+        (w.store.server_time().await.ok()? > second + 700).then_some(())
+    })
+    .await;
+    let r = w
+        .http
+        .post(format!("{base}/v1/runs/{x0}/resume"))
+        .json(&json!({"value": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 202, "{:?}", r.text().await);
+    wait_until(LONG, "the first run completes", || {
+        let (http, url) = (w.http.clone(), format!("{base}/v1/runs/{x0}"));
+        async move {
+            let run: Value = http.get(url).send().await.ok()?.json().await.ok()?;
+            (run["status"] == "completed").then_some(())
+        }
+    })
+    .await;
+    // B comes up while A still stalls, finds the first run ended, and stalls 8 s.
+    let (mut b, _) = spawn_replica(&w, "replica-b", "schedule.before_advance=pause(8000)").await;
+    assert!(
+        w.store.server_time().await.unwrap() < second + 5000,
+        "replica B came up too late to race A"
+    );
+    let third = second + 10_000;
+    let runs = wait_until(Duration::from_secs(60), "the third firing's run exists", || {
+        let (http, base) = (w.http.clone(), base.clone());
+        async move {
+            let runs = runs_of(&http, &base, "sk").await;
+            runs.iter().any(|(at, _)| *at == third).then_some(runs)
+        }
+    })
+    .await;
+    let open: Vec<&Value> = runs
+        .iter()
+        .map(|(_, r)| r)
+        .filter(|r| !["completed", "failed", "cancelled"].contains(&r["status"].as_str().unwrap_or("")))
+        .collect();
+    assert!(
+        runs.iter().all(|(at, _)| *at != second),
+        "the firing A skipped has a run (B's, untracked): {runs:?}"
+    );
+    assert_eq!(open.len(), 1, "overlap skip: one open run at a time: {open:?}");
+    let s = schedule().await.unwrap();
+    assert_eq!(
+        s["last_run"], open[0]["thread_id"],
+        "the open run is the schedule's last: {s}"
+    );
+    for p in [&mut a, &mut b, &mut wk] {
+        p.signal("KILL");
+        p.wait_exit(LONG).await;
+    }
     cleanup(&w.cfg).await;
 }

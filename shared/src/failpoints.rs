@@ -26,6 +26,7 @@ pub const NAMES: &[&str] = &[
     "scheduler.before_publish",
     "run.deadline.before_fail",
     "schedule.before_advance",
+    "schedule.before_create",
     "child.before_start",
     "child.after_link",
     "child.after_start",

@@ -123,6 +123,11 @@ impl Keys {
         format!("{}:{{sched}}:next", self.ns)
     }
 
+    /// Schedule ids whose last move recorded runs not yet created (`pending`), by when.
+    pub fn schedule_pending(&self) -> String {
+        format!("{}:{{sched}}:pending", self.ns)
+    }
+
     /// Schedule ids holding a buffered firing (overlap policy `buffer_one`), by its time.
     pub fn schedule_buffered(&self) -> String {
         format!("{}:{{sched}}:buffered", self.ns)

@@ -33,6 +33,8 @@ const MAX_ID: usize = 64;
 const MAX_PASS: usize = 1000;
 /// The failpoint between a firing's runs and the schedule's advance.
 const BEFORE_ADVANCE: &str = "schedule.before_advance";
+/// A failpoint: the schedule moved on with runs pending, not yet created.
+const BEFORE_CREATE: &str = "schedule.before_create";
 
 /// What a schedule does when a firing comes while its previous run has not ended.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -602,19 +604,37 @@ async fn active(svc: &Services, thread: Option<&str>) -> Result<Option<ThreadId>
 
 /// One pass over schedule `id`, due at `next` (ms), at server time `now`. True when it is
 /// no longer due at `next` (this replica or another moved it on, or it was paused or deleted).
+///
+/// The order makes each firing one decision: runs an earlier move left pending are created
+/// first; then this replica decides (overlap judged against the last run), moves the
+/// schedule on with the runs it decided recorded as pending (compare-and-set on the next
+/// firing, the last run it read and no pending runs), and only then creates them. A replica
+/// that loses the race creates nothing, so no run is left untracked by the schedule.
 async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<bool, StoreError> {
-    let Some(rec) = svc.store.schedule_get(id).await? else {
+    let Some(mut rec) = svc.store.schedule_get(id).await? else {
         return Ok(true);
     };
     if rec.next != Some(next) || rec.paused.is_some() {
         return Ok(true);
     }
+    if !rec.pending.is_empty() {
+        create_pending(svc, &rec).await?;
+        rec = match svc.store.schedule_get(id).await? {
+            Some(r) if r.pending.is_empty() && r.next == Some(next) => r,
+            _ => return Ok(false),
+        };
+    }
+    let read_last = rec.last.as_ref().map(|l| l.0.as_str());
     let spec = parse_spec(&rec.spec)?;
     let timing = match Timing::of(&spec) {
         Ok(t) => t,
         Err(e) => {
             warn!(schedule = %id, error = %e, "a stored schedule no longer parses; it stops");
-            svc.store.schedule_advance(id, next, &Advance::default()).await?;
+            let stop = Advance {
+                read_last,
+                ..Advance::default()
+            };
+            svc.store.schedule_advance(id, next, &stop).await?;
             return Ok(true);
         }
     };
@@ -636,18 +656,27 @@ async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<bool, Sto
         Catchup::None => 0,
     };
     let mut skipped = (missed.len() - kept) as u64;
-    let mut fired = 0;
-    let mut last: Option<(String, u64)> = None;
+    let mut decided: Vec<(String, u64)> = Vec::new();
     let mut buffered = None;
-    let mut previous = rec.last.as_ref().map(|l| l.0.clone());
+    let served = svc.catalog.entry(&svc.store, &spec.workflow).await?.is_some();
     for &at in missed[missed.len() - kept..].iter().chain(recent) {
+        if !served {
+            warn!(schedule = %id, workflow = %spec.workflow, "no live worker serves the workflow; firing skipped");
+            skipped += 1;
+            continue;
+        }
         let thread = firing_thread(id, at);
-        // (allow_all starts every firing: no need to read the previous run.)
-        let busy = match spec.overlap {
-            Overlap::AllowAll => None,
-            _ => active(svc, previous.as_deref()).await?,
+        // The run this firing would overlap: one decided in this pass (not created yet), or
+        // the last run if it has not ended. (allow_all starts every firing: no read.)
+        let busy = match (spec.overlap, decided.last()) {
+            (Overlap::AllowAll, _) => None,
+            (_, Some(_)) => Some(Busy::Decided),
+            (_, None) => active(svc, read_last)
+                .await?
+                .filter(|p| p.as_str() != thread)
+                .map(Busy::Running),
         };
-        if let Some(prev) = busy.filter(|p| p.as_str() != thread) {
+        if let Some(prev) = busy {
             match spec.overlap {
                 Overlap::Skip => {
                     skipped += 1;
@@ -661,39 +690,73 @@ async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<bool, Sto
                     }
                     continue;
                 }
-                Overlap::CancelPrevious => {
-                    let reason = format!("schedule {id}: the firing at {at} cancels the previous run");
-                    let _ = svc.store.cancel(&prev, &reason).await?;
-                }
+                Overlap::CancelPrevious => match prev {
+                    // Not created yet: it is not started at all.
+                    Busy::Decided => {
+                        decided.pop();
+                        skipped += 1;
+                    }
+                    Busy::Running(prev) => {
+                        let reason = format!("schedule {id}: the firing at {at} cancels the previous run");
+                        let _ = svc.store.cancel(&prev, &reason).await?;
+                    }
+                },
                 Overlap::AllowAll => {}
             }
         }
-        match start(svc, &spec, &rec.input, &thread).await? {
-            Started::Yes | Started::Already => {
-                fired += 1;
-                previous = Some(thread.clone());
-                last = Some((thread, at));
-            }
-            Started::Unserved => {
-                warn!(schedule = %id, workflow = %spec.workflow, "no live worker serves the workflow; firing skipped");
-                skipped += 1;
-            }
-        }
+        decided.push((thread, at));
     }
     if svc.publisher.failpoints().check(BEFORE_ADVANCE).await.is_err() {
         return Ok(false);
     }
     let advance = Advance {
         next: new_next,
-        last: last.as_ref().map(|(t, at)| (t.as_str(), *at)),
-        fired,
+        last: decided.last().map(|(t, at)| (t.as_str(), *at)),
+        fired: decided.len() as u64,
         skipped,
         buffered,
+        read_last,
+        pending: &decided,
     };
-    if svc.store.schedule_advance(id, next, &advance).await? && (fired > 0 || skipped > 0) {
-        info!(schedule = %id, fired, skipped, next = ?new_next, "schedule fired");
+    if svc.store.schedule_advance(id, next, &advance).await? {
+        if !decided.is_empty() || skipped > 0 {
+            info!(schedule = %id, fired = decided.len(), skipped, next = ?new_next, "schedule fired");
+        }
+        rec.pending = decided;
+        create_pending(svc, &rec).await?;
     }
     Ok(true)
+}
+
+/// The run a firing would overlap.
+enum Busy {
+    /// Decided in this pass, not created yet.
+    Decided,
+    /// Created and not ended.
+    Running(ThreadId),
+}
+
+/// Creates the runs a schedule's last move recorded as pending (idempotently: a run's thread
+/// id is its firing's) and forgets them. Every replica does this for any schedule it finds
+/// with pending runs, so a replica that died between the move and the creates loses none.
+/// With no live worker for the workflow they stay pending (and the schedule waits) until one
+/// registers.
+async fn create_pending(svc: &Services, rec: &ScheduleRecord) -> Result<(), StoreError> {
+    if rec.pending.is_empty() {
+        return Ok(());
+    }
+    if svc.publisher.failpoints().check(BEFORE_CREATE).await.is_err() {
+        return Ok(());
+    }
+    let spec = parse_spec(&rec.spec)?;
+    for (thread, _) in &rec.pending {
+        if let Started::Unserved = start(svc, &spec, &rec.input, thread).await? {
+            warn!(schedule = %rec.id, workflow = %spec.workflow, thread = %thread, "no live worker serves the workflow; the decided run is created once one registers");
+            return Ok(());
+        }
+    }
+    svc.store.schedule_settle(&rec.id, &rec.pending).await?;
+    Ok(())
 }
 
 /// A buffered firing whose previous run ended is started.
@@ -701,13 +764,22 @@ async fn unbuffer(svc: &Services, id: &str, at: u64) -> Result<(), StoreError> {
     let Some(rec) = svc.store.schedule_get(id).await? else {
         return Ok(());
     };
-    if rec.buffered != Some(at) || active(svc, rec.last.as_ref().map(|l| l.0.as_str())).await?.is_some() {
+    if !rec.pending.is_empty() {
+        return create_pending(svc, &rec).await;
+    }
+    let read_last = rec.last.as_ref().map(|l| l.0.as_str());
+    if rec.buffered != Some(at) || active(svc, read_last).await?.is_some() {
         return Ok(());
     }
     let spec = parse_spec(&rec.spec)?;
+    if svc.catalog.entry(&svc.store, &spec.workflow).await?.is_none() {
+        return Ok(());
+    }
     let thread = firing_thread(id, at);
-    if let Started::Yes | Started::Already = start(svc, &spec, &rec.input, &thread).await? {
-        svc.store.schedule_unbuffer(id, at, &thread).await?;
+    if svc.store.schedule_unbuffer(id, at, &thread, read_last).await? {
+        let mut rec = rec.clone();
+        rec.pending = vec![(thread, at)];
+        create_pending(svc, &rec).await?;
     }
     Ok(())
 }
@@ -770,6 +842,17 @@ impl Failing {
 /// after it are read past it, so no number of failing schedules holds the others back.
 async fn pass(svc: &Services, failing: &mut Failing) -> Result<(), StoreError> {
     let now = svc.store.server_time().await?;
+    // Runs decided by a move whose replica died (or stalled) before creating them.
+    for id in svc.store.schedules_pending().await? {
+        let done = match svc.store.schedule_get(&id).await {
+            Ok(Some(rec)) => create_pending(svc, &rec).await,
+            Ok(None) => svc.store.schedule_settle(&id, &[]).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = done {
+            failing.failed(&id, &e);
+        }
+    }
     let (mut stayed, mut handled) = (0, 0);
     while handled < MAX_DUE {
         let page = svc.store.schedules_due(now, stayed, DUE_PAGE).await?;

@@ -34,6 +34,27 @@ pub struct ScheduleRecord {
     pub paused: Option<(u64, String)>,
     /// A firing held back until the previous run ends (`buffer_one`).
     pub buffered: Option<u64>,
+    /// Runs its last move decided (thread id, firing time) and nobody has confirmed created
+    /// yet: whoever finds them creates them (idempotently) before deciding anything else.
+    pub pending: Vec<(String, u64)>,
+}
+
+/// Pending runs as stored: `thread@firing,…` (thread ids hold neither `@` nor `,`).
+fn pending_text(pending: &[(String, u64)]) -> String {
+    pending
+        .iter()
+        .map(|(t, at)| format!("{t}@{at}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn parse_pending(text: &str) -> Vec<(String, u64)> {
+    text.split(',')
+        .filter_map(|p| {
+            let (t, at) = p.rsplit_once('@')?;
+            Some((t.to_owned(), at.parse().ok()?))
+        })
+        .collect()
 }
 
 /// Outcome of [`ScriptStore::schedule_put`].
@@ -60,6 +81,10 @@ pub struct Advance<'a> {
     pub skipped: u64,
     /// `Some(Some(t))`: hold firing `t` until the previous run ends; `Some(None)`: drop it.
     pub buffered: Option<Option<u64>>,
+    /// The last run the decision read (the move is refused if it changed).
+    pub read_last: Option<&'a str>,
+    /// The runs decided, recorded as pending until they are created.
+    pub pending: &'a [(String, u64)],
 }
 
 /// Outcome of [`ScriptStore::schedule_reseal`].
@@ -133,6 +158,7 @@ impl ScriptStore {
             skipped: num("skipped").unwrap_or(0),
             paused: num("paused").map(|at| (at, text("note").unwrap_or_default())),
             buffered: num("buffered"),
+            pending: text("pending").map(|p| parse_pending(&p)).unwrap_or_default(),
         }))
     }
 
@@ -177,7 +203,8 @@ impl ScriptStore {
         let mut inv = self.scripts.sched_advance.prepare_invoke();
         inv.key(keys.schedule(id))
             .key(keys.schedule_next())
-            .key(keys.schedule_buffered());
+            .key(keys.schedule_buffered())
+            .key(keys.schedule_pending());
         inv.arg(id)
             .arg(expected)
             .arg(a.next.map(|n| n.to_string()).unwrap_or_default())
@@ -189,17 +216,44 @@ impl ScriptStore {
                 None => String::new(),
                 Some(None) => "-".to_owned(),
                 Some(Some(t)) => t.to_string(),
-            });
+            })
+            .arg(a.read_last.unwrap_or(""))
+            .arg(pending_text(a.pending));
         Ok(self.invoke(&inv).await?.tag() == "ok")
     }
 
-    /// The run of buffered firing `at` was started as `thread`; false if the buffer changed.
-    pub async fn schedule_unbuffer(&self, id: &str, at: u64, thread: &str) -> Result<bool, StoreError> {
+    /// Buffered firing `at` starts as run `thread` (recorded as the last run, and pending
+    /// until created); false if the buffer, the last run (`read_last`) or pending runs changed.
+    pub async fn schedule_unbuffer(
+        &self,
+        id: &str,
+        at: u64,
+        thread: &str,
+        read_last: Option<&str>,
+    ) -> Result<bool, StoreError> {
         let keys = self.keys();
         let mut inv = self.scripts.sched_unbuffer.prepare_invoke();
-        inv.key(keys.schedule(id)).key(keys.schedule_buffered());
-        inv.arg(id).arg(at).arg(thread);
+        inv.key(keys.schedule(id))
+            .key(keys.schedule_buffered())
+            .key(keys.schedule_pending());
+        inv.arg(id).arg(at).arg(thread).arg(read_last.unwrap_or(""));
         Ok(self.invoke(&inv).await?.tag() == "ok")
+    }
+
+    /// The pending runs `pending` of schedule `id` were created: they are forgotten (false if
+    /// the schedule's pending runs are others by now, or it has none).
+    pub async fn schedule_settle(&self, id: &str, pending: &[(String, u64)]) -> Result<bool, StoreError> {
+        let keys = self.keys();
+        let mut inv = self.scripts.sched_settle.prepare_invoke();
+        inv.key(keys.schedule(id)).key(keys.schedule_pending());
+        inv.arg(id).arg(pending_text(pending));
+        Ok(self.invoke(&inv).await?.tag() == "ok")
+    }
+
+    /// Schedules whose last move left runs to create.
+    pub async fn schedules_pending(&self) -> Result<Vec<String>, StoreError> {
+        self.query(redis::cmd("ZRANGE").arg(self.keys().schedule_pending()).arg(0).arg(-1))
+            .await
     }
 
     /// Pauses (with a note), resumes (from `next`) or deletes a schedule; false if missing.
@@ -209,7 +263,8 @@ impl ScriptStore {
         inv.key(keys.schedule(id))
             .key(keys.schedule_next())
             .key(keys.schedule_buffered())
-            .key(keys.schedule_all());
+            .key(keys.schedule_all())
+            .key(keys.schedule_pending());
         inv.arg(id).arg(action).arg(arg);
         Ok(self.invoke(&inv).await?.tag() == "ok")
     }

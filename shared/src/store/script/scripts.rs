@@ -56,6 +56,7 @@ scripts!(
     sched_unbuffer,
     sched_state,
     sched_reseal,
+    sched_settle,
     due_candidates,
     ring,
     mark_queued,

@@ -1,6 +1,7 @@
 -- sched_state: pause (with a note), resume (from a next firing the caller computed from now:
 -- firings missed while paused are not made up) or delete a schedule.
--- KEYS: 1 schedule hash, 2 next-firing index, 3 buffered index, 4 index of all schedules
+-- KEYS: 1 schedule hash, 2 next-firing index, 3 buffered index, 4 index of all schedules,
+--       5 pending index
 -- ARGV: 1 schedule id, 2 action (pause | resume | delete), 3 note (pause) or next firing
 --       (resume, ms; '' = none)
 -- Returns: {'ok'} | {'missing'}
@@ -10,6 +11,7 @@ if ARGV[2] == 'delete' then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('ZREM', KEYS[4], ARGV[1])
+  redis.call('ZREM', KEYS[5], ARGV[1])
 elseif ARGV[2] == 'pause' then
   -- (`next` stays in the hash: a firing under way when it was paused still advances it and
   -- counts its run; the schedule is out of the index, so it fires no more.)
