@@ -18,7 +18,8 @@
 //! effects under each in-doubt policy and interrupts (`order`, `approve`), flow control with
 //! yields between steps (`metered`, slices of two steps), child workflows awaited and started
 //! and forgotten, with parents cancelled mid-way (`parent`, `kid`), a parallel group of
-//! effects and an effect whose attempts time out (`batch`), all with sealed payloads and a
+//! effects and an effect whose attempts time out (`batch`), two schedules (`skip` every
+//! second, `allow_all` every two) starting `tock` runs, all with sealed payloads and a
 //! payload-key rotation mid-chaos (every worker restarted with the new sealing key).
 //!
 //! Invariants (checked after a heal phase in which faults stop and every worker is back):
@@ -40,7 +41,10 @@
 //!    (its claim events); a parent holds a child's word only for a call not yet journaled,
 //!    never more words than children, and an ended parent's signals expire with it;
 //! 8. sealed payloads: after the rotation every run still opens (invariants 2 and 4 read
-//!    them), and no value or key name in the namespace holds an input's plaintext marker.
+//!    them), and no value or key name in the namespace holds an input's plaintext marker;
+//! 9. schedules (two, fired by two racing scheduler replicas, paused at the heal): every
+//!    run a schedule started is one it counted and its last run is the latest, `skip` never
+//!    had two runs open at once, `allow_all` missed no firing time, nothing is left pending.
 
 mod workload;
 
@@ -524,6 +528,14 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         catalog: Default::default(),
         schemas: Default::default(),
     });
+    // Two scheduler replicas race to fire the same schedules.
+    for _ in 0..2 {
+        tokio::spawn(api::schedules::run(
+            slot.clone(),
+            Duration::from_millis(cfg.scheduler.scan_interval_ms),
+            stop.clone(),
+        ));
+    }
     let router = api::router(
         ApiState::new(slot, &cfg).expect("the simulator's config has no tokens to parse"),
         Readiness::default(),
@@ -617,6 +629,9 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         .line(0, format!("chaos on: {} runs, {} workers", runs.len(), args.workers));
     let heal_at = args.chaos_ms;
     let deadline = heal_at + 240_000;
+    // The schedules (created at the start, paused at the heal) and where each stands.
+    let mut sched_created = [false; SCHEDULES.len()];
+    let mut sched_paused = [false; SCHEDULES.len()];
     let mut healed = false;
     let mut tick = 0u64;
     loop {
@@ -745,6 +760,35 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
                 }
             }
         }
+        // Schedules: created as the chaos starts (the client retries), paused at the heal;
+        // their runs must end like the others.
+        for (j, (id, every, overlap)) in SCHEDULES.iter().enumerate() {
+            if !sched_created[j] {
+                let body = json!({"id": id, "workflow": "tock", "input": {"secret": format!("{SECRET}-{id}")},
+                    "every_secs": every, "overlap": overlap});
+                let (status, _) = w.api(Method::POST, "/v1/schedules", Some(body)).await;
+                w.trace.line(now, format!("schedule {id} create: {status}"));
+                sched_created[j] = status == 201 || status == 200;
+            } else if healed && !sched_paused[j] {
+                let (status, _) = w
+                    .api(
+                        Method::POST,
+                        &format!("/v1/schedules/{id}/pause"),
+                        Some(json!({"note": "heal"})),
+                    )
+                    .await;
+                w.trace.line(now, format!("schedule {id} pause: {status}"));
+                sched_paused[j] = status == 200;
+            }
+        }
+        if healed {
+            open += sched_paused.iter().filter(|p| !**p).count();
+            open += schedule_runs(&w)
+                .await
+                .iter()
+                .filter(|r| !r.status.is_final() && r.status != RunStatus::Blocked)
+                .count();
+        }
         if healed && open == 0 {
             w.trace.line(now, "every run ended".into());
             break;
@@ -855,6 +899,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         );
     }
     feature_checks(&w, &runs, &kinds, &cancelled_at, &mut violations).await;
+    schedule_checks(&w, &mut violations).await;
     for (key, fences) in provider.applications() {
         trace.count("effects.applied");
         if fences.len() > 1 {
@@ -991,6 +1036,106 @@ async fn dump_namespace(store: &ScriptStore) -> Vec<(String, Vec<u8>)> {
 }
 
 /// The invariants of the features beyond effects and runs (module doc, 1 and 6-8).
+/// The simulated schedules: id, seconds between firings, overlap policy.
+const SCHEDULES: [(&str, u64, &str); 2] = [("tick", 1, "skip"), ("tock", 2, "allow_all")];
+
+/// Every run the simulated schedules started, by thread id.
+async fn schedule_runs(w: &World) -> Vec<RunHeader> {
+    let (status, list) = w.api(Method::GET, "/v1/runs?limit=1000", None).await;
+    if status != 200 {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for r in list["runs"].as_array().into_iter().flatten() {
+        let Some(t) = r["thread_id"].as_str() else { continue };
+        if !SCHEDULES.iter().any(|(id, _, _)| t.starts_with(&format!("{id}-"))) {
+            continue;
+        }
+        let Ok(t) = ThreadId::new(t.to_owned()) else { continue };
+        if let Some((h, _)) = w.read(&t).await {
+            out.push(h);
+        }
+    }
+    out.sort_by(|a, b| a.thread.as_str().cmp(b.thread.as_str()));
+    out
+}
+
+/// 9. Schedules: each firing time has at most one run, and every run the schedule started is
+/// one it counted (none untracked); `skip` never has two runs open at once; `allow_all`
+/// misses no firing time between its first and its last; nothing is left pending.
+async fn schedule_checks(w: &World, bad: &mut Vec<String>) {
+    let runs = schedule_runs(w).await;
+    for (id, every, overlap) in SCHEDULES {
+        let (status, s) = w.api(Method::GET, &format!("/v1/schedules/{id}"), None).await;
+        if status != 200 {
+            bad.push(format!("schedule {id}: GET answered {status}: {s}"));
+            continue;
+        }
+        let prefix = format!("{id}-");
+        let mine: Vec<&RunHeader> = runs.iter().filter(|r| r.thread.as_str().starts_with(&prefix)).collect();
+        w.trace.count(&format!("schedule.{id}.runs.{}", mine.len().min(20)));
+        let fired = s["fired"].as_u64().unwrap_or(0);
+        if fired != mine.len() as u64 {
+            bad.push(format!(
+                "schedule {id}: counted {fired} runs fired, {} exist: {:?}",
+                mine.len(),
+                mine.iter().map(|r| r.thread.as_str()).collect::<Vec<_>>()
+            ));
+        }
+        if let Some(last) = mine.last() {
+            if s["last_run"].as_str() != Some(last.thread.as_str()) {
+                bad.push(format!(
+                    "schedule {id}: last run {} but the latest run is {}",
+                    s["last_run"], last.thread
+                ));
+            }
+        }
+        let pending: Option<String> = w
+            .store
+            .query(redis::cmd("HGET").arg(w.store.keys().schedule(id)).arg("pending"))
+            .await
+            .unwrap_or(None);
+        if let Some(p) = pending {
+            bad.push(format!("schedule {id}: runs left pending at the end: {p}"));
+        }
+        match overlap {
+            "skip" => {
+                for pair in mine.windows(2) {
+                    let (a, b) = (pair[0], pair[1]);
+                    if a.finished_at.is_none_or(|f| b.created_at < f) {
+                        bad.push(format!(
+                            "schedule {id} (skip): {} created at {} while {} was open (ended {:?})",
+                            b.thread, b.created_at, a.thread, a.finished_at
+                        ));
+                    }
+                }
+            }
+            _ => {
+                let times: Vec<i64> = mine
+                    .iter()
+                    .filter_map(|r| {
+                        let stamp = r.thread.as_str().strip_prefix(&prefix)?;
+                        chrono::NaiveDateTime::parse_from_str(stamp, "%Y%m%dT%H%M%SZ")
+                            .ok()
+                            .map(|t| t.and_utc().timestamp())
+                    })
+                    .collect();
+                for pair in times.windows(2) {
+                    if pair[1] - pair[0] != every as i64 {
+                        bad.push(format!(
+                            "schedule {id} (allow_all): firings {} and {} are not {every} s apart",
+                            pair[0], pair[1]
+                        ));
+                    }
+                }
+                if s["skipped"].as_u64().unwrap_or(0) > 0 {
+                    bad.push(format!("schedule {id} (allow_all): skipped firings: {s}"));
+                }
+            }
+        }
+    }
+}
+
 async fn feature_checks(
     w: &World,
     runs: &[(ThreadId, Value, u64)],

@@ -19,7 +19,7 @@ pub(crate) const FLOW_KEYS: [(&str, usize); 2] = [("fa", 1), ("fb", 2)];
 
 /// Effect key prefixes whose in-doubt policy is `block`: the engine must never call such an
 /// effect's function twice (a second call could repeat it).
-pub(crate) const BLOCK_KEYS: [&str; 6] = ["charge:", "notify:", "gift:", "timed:", "batch-a:", "batch-b:"];
+pub(crate) const BLOCK_KEYS: [&str; 7] = ["charge:", "notify:", "gift:", "timed:", "batch-a:", "batch-b:", "tock:"];
 
 /// A provider of side effects (a payment API, a mailer): it keeps what it applied per key
 /// and refuses a fencing token lower than one it has seen for the key. Some calls answer late.
@@ -400,6 +400,36 @@ pub(crate) fn registry(provider: Arc<Provider>, unguarded: bool) -> Registry {
         .register(Metered(Arc::clone(&provider)))
         .register(Parent)
         .register(Kid(Arc::clone(&provider)))
-        .register(Batch(provider));
+        .register(Batch(Arc::clone(&provider)))
+        .register(Tock(provider));
     r
+}
+
+/// `tock {}`: what the simulated schedules start: a step that takes 0.3–2.5 s (so firings a
+/// second apart overlap it), then the effect `tock` (block) under its thread id.
+struct Tock(Arc<Provider>);
+
+impl Workflow for Tock {
+    const NAME: &'static str = "tock";
+    type Input = Value;
+    type Output = Value;
+
+    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let thread = ctx.thread_id().to_string();
+        let ms = 300
+            + thread
+                .bytes()
+                .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64))
+                % 2200;
+        ctx.step("work", || async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, StepError>(ms)
+        })
+        .await?;
+        let p = &self.0;
+        let done: Value = ctx
+            .effect("tock", format!("tock:{thread}"), |fx| async move { p.apply(&fx).await })
+            .await?;
+        Ok(done)
+    }
 }
