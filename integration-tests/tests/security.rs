@@ -608,3 +608,59 @@ async fn limits_protect_redis_from_one_client() {
         "{run}"
     );
 }
+
+/// A flow-control key taken from an input (a customer id) names no Redis key and lies in no
+/// run field or event in plaintext when payload keys are on (issue 24, hole 5): while one run
+/// of the customer holds the only slot and another waits in line, every key name and value
+/// of the namespace is read (the demo workflow's own witness records excepted). The API
+/// still shows the key.
+#[tokio::test]
+async fn flow_keys_from_inputs_name_no_redis_key_and_are_sealed_in_runs_and_events() {
+    let keys = keys_of("k1");
+    let w = World::new("sealflow", |c| c.security.payload_keys = keys.clone()).await;
+    let _wk = w.worker(WORKER, "wk", "");
+    w.wait_registered("metered").await;
+    let customer = "cust-PLAINTEXT-MARKER-flow";
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let (s, r) = w
+            .post(
+                "/v1/runs",
+                json!({"workflow": "metered", "input": {"customer": customer, "steps": 1, "step_ms": 3000},
+                    "flow": {"key_from": "/customer", "limit": 1}}),
+            )
+            .await;
+        assert_eq!(s, 201, "{r}");
+        runs.push(ThreadId::new(r["thread_id"].as_str().unwrap().to_owned()).unwrap());
+    }
+    let waiting = loop {
+        let mut found = None;
+        for t in &runs {
+            if w.event_types(t).await.iter().any(|e| e == "flow_waiting") {
+                found = Some(t.clone());
+            }
+        }
+        if let Some(t) = found {
+            break t;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let dump = dump_namespace(&w.store, &w.cfg.namespace).await;
+    let flow_keys: Vec<&String> = dump.iter().map(|(k, _)| k).filter(|k| k.contains("{fc}")).collect();
+    assert!(!flow_keys.is_empty(), "the slot and the line exist now");
+    let hits: Vec<&String> = dump
+        .iter()
+        .filter(|(k, _)| !k.contains(":demo:"))
+        .filter(|(k, v)| k.contains(customer) || v.windows(customer.len()).any(|x| x == customer.as_bytes()))
+        .map(|(k, _)| k)
+        .collect();
+    assert!(
+        hits.is_empty(),
+        "the customer id lies in plaintext in {hits:?} (flow keys: {flow_keys:?})"
+    );
+    let (_, run) = w.get(&format!("/v1/runs/{waiting}")).await;
+    assert_eq!(run["flow"]["key"], format!("metered:{customer}"), "{run}");
+    for t in &runs {
+        w.wait_status(t, &["completed"], LONG).await;
+    }
+}

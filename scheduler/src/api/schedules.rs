@@ -880,9 +880,9 @@ async fn pass(svc: &Services, failing: &mut Failing) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Seals every schedule's input anew with the sealing key when another key (or none) sealed
-/// it. One that no configured key opens is named (it cannot fire until a key that opens it
-/// is configured again).
+/// Seals every schedule's input (and the namespace's flow naming secret) anew with the
+/// sealing key when another key (or none) sealed it. A schedule that no configured key opens
+/// is named (it cannot fire until a key that opens it is configured again).
 async fn reseal_all(svc: &Services) -> Result<(), StoreError> {
     let (mut done, mut unreadable) = (0, Vec::new());
     for id in svc.store.schedule_ids().await? {
@@ -892,6 +892,9 @@ async fn reseal_all(svc: &Services) -> Result<(), StoreError> {
             Err(e @ (StoreError::Sealed(_) | StoreError::Corrupt(_))) => unreadable.push(format!("{id}: {e}")),
             Err(e) => return Err(e),
         }
+    }
+    if svc.store.naming_reseal().await? == Resealed::Done {
+        info!("the namespace's flow naming secret re-sealed with the sealing payload key");
     }
     if done > 0 {
         info!(schedules = done, "schedules re-sealed with the sealing payload key");

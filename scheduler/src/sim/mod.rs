@@ -602,7 +602,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
                 Kind::Metered => {
                     let (key, limit) = workload::FLOW_KEYS[i % workload::FLOW_KEYS.len()];
                     json!({"workflow": "metered", "thread_id": t.as_str(),
-                        "input": {"id": i, "key": key, "steps": 4, "secret": secret},
+                        "input": {"id": i, "key": format!("{SECRET}-{key}"), "steps": 4, "secret": secret},
                         "flow": {"key_from": "/key", "limit": limit}})
                 }
                 Kind::Parent => json!({"workflow": "parent", "thread_id": t.as_str(),
@@ -714,6 +714,21 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
                 } else {
                     w.trace
                         .line(now, format!("start {t} refused ({status}): {resp}; retrying"));
+                }
+            }
+        }
+        // Key names live only while in use (a flow key's slots and line): look at them
+        // during the run, not only in the final dump.
+        if tick.is_multiple_of(10) {
+            let ns = w.store.keys().namespace().to_string();
+            let names: Vec<String> = w
+                .store
+                .query(redis::cmd("KEYS").arg(format!("{ns}:*")))
+                .await
+                .unwrap_or_default();
+            if let Some(k) = names.iter().find(|k| k.contains(SECRET)) {
+                if !violations.iter().any(|v: &String| v.starts_with("a key name holds")) {
+                    violations.push(format!("a key name holds an input's plaintext marker: {k}"));
                 }
             }
         }
@@ -1035,7 +1050,6 @@ async fn dump_namespace(store: &ScriptStore) -> Vec<(String, Vec<u8>)> {
     out
 }
 
-/// The invariants of the features beyond effects and runs (module doc, 1 and 6-8).
 /// The simulated schedules: id, seconds between firings, overlap policy.
 const SCHEDULES: [(&str, u64, &str); 2] = [("tick", 1, "skip"), ("tock", 2, "allow_all")];
 
@@ -1136,6 +1150,7 @@ async fn schedule_checks(w: &World, bad: &mut Vec<String>) {
     }
 }
 
+/// The invariants of the features beyond effects and runs (module doc, 1 and 6-8).
 async fn feature_checks(
     w: &World,
     runs: &[(ThreadId, Value, u64)],
@@ -1154,14 +1169,20 @@ async fn feature_checks(
     // (after the slots of slices that died expire).
     bad.extend(provider.over_limit());
     for (k, n) in provider.most_inside() {
-        w.trace.count(&format!("flow.most_inside.{k}.{n}"));
+        let short = k.rsplit('-').next().unwrap_or_default();
+        w.trace.count(&format!("flow.most_inside.{short}.{n}"));
     }
     let cfg = w.store.config();
     tokio::time::sleep(cfg.lease + cfg.grace + Duration::from_millis(100)).await;
     let now = w.server_ms();
     for (key, _) in workload::FLOW_KEYS {
-        let fk = format!("metered:{key}");
+        let fk = format!("metered:{SECRET}-{key}");
         let keys = w.store.keys();
+        let Ok(name) = w.store.flow_name(&fk).await else {
+            bad.push(format!("flow key {fk}: its Redis name could not be derived"));
+            continue;
+        };
+        let fk = name.into_owned();
         let held: Vec<String> = w
             .store
             .query(
@@ -1284,12 +1305,12 @@ async fn feature_checks(
     let dump = dump_namespace(&w.store).await;
     let mut leaks: BTreeMap<String, usize> = BTreeMap::new();
     for (k, v) in &dump {
-        if v.windows(SECRET.len()).any(|x| x == SECRET.as_bytes()) {
+        if k.contains(SECRET) || v.windows(SECRET.len()).any(|x| x == SECRET.as_bytes()) {
             *leaks.entry(k.clone()).or_default() += 1;
         }
     }
     for (k, n) in leaks {
-        bad.push(format!("{n} plaintext value(s) of an input in {k}"));
+        bad.push(format!("{n} plaintext value(s) of an input in (or as the name of) {k}"));
     }
     w.trace.count("sealed.values_dumped");
 }

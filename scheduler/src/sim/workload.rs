@@ -280,7 +280,11 @@ impl Workflow for Metered {
     async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
         let id = input["id"].as_u64().unwrap_or(0);
         let key = input["key"].as_str().unwrap_or("fa").to_owned();
-        let limit = FLOW_KEYS.iter().find(|(k, _)| *k == key).map_or(1, |(_, l)| *l);
+        // (The key carries the input's plaintext marker: `<marker>-fa`.)
+        let limit = FLOW_KEYS
+            .iter()
+            .find(|(k, _)| key.ends_with(&format!("-{k}")) || key == *k)
+            .map_or(1, |(_, l)| *l);
         let thread = ctx.thread_id().to_string();
         let mut total = 0;
         for i in 0..input["steps"].as_u64().unwrap_or(3) {

@@ -51,12 +51,13 @@ impl ScriptStore {
         priority: u8,
         start: bool,
     ) -> Result<Acquired, StoreError> {
+        let name = self.flow_name(&flow.key).await?;
         let mut inv = self.scripts.flow_acquire.prepare_invoke();
-        inv.key(self.keys.flow_slots(&flow.key))
-            .key(self.keys.flow_wait(&flow.key))
-            .key(self.keys.flow_rate(&flow.key))
-            .key(self.keys.flow_seen(&flow.key))
-            .key(self.keys.flow_holders(&flow.key));
+        inv.key(self.keys.flow_slots(&name))
+            .key(self.keys.flow_wait(&name))
+            .key(self.keys.flow_rate(&name))
+            .key(self.keys.flow_seen(&name))
+            .key(self.keys.flow_holders(&name));
         inv.arg(thread.as_str())
             .arg(flow.limit)
             .arg(ms(self.cfg.lease + self.cfg.grace))
@@ -86,11 +87,12 @@ impl ScriptStore {
         fence: Option<u64>,
         ended: bool,
     ) -> Result<Vec<ThreadId>, StoreError> {
+        let name = self.flow_name(&flow.key).await?;
         let mut inv = self.scripts.flow_release.prepare_invoke();
-        inv.key(self.keys.flow_slots(&flow.key))
-            .key(self.keys.flow_wait(&flow.key))
-            .key(self.keys.flow_seen(&flow.key))
-            .key(self.keys.flow_holders(&flow.key));
+        inv.key(self.keys.flow_slots(&name))
+            .key(self.keys.flow_wait(&name))
+            .key(self.keys.flow_seen(&name))
+            .key(self.keys.flow_holders(&name));
         inv.arg(thread.as_str())
             .arg(flow.limit)
             .arg(if ended { "1" } else { "0" })
@@ -103,9 +105,9 @@ impl ScriptStore {
     /// its lease (a heartbeat). False: the slice holds no slot any more (it expired, or a
     /// later slice of the run took it over).
     pub async fn flow_extend(&self, flow: &Flow, thread: &ThreadId, fence: u64) -> Result<bool, StoreError> {
+        let name = self.flow_name(&flow.key).await?;
         let mut inv = self.scripts.flow_extend.prepare_invoke();
-        inv.key(self.keys.flow_slots(&flow.key))
-            .key(self.keys.flow_holders(&flow.key));
+        inv.key(self.keys.flow_slots(&name)).key(self.keys.flow_holders(&name));
         inv.arg(thread.as_str())
             .arg(ms(self.cfg.lease + self.cfg.grace))
             .arg(fence);

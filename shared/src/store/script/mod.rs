@@ -5,6 +5,7 @@ mod control;
 mod effects;
 mod fleet;
 mod flow;
+mod naming;
 mod query;
 pub(crate) mod reply;
 mod scan;
@@ -182,6 +183,8 @@ pub struct ScriptStore {
     keys: Keys,
     cfg: StoreConfig,
     scripts: Arc<Scripts>,
+    /// The namespace's naming secret, once read (`naming.rs`).
+    naming: Arc<tokio::sync::OnceCell<[u8; 32]>>,
 }
 
 fn ms(d: Duration) -> u64 {
@@ -231,6 +234,7 @@ impl ScriptStore {
             keys,
             cfg,
             scripts: Arc::new(Scripts::new()),
+            naming: Arc::default(),
         }
     }
 
@@ -348,9 +352,10 @@ impl ScriptStore {
             None => inv.arg("").arg(""),
         };
         inv.arg(opts.queue.as_deref().unwrap_or(""));
+        // (The flow key may be an input's value: sealed in the run like one.)
         match &opts.flow {
             Some(f) => inv
-                .arg(&f.key)
+                .arg(self.seal_run(thread, "fck", &f.key).as_ref())
                 .arg(f.limit)
                 .arg(f.rate.map(|r| r.to_string()).unwrap_or_default()),
             None => inv.arg("").arg("").arg(""),

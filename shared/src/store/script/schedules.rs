@@ -291,9 +291,20 @@ impl ScriptStore {
         let plain =
             String::from_utf8(plain).map_err(|_| StoreError::Corrupt(format!("schedule {id}: input is not UTF-8")))?;
         let sealed = self.seal_run(&thread, "input", &plain);
-        let mut inv = self.scripts.sched_reseal.prepare_invoke();
+        self.reseal_field(&key, "input", &raw, sealed.as_bytes()).await
+    }
+
+    /// Replaces `field` of hash `key` by `sealed` if it still holds `read` (`reseal.lua`).
+    pub(super) async fn reseal_field(
+        &self,
+        key: &str,
+        field: &str,
+        read: &[u8],
+        sealed: &[u8],
+    ) -> Result<Resealed, StoreError> {
+        let mut inv = self.scripts.reseal.prepare_invoke();
         inv.key(key);
-        inv.arg(raw.as_slice()).arg(sealed.as_ref());
+        inv.arg(field).arg(read).arg(sealed);
         Ok(match self.invoke(&inv).await?.tag().as_str() {
             "ok" => Resealed::Done,
             _ => Resealed::Changed,

@@ -55,7 +55,7 @@ scripts!(
     sched_advance,
     sched_unbuffer,
     sched_state,
-    sched_reseal,
+    reseal,
     sched_settle,
     due_candidates,
     ring,

@@ -13,8 +13,9 @@ use crate::security::codec::{self, Binding};
 use crate::store::StoreError;
 
 /// Event types whose detail carries user text (a step's error, the workflow's error, a block
-/// reason quoting a value): their details are sealed like payloads.
-pub(crate) const SEALED_EVENTS: [&str; 3] = ["retried", "failed", "blocked"];
+/// reason quoting a value, a flow key taken from an input): their details are sealed like
+/// payloads.
+pub(crate) const SEALED_EVENTS: [&str; 4] = ["retried", "failed", "blocked", "flow_waiting"];
 
 /// The binding of a run hash or signals hash field: signals and answers are bound to the run,
 /// not to the field the script picks for them.
