@@ -1393,3 +1393,102 @@ async fn blocked_and_waiting_runs_are_listed_after_the_creation_index_is_trimmed
     wk.stop().await;
     cleanup(&w.cfg).await;
 }
+
+/// A parallel group whose first effect ends in doubt (its attempt timed out) while the second
+/// finished: the second's done record is the only proof it happened until the group's
+/// entries are journaled in order (issue 24, hole 6).
+struct Pair {
+    quick_calls: Arc<Mutex<u32>>,
+}
+
+impl Workflow for Pair {
+    const NAME: &'static str = "pair";
+    type Input = Value;
+    type Output = Value;
+
+    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let t = ctx.thread_id().to_string();
+        let slow = EffectOptions {
+            retry: Some(RetryPolicy::attempts(1).with_attempt_timeout(Duration::from_millis(300))),
+            ..EffectOptions::default()
+        };
+        let calls = Arc::clone(&self.quick_calls);
+        let results = ctx
+            .all(vec![
+                savepoint::workflow::Call::effect_with("slow", format!("slow:{t}"), slow, |_fx: EffectCtx| async {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    Ok::<_, StepError>(json!("slow"))
+                }),
+                savepoint::workflow::Call::effect("quick", format!("quick:{t}"), move |_fx: EffectCtx| {
+                    let calls = Arc::clone(&calls);
+                    async move {
+                        *calls.lock().unwrap() += 1;
+                        Ok::<_, StepError>(json!("quick"))
+                    }
+                }),
+            ])
+            .await;
+        let mut out = Vec::new();
+        for r in results {
+            out.push(r?);
+        }
+        Ok(json!(out))
+    }
+}
+
+/// The run blocks on the first effect (its attempt timed out: outcome unknown); the second's
+/// done record must outlive `SAVEPOINT_EFFECT_TTL_SECS` (2 s here) while the run is blocked,
+/// so the resolve that comes later journals it instead of calling it again. Before, the record
+/// expired and the resumed run called the second effect a second time.
+#[tokio::test]
+async fn a_group_effect_done_before_the_run_blocked_is_not_repeated_after_its_record_would_expire() {
+    let w = World::new("keepdone", |c| c.effect_ttl_secs = 2).await;
+    let quick_calls = Arc::new(Mutex::new(0));
+    let mut reg = Registry::new();
+    reg.register(Pair {
+        quick_calls: Arc::clone(&quick_calls),
+    });
+    let wk = InProc::start(&w.cfg, reg);
+    w.wait_registered("pair").await;
+    let t = w.start("pair", json!({})).await;
+    let blocked = w.wait_status(&t, &["blocked"], LONG).await;
+    assert!(
+        blocked["blocked_reason"].as_str().unwrap_or("").contains("timed out"),
+        "{blocked}"
+    );
+    assert_eq!(*quick_calls.lock().unwrap(), 1);
+    let quick = EffectKey::new(format!("quick:{t}")).unwrap();
+    let ttl: i64 = w
+        .store
+        .query(redis::cmd("PTTL").arg(w.store.keys().effect(&quick)))
+        .await
+        .unwrap();
+    assert_eq!(
+        ttl, -1,
+        "the done record of an effect the blocked run has not journaled never expires"
+    );
+    // Past the effect TTL, an operator resolves the first effect as applied.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (s, body) = w
+        .post(
+            &format!("/v1/runs/{t}/effects/slow:{t}/resolve"),
+            json!({"applied": true, "result": "slow"}),
+        )
+        .await;
+    assert_eq!(s, 202, "{body}");
+    let done = w.wait_status(&t, &["completed"], LONG).await;
+    assert_eq!(done["output"], json!(["slow", "quick"]), "{done}");
+    assert_eq!(
+        *quick_calls.lock().unwrap(),
+        1,
+        "the finished effect was not called again"
+    );
+    let ttl: i64 = w
+        .store
+        .query(redis::cmd("PTTL").arg(w.store.keys().effect(&quick)))
+        .await
+        .unwrap();
+    assert!(ttl > 0, "journaled now, the record expires again: {ttl}");
+    wk.stop().await;
+    cleanup(&w.cfg).await;
+}

@@ -173,6 +173,10 @@ pub struct Ctx {
     journal_bytes: u64,
     /// The task queue the next live call is routed to (`step_on`); `None`: the run's home.
     pub(super) route: Option<String>,
+    /// Effects whose done record this slice found or wrote and whose entry is not journaled
+    /// yet (a parallel group journals in call order): if the run blocks, their records are
+    /// the only proof the effects happened, so they are kept from expiring.
+    pub(super) unjournaled: Vec<EffectKey>,
 }
 
 impl Ctx {
@@ -193,6 +197,7 @@ impl Ctx {
             patches: HashMap::new(),
             noted: false,
             route: None,
+            unjournaled: Vec::new(),
         }
     }
 
@@ -368,6 +373,7 @@ impl Ctx {
             _ => "other",
         };
         inc(&metrics().blocks, &[("reason", class)]);
+        self.keep_unjournaled().await;
         let r = self
             .p
             .store
@@ -534,10 +540,31 @@ impl Ctx {
             &m.steps,
             &[("workflow", &self.p.workflow), ("kind", kind), ("outcome", outcome)],
         );
+        if let Some(key) = entry.key.as_deref() {
+            self.unjournaled.retain(|k| k.as_str() != key);
+            if event == "effect_skipped" {
+                // A record this run found done may have been kept from expiring while the
+                // run was blocked: journaled now, it expires like any other.
+                if let Ok(key) = EffectKey::new(key.to_owned()) {
+                    if let Err(e) = self.p.store.effect_expire(&key).await {
+                        tracing::debug!(error = %e, "could not give a kept effect record its expiry back");
+                    }
+                }
+            }
+        }
         self.p.journal.push(entry);
         self.cursor += 1;
         if is_step {
             self.failpoint("step.after_commit").await;
+        }
+    }
+
+    /// Keeps the done records of the effects this slice has not journaled from expiring
+    /// (the run is about to block: an operator may resolve it after their expiry).
+    async fn keep_unjournaled(&mut self) {
+        for key in std::mem::take(&mut self.unjournaled) {
+            let store = self.p.store.clone();
+            self.durable(|| store.effect_keep(&key)).await;
         }
     }
 

@@ -277,6 +277,8 @@ impl Ctx {
             "the result recorded for effect {name:?} (key {key}) does not decode: {err}; fix the type in the code \
              and retry the run"
         );
+        // The record is the only proof the effect happened until the fixed code journals it.
+        self.unjournaled.push(key.clone());
         self.block(&reason, None).await
     }
 
@@ -302,7 +304,7 @@ impl Ctx {
 
     /// Retries an idempotent effect write after transient errors while the local lease
     /// deadline holds; any other error (or the deadline) stops the slice.
-    async fn durable<T, Fut>(&mut self, mut op: impl FnMut() -> Fut) -> T
+    pub(super) async fn durable<T, Fut>(&mut self, mut op: impl FnMut() -> Fut) -> T
     where
         Fut: Future<Output = Result<T, StoreError>>,
     {
@@ -525,6 +527,9 @@ impl Ctx {
                 continue;
             }
             self.unhold(idx);
+            if matches!(done, EffectDone::Recorded | EffectDone::Already(_)) {
+                self.unjournaled.push(key.clone());
+            }
             return match done {
                 EffectDone::Recorded => {
                     inc(&metrics().effects, &[("outcome", "applied")]);

@@ -377,6 +377,7 @@ impl Ctx {
                         if let Err(e) = (call.decodes)(&v) {
                             return self.undecodable_result(&call.name, &key, idx, &e).await;
                         }
+                        self.unjournaled.push(key.clone());
                         ready.insert(
                             pos,
                             (effect_entry(&call.name, &key, Outcome::Ok(v), 0), "effect_skipped"),

@@ -271,6 +271,26 @@ impl ScriptStore {
         Ok(self.invoke(&inv).await?.tag() == "ok")
     }
 
+    /// Keeps effect `key`'s record from expiring: a run about to block still needs it as the
+    /// only proof its effect happened (its entry is not journaled yet).
+    pub async fn effect_keep(&self, key: &EffectKey) -> Result<(), StoreError> {
+        let _: i64 = self.query(redis::cmd("PERSIST").arg(self.keys.effect(key))).await?;
+        Ok(())
+    }
+
+    /// Gives effect `key`'s record its expiry back (`SAVEPOINT_EFFECT_TTL_SECS` from now), once
+    /// the run that needed it journaled its entry.
+    pub async fn effect_expire(&self, key: &EffectKey) -> Result<(), StoreError> {
+        let _: i64 = self
+            .query(
+                redis::cmd("PEXPIRE")
+                    .arg(self.keys.effect(key))
+                    .arg(ms(self.cfg.effect_ttl)),
+            )
+            .await?;
+        Ok(())
+    }
+
     /// The raw dedup record of an effect key (JSON), for the API and tests.
     pub async fn effect_record(&self, key: &EffectKey) -> Result<Option<Value>, StoreError> {
         let raw: Option<String> = self.engine.query(redis::cmd("GET").arg(self.keys.effect(key))).await?;
