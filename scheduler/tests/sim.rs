@@ -4,7 +4,7 @@ use savepoint_scheduler::sim::{self, SimArgs};
 
 #[test]
 fn a_seeded_slice_keeps_every_invariant() {
-    let mut args = SimArgs::seeds(1, 300);
+    let mut args = SimArgs::seeds(1, 200);
     args.jobs = Some(2);
     let failed = sim::run(&args);
     assert!(
@@ -32,7 +32,7 @@ fn a_seed_replays_the_same_trace() {
 /// key, no intent), crashes and redeliveries repeat it, and the provider's count shows it.
 #[test]
 fn the_checker_catches_a_side_effect_without_a_key() {
-    let mut args = SimArgs::seeds(1, 200);
+    let mut args = SimArgs::seeds(1, 60);
     args.jobs = Some(2);
     args.unguarded = true;
     let failed = sim::run(&args);
@@ -41,7 +41,7 @@ fn the_checker_catches_a_side_effect_without_a_key() {
             .violations
             .iter()
             .any(|v| v.contains("charge:") && v.contains("applied"))),
-        "no double charge found in 200 seeds: {:?}",
+        "no double charge found in 60 seeds: {:?}",
         failed
             .iter()
             .map(|r| (r.seed, r.violations.clone()))
