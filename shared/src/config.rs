@@ -419,6 +419,17 @@ impl Config {
                 "retention_secs, effect_ttl_secs, redeliver_ms, event_cap and child_poll_ms must be positive".into(),
             );
         }
+        // A waiting parent learns a child's end from its word, or at the latest at its next
+        // poll; a child that ended is kept for the retention only, so a poll as slow as the
+        // retention would read a child that was there as "does not exist".
+        if self.child_poll_ms.saturating_mul(10) > self.retention_secs.saturating_mul(1000) {
+            return bad(format!(
+                "child_poll_ms ({} ms, SAVEPOINT_CHILD_POLL_MS) must be at most a tenth of retention_secs ({} s, \
+                 SAVEPOINT_RETENTION_SECS): a parent polls its children, and a child that ended is kept for the \
+                 retention only",
+                self.child_poll_ms, self.retention_secs
+            ));
+        }
         if self.worker.concurrency == 0 {
             return bad("worker.concurrency must be at least 1".into());
         }
@@ -610,6 +621,21 @@ mod tests {
                 other => panic!("{var}={val} accepted: {other:?}"),
             }
         }
+    }
+
+    /// A parent's poll of its children must come well within the time an ended child is
+    /// kept, or a child that was there would be read as missing.
+    #[test]
+    fn a_child_poll_as_slow_as_the_retention_is_refused_at_start_up() {
+        let slow = [("SAVEPOINT_RETENTION_SECS", "60"), ("SAVEPOINT_CHILD_POLL_MS", "30000")];
+        match Config::load(None, &env(&slow)) {
+            Err(ConfigError::Invalid(m)) => {
+                assert!(m.contains("SAVEPOINT_CHILD_POLL_MS") && m.contains("a tenth"), "{m}")
+            }
+            other => panic!("accepted: {other:?}"),
+        }
+        let fine = [("SAVEPOINT_RETENTION_SECS", "60"), ("SAVEPOINT_CHILD_POLL_MS", "6000")];
+        assert!(Config::load(None, &env(&fine)).is_ok());
     }
 
     #[test]
