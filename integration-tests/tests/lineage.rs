@@ -437,3 +437,48 @@ async fn a_fork_with_rerun_effects_performs_a_settled_key_again_on_the_operators
     wk.wait_exit(Duration::from_secs(30)).await;
     cleanup(&w.cfg).await;
 }
+
+/// A fork shares its source's flow limit and priority (issue 24, mend): before, it silently
+/// ran outside the key's limit at the default priority. It takes no deadline from the source
+/// (an absolute time that may have passed).
+#[tokio::test]
+async fn a_fork_keeps_the_flow_key_and_priority_and_takes_no_deadline() {
+    let w = World::new("lnflow", |_| {}).await;
+    let mut wk = w.worker(WORKER, "w1", "");
+    w.wait_registered("metered").await;
+    let src = tid("met-src");
+    let (code, body) = w
+        .post(
+            "/v1/runs",
+            json!({"workflow": "metered", "thread_id": src.as_str(),
+                "input": {"customer": "acme", "steps": 1, "step_ms": 1},
+                "flow": {"key_from": "/customer", "limit": 2, "rate_per_sec": 50}, "priority": 5, "timeout_secs": 3600}),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    w.wait_status(&src, &["completed"], LONG).await;
+    let (code, body) = w
+        .post(
+            &format!("/v1/runs/{src}/fork"),
+            json!({"from_step": 0, "thread_id": "met-fork"}),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let source = w.store.header(&src).await.unwrap().unwrap();
+    let fork = w.store.header(&tid("met-fork")).await.unwrap().unwrap();
+    assert_eq!(
+        fork.flow, source.flow,
+        "the fork shares the source's flow key and limit"
+    );
+    assert_eq!(fork.flow.as_ref().map(|f| f.key.as_str()), Some("metered:acme"));
+    assert_eq!((fork.priority, source.priority), (5, 5));
+    assert!(
+        source.deadline.is_some() && fork.deadline.is_none(),
+        "{:?}",
+        fork.deadline
+    );
+    w.wait_status(&tid("met-fork"), &["completed"], LONG).await;
+    wk.signal("TERM");
+    wk.wait_exit(LONG).await;
+    cleanup(&w.cfg).await;
+}

@@ -289,7 +289,7 @@ impl ScriptStore {
     }
 
     /// Creates run `to` whose journal is the first `from` entries of run `source` (same
-    /// workflow, version and input), pending (`fork.lua`). The source is read and its values
+    /// workflow, version, input, flow limit and priority; no deadline), pending (`fork.lua`). The source is read and its values
     /// sealed again for `to` here; the source itself is not changed (the caller may note the
     /// fork in its events). Idempotent: the same fork under the same id answers `Exists`.
     pub async fn fork(
@@ -326,6 +326,15 @@ impl ScriptStore {
             .arg(format!("{source}@{from}"))
             .arg(from)
             .arg(h.home_queue.as_deref().unwrap_or(""));
+        // The fork shares the source's flow limit and priority (not its deadline).
+        match &h.flow {
+            Some(f) => inv
+                .arg(self.seal_run(to, "fck", &f.key).as_ref())
+                .arg(f.limit)
+                .arg(f.rate.map(|r| r.to_string()).unwrap_or_default()),
+            None => inv.arg("").arg("").arg(""),
+        };
+        inv.arg(h.priority);
         for (i, e) in journal.iter().take(from as usize).enumerate() {
             inv.arg(self.seal_entry(to, i as u32, e));
         }

@@ -9,7 +9,11 @@
 --       5 input, 6 redeliver_ms, 7 event cap, 8 trace context, 9 retention_ms,
 --       10 queued_redeliver_ms, 11 forked from ('<thread>@<N>'), 12 N,
 --       13 the source's home task queue ('' = the default: the fork runs where it ran),
---       14.. entries 0..N-1
+--       14 the source's flow-control key ('' = none; sealed for the new run), 15 its limit,
+--       16 its start rate ('' = none), 17 the source's priority (0-9),
+--       18.. entries 0..N-1
+-- (The fork shares the source's flow limit and priority; it does not inherit its deadline,
+-- an absolute time that may have passed: a fork runs without one.)
 -- Returns: {'created'} | {'exists', status} (a fork of the same run and entry under this id)
 --        | {'conflict', forked_from or ''} (the id is taken by another run)
 local h = redis.call('HMGET', KEYS[1], 'status', 'forked_from')
@@ -24,7 +28,10 @@ redis.call('HSET', KEYS[1], 'wf', ARGV[2], 'wfv', ARGV[3], 'schema', ARGV[4], 's
   'created', t, 'updated', t, 'input', ARGV[5], 'trace', ARGV[8], 'due', t + tonumber(ARGV[6]),
   'forked_from', ARGV[11])
 if ARGV[13] ~= '' then redis.call('HSET', KEYS[1], 'q', ARGV[13], 'hq', ARGV[13]) end
-for i = 0, n - 1 do redis.call('HSET', KEYS[1], 'j:' .. i, ARGV[14 + i]) end
+if ARGV[14] ~= '' then redis.call('HSET', KEYS[1], 'fck', ARGV[14], 'fcl', ARGV[15]) end
+if ARGV[16] ~= '' then redis.call('HSET', KEYS[1], 'fcr', ARGV[16]) end
+if ARGV[17] ~= '0' then redis.call('HSET', KEYS[1], 'prio', ARGV[17]) end
+for i = 0, n - 1 do redis.call('HSET', KEYS[1], 'j:' .. i, ARGV[18 + i]) end
 redis.call('ZADD', KEYS[2], t + tonumber(ARGV[10]), ARGV[1])
 redis.call('ZADD', KEYS[5], t + tonumber(ARGV[6]), ARGV[1])
 redis.call('ZADD', KEYS[4], t, ARGV[1])
