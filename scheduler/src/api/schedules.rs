@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -18,6 +18,7 @@ use savepoint::protocol::TaskReason;
 use savepoint::store::{Advance, CreateOptions, CreateOutcome, Resealed, SchedulePut, ScheduleRecord, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use utoipa::ToSchema;

@@ -1074,9 +1074,9 @@ async fn schedule_runs(w: &World) -> Vec<RunHeader> {
     out
 }
 
-/// 9. Schedules: each firing time has at most one run, and every run the schedule started is
-/// one it counted (none untracked); `skip` never has two runs open at once; `allow_all`
-/// misses no firing time between its first and its last; nothing is left pending.
+/// Invariant 9, schedules: each firing time has at most one run, and every run the schedule
+/// started is one it counted (none untracked); `skip` never has two runs open at once;
+/// `allow_all` misses no firing time between its first and its last; nothing is left pending.
 async fn schedule_checks(w: &World, bad: &mut Vec<String>) {
     let runs = schedule_runs(w).await;
     for (id, every, overlap) in SCHEDULES {
