@@ -48,10 +48,15 @@ async fn runs_of(http: &reqwest::Client, base: &str, id: &str) -> Vec<(u64, Valu
 }
 
 async fn spawn_replica(w: &World, name: &str, failpoints: &str) -> (Proc, String) {
-    let addr = format!("127.0.0.1:{}", free_port());
     let mut cfg = w.cfg.clone();
     cfg.failpoints = failpoints.to_owned();
-    let p = Proc::spawn(SCHEDULER, name, &cfg, &[("SAVEPOINT_HTTP_ADDR", &addr)]);
+    spawn_with(w, name, &cfg).await
+}
+
+/// A scheduler process on `cfg` with an HTTP port of its own, once it is ready.
+async fn spawn_with(w: &World, name: &str, cfg: &savepoint::config::Config) -> (Proc, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let p = Proc::spawn(SCHEDULER, name, cfg, &[("SAVEPOINT_HTTP_ADDR", &addr)]);
     let base = format!("http://{addr}");
     wait_until(LONG, "a scheduler replica is ready", || {
         let (http, url) = (w.http.clone(), format!("{base}/readyz"));
@@ -376,23 +381,9 @@ async fn schedules_are_created_idempotently_triggered_paused_resumed_and_refused
 }
 
 async fn replica_with_keys(w: &World, name: &str, keys: &str) -> (Proc, String) {
-    let addr = format!("127.0.0.1:{}", free_port());
     let mut cfg = w.cfg.clone();
     cfg.security.payload_keys = Redacted(keys.to_owned());
-    let p = Proc::spawn(SCHEDULER, name, &cfg, &[("SAVEPOINT_HTTP_ADDR", &addr)]);
-    let base = format!("http://{addr}");
-    wait_until(LONG, "a scheduler replica is ready", || {
-        let (http, url) = (w.http.clone(), format!("{base}/readyz"));
-        async move {
-            http.get(url)
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-                .then_some(())
-        }
-    })
-    .await;
-    (p, base)
+    spawn_with(w, name, &cfg).await
 }
 
 async fn stored_input(w: &World, id: &str) -> String {

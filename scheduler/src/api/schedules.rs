@@ -639,28 +639,11 @@ async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<bool, Sto
             return Ok(true);
         }
     };
-    // Every firing from `next` up to now; those later than the window are missed.
-    let mut times = vec![next];
-    while times.len() < MAX_PASS {
-        match timing.after(*times.last().unwrap_or(&next)) {
-            Some(t) if t <= now => times.push(t),
-            _ => break,
-        }
-    }
-    let new_next = timing.after(now.max(*times.last().unwrap_or(&next)));
-    let window = spec.catchup_window_secs * 1000;
-    let split = times.partition_point(|t| now.saturating_sub(*t) > window);
-    let (missed, recent) = times.split_at(split);
-    let kept = match spec.catchup {
-        Catchup::Latest => missed.len().min(1),
-        Catchup::All => missed.len().min(spec.catchup_limit as usize),
-        Catchup::None => 0,
-    };
-    let mut skipped = (missed.len() - kept) as u64;
+    let (times, mut skipped, new_next) = due_firings(&spec, &timing, next, now);
     let mut decided: Vec<(String, u64)> = Vec::new();
     let mut buffered = None;
     let served = svc.catalog.entry(&svc.store, &spec.workflow).await?.is_some();
-    for &at in missed[missed.len() - kept..].iter().chain(recent) {
+    for at in times {
         if !served {
             warn!(schedule = %id, workflow = %spec.workflow, "no live worker serves the workflow; firing skipped");
             skipped += 1;
@@ -727,6 +710,29 @@ async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<bool, Sto
         create_pending(svc, &rec).await?;
     }
     Ok(true)
+}
+
+/// The firings a pass over a schedule due at `next` considers at `now` (those the catch-up
+/// policy keeps, oldest first), how many it skips as missed, and the firing after them.
+fn due_firings(spec: &ScheduleSpec, timing: &Timing, next: u64, now: u64) -> (Vec<u64>, u64, Option<u64>) {
+    // Every firing from `next` up to now; those later than the window are missed.
+    let mut times = vec![next];
+    while times.len() < MAX_PASS {
+        match timing.after(*times.last().unwrap_or(&next)) {
+            Some(t) if t <= now => times.push(t),
+            _ => break,
+        }
+    }
+    let new_next = timing.after(now.max(*times.last().unwrap_or(&next)));
+    let window = spec.catchup_window_secs * 1000;
+    let split = times.partition_point(|t| now.saturating_sub(*t) > window);
+    let kept = match spec.catchup {
+        Catchup::Latest => split.min(1),
+        Catchup::All => split.min(spec.catchup_limit as usize),
+        Catchup::None => 0,
+    };
+    let skipped = (split - kept) as u64;
+    (times.split_off(split - kept), skipped, new_next)
 }
 
 /// The run a firing would overlap.

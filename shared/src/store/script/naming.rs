@@ -54,15 +54,8 @@ impl ScriptStore {
         self.naming
             .get_or_try_init(|| async {
                 let meta = self.keys.meta();
-                let read = |s: &Self| {
-                    let meta = meta.clone();
-                    let s = s.clone();
-                    async move {
-                        s.query::<Option<Vec<u8>>>(redis::cmd("HGET").arg(&meta).arg(FIELD))
-                            .await
-                    }
-                };
-                let stored = match read(self).await? {
+                let get = redis::cmd("HGET").arg(&meta).arg(FIELD).clone();
+                let stored = match self.query::<Option<Vec<u8>>>(&get).await? {
                     Some(v) => v,
                     None => {
                         let fresh: [u8; 32] = crate::entropy::secure_bytes();
@@ -72,10 +65,11 @@ impl ScriptStore {
                                 return Err(StoreError::Corrupt("no payload keys to seal the naming secret".into()))
                             }
                         };
+                        // (Another process may have made it first: whichever was written is read.)
                         let _: i64 = self
                             .query(redis::cmd("HSETNX").arg(&meta).arg(FIELD).arg(sealed))
                             .await?;
-                        read(self)
+                        self.query::<Option<Vec<u8>>>(&get)
                             .await?
                             .ok_or_else(|| StoreError::Corrupt("the naming secret vanished as it was written".into()))?
                     }
