@@ -255,7 +255,16 @@ async fn catch_up_after_downtime_fires_once_or_each_missed_time_up_to_the_limit(
     let w = World::new("sccatch", |_| {}).await;
     let mut wk = w.worker(WORKER, "w1", "");
     w.wait_registered("chain").await;
-    let now = w.store.server_time().await.unwrap();
+    // The firings are on a 10 s grid and a firing is missed once it is 5 s old. A firing
+    // that turned 5 s old between `now` and the loop's pass would be missed for the loop
+    // and not for this test's count, so start just after such a turn: the next one is 9 s
+    // away.
+    let w = &w;
+    let now = wait_until(LONG, "a firing just turned 5 s old", || async move {
+        let t = w.store.server_time().await.ok()?;
+        (5_200..6_000).contains(&(t % 10_000)).then_some(t)
+    })
+    .await;
     // Both paused first, so the loop does not fire them before their next time is moved.
     for (id, catchup) in [("late1", "latest"), ("lateall", "all")] {
         let body = json!({"id": id, "workflow": "chain", "input": {"steps": 1}, "every_secs": 10,
@@ -282,7 +291,6 @@ async fn catch_up_after_downtime_fires_once_or_each_missed_time_up_to_the_limit(
             .await
             .unwrap();
     }
-    let w = &w;
     for (id, want) in [("late1", 1u64), ("lateall", 3)] {
         let s = wait_until(LONG, "the schedule caught up", || async move {
             let (_, s) = w.get(&format!("/v1/schedules/{id}")).await;
@@ -303,6 +311,63 @@ async fn catch_up_after_downtime_fires_once_or_each_missed_time_up_to_the_limit(
     }
     wk.signal("TERM");
     wk.wait_exit(LONG).await;
+    cleanup(&w.cfg).await;
+}
+
+/// Every worker gone at once (a deploy that replaced them all; here a SIGKILL with a 2 s
+/// registration): an every-second `allow_all` schedule waits instead of skipping, and once a
+/// worker registers the firings it missed (within the catch-up window) run as themselves:
+/// every second from the first firing to the last has one run, none is skipped, all complete.
+#[tokio::test]
+async fn a_schedule_waits_while_no_live_worker_serves_its_workflow() {
+    let w = World::new("scgap", |c| c.worker_ttl_ms = 2000).await;
+    let mut wk = w.worker(WORKER, "w1", "");
+    w.wait_registered("chain").await;
+    let body = json!({"id": "gap", "workflow": "chain", "input": {"steps": 1}, "every_secs": 1,
+        "overlap": "allow_all", "catchup": "all", "catchup_limit": 100});
+    assert_eq!(w.post("/v1/schedules", body).await.0, 201);
+    let w = &w;
+    let schedule = || async move { w.get("/v1/schedules/gap").await.1 };
+    wait_until(LONG, "the schedule fired twice", || async move {
+        (schedule().await["fired"].as_u64() >= Some(2)).then_some(())
+    })
+    .await;
+    wk.signal("KILL");
+    wk.wait_exit(LONG).await;
+    wait_until(LONG, "no live worker serves chain", || async move {
+        w.store.catalog_entry("chain").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    // From then on the schedule is not moved on: its next firing falls behind the clock.
+    let waited = wait_until(LONG, "the schedule waits for a worker", || async move {
+        let s = schedule().await;
+        let now = w.store.server_time().await.ok()?;
+        (s["next_at"].as_u64()? + 3000 < now).then_some(s)
+    })
+    .await;
+    assert_eq!(waited["skipped"], 0, "no firing is skipped while it waits: {waited}");
+    let mut wk2 = w.worker(WORKER, "w2", "");
+    let back = w.store.server_time().await.unwrap();
+    let s = wait_until(LONG, "the schedule caught up", || async move {
+        let s = schedule().await;
+        (s["next_at"].as_u64()? > back + 1000).then_some(s)
+    })
+    .await;
+    assert_eq!(s["skipped"], 0, "{s}");
+    let runs = wait_until(LONG, "every run the schedule started completed", || async move {
+        let runs = spans(w, "gap").await;
+        runs.iter().all(|r| r.1["status"] == "completed").then_some(runs)
+    })
+    .await;
+    let times: Vec<u64> = runs.iter().map(|r| r.0).collect();
+    assert!(times.windows(2).all(|p| p[1] - p[0] == 1000), "a firing has no run: {times:?}");
+    assert!(times.len() >= 6, "{times:?}");
+    assert!(
+        s["fired"].as_u64().unwrap() <= times.len() as u64,
+        "each counted firing has its run: {s} {times:?}"
+    );
+    wk2.signal("TERM");
+    wk2.wait_exit(LONG).await;
     cleanup(&w.cfg).await;
 }
 

@@ -603,26 +603,25 @@ async fn active(svc: &Services, thread: Option<&str>) -> Result<Option<ThreadId>
     })
 }
 
-/// One pass over schedule `id`, due at `next` (ms), at server time `now`. True when it is
-/// no longer due at `next` (this replica or another moved it on, or it was paused or deleted).
+/// One pass over schedule `id`, due at `next` (ms), at server time `now`.
 ///
 /// The order makes each firing one decision: runs an earlier move left pending are created
 /// first; then this replica decides (overlap judged against the last run), moves the
 /// schedule on with the runs it decided recorded as pending (compare-and-set on the next
 /// firing, the last run it read and no pending runs), and only then creates them. A replica
 /// that loses the race creates nothing, so no run is left untracked by the schedule.
-async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<bool, StoreError> {
+async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<Fired, StoreError> {
     let Some(mut rec) = svc.store.schedule_get(id).await? else {
-        return Ok(true);
+        return Ok(Fired::Moved);
     };
     if rec.next != Some(next) || rec.paused.is_some() {
-        return Ok(true);
+        return Ok(Fired::Moved);
     }
     if !rec.pending.is_empty() {
         create_pending(svc, &rec).await?;
         rec = match svc.store.schedule_get(id).await? {
             Some(r) if r.pending.is_empty() && r.next == Some(next) => r,
-            _ => return Ok(false),
+            _ => return Ok(Fired::Stayed),
         };
     }
     let read_last = rec.last.as_ref().map(|l| l.0.as_str());
@@ -636,19 +635,19 @@ async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<bool, Sto
                 ..Advance::default()
             };
             svc.store.schedule_advance(id, next, &stop).await?;
-            return Ok(true);
+            return Ok(Fired::Moved);
         }
     };
+    // With no live worker for the workflow (a deploy that replaced every worker at once),
+    // nothing is decided: the schedule stays due, as if its schedulers were down, and once a
+    // worker registers the catch-up policy decides the firings it missed.
+    if svc.catalog.entry(&svc.store, &spec.workflow).await?.is_none() {
+        return Ok(Fired::Unserved(spec.workflow));
+    }
     let (times, mut skipped, new_next) = due_firings(&spec, &timing, next, now);
     let mut decided: Vec<(String, u64)> = Vec::new();
     let mut buffered = None;
-    let served = svc.catalog.entry(&svc.store, &spec.workflow).await?.is_some();
     for at in times {
-        if !served {
-            warn!(schedule = %id, workflow = %spec.workflow, "no live worker serves the workflow; firing skipped");
-            skipped += 1;
-            continue;
-        }
         let thread = firing_thread(id, at);
         // The run this firing would overlap: one decided in this pass (not created yet), or
         // the last run if it has not ended. (allow_all starts every firing: no read.)
@@ -691,7 +690,7 @@ async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<bool, Sto
         decided.push((thread, at));
     }
     if svc.publisher.failpoints().check(BEFORE_ADVANCE).await.is_err() {
-        return Ok(false);
+        return Ok(Fired::Stayed);
     }
     let advance = Advance {
         next: new_next,
@@ -709,7 +708,19 @@ async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<bool, Sto
         rec.pending = decided;
         create_pending(svc, &rec).await?;
     }
-    Ok(true)
+    Ok(Fired::Moved)
+}
+
+/// What one pass over a due schedule did.
+#[derive(Debug)]
+enum Fired {
+    /// It is no longer due at the time it was read (this pass or another moved it on, or it
+    /// was paused or deleted).
+    Moved,
+    /// Still due (a replica stalled between its decision and its move, or lost the race).
+    Stayed,
+    /// Still due: no live worker serves this workflow, so nothing was decided.
+    Unserved(String),
 }
 
 /// The firings a pass over a schedule due at `next` considers at `now` (those the catch-up
@@ -838,9 +849,18 @@ impl Failing {
         }
     }
 
+    /// Logged once while no live worker serves the schedule's workflow.
+    fn unserved(&mut self, id: &str, workflow: &str) {
+        let text = format!("no live worker serves {workflow:?}");
+        if self.0.get(id) != Some(&text) {
+            warn!(schedule = %id, workflow = %workflow, "no live worker serves the workflow: the schedule waits, and once one registers its catch-up policy decides the firings it missed");
+            self.0.insert(id.to_owned(), text);
+        }
+    }
+
     fn ok(&mut self, id: &str) {
         if self.0.remove(id).is_some() {
-            info!(schedule = %id, "a schedule that failed fires again");
+            info!(schedule = %id, "a schedule that could not fire fires again");
         }
     }
 }
@@ -866,8 +886,12 @@ async fn pass(svc: &Services, failing: &mut Failing) -> Result<(), StoreError> {
         let n = page.len();
         for (id, next) in page {
             match fire(svc, &id, next, now).await {
-                Ok(true) => failing.ok(&id),
-                Ok(false) => stayed += 1,
+                Ok(Fired::Moved) => failing.ok(&id),
+                Ok(Fired::Stayed) => stayed += 1,
+                Ok(Fired::Unserved(workflow)) => {
+                    stayed += 1;
+                    failing.unserved(&id, &workflow);
+                }
                 Err(e) => {
                     stayed += 1;
                     failing.failed(&id, &e);
