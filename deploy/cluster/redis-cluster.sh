@@ -13,7 +13,8 @@
 #   redis-cluster.sh test [BASE_PORT]          start, run the integration suite's core groups
 #                                              (seed, crash, delivery, api) against it, stop
 #
-# Nodes run without persistence (like the machine's Redis) and with a short
+# Nodes run without persistence (like the machine's Redis; REDIS_CLUSTER_AOF=yes starts or
+# restarts them with an append-only file, fsynced on every write) and with a short
 # cluster-node-timeout (REDIS_CLUSTER_NODE_TIMEOUT_MS, default 1000) so a failover takes
 # seconds, not the default 15 s. Each node's pid is in DIR/<port>/pid; `stop` kills by those
 # pids only, never by name.
@@ -30,7 +31,7 @@ start_node() { # DIR PORT: one node; its nodes.conf in DIR/PORT keeps its identi
   mkdir -p "$dir/$port"
   redis-server --port "$port" --bind 127.0.0.1 --cluster-enabled yes \
     --cluster-config-file "$dir/$port/nodes.conf" --cluster-node-timeout "$node_timeout" \
-    --dir "$dir/$port" --save "" --appendonly no --daemonize yes \
+    --dir "$dir/$port" --save "" --appendonly "${REDIS_CLUSTER_AOF:-no}" --appendfsync always --daemonize yes \
     --pidfile "$dir/$port/pid" --logfile "$dir/$port/log"
 }
 

@@ -32,6 +32,8 @@ pub struct RedisCluster {
     /// `redis+cluster://…` seeds for `SAVEPOINT_REDIS_URL`.
     pub url: String,
     dir: String,
+    /// `cluster-node-timeout` of every node (ms).
+    node_timeout_ms: u64,
 }
 
 /// A connection to one node (not cluster-aware: for admin commands).
@@ -55,12 +57,19 @@ fn info_field(info: &str, field: &str) -> Option<u64> {
 impl RedisCluster {
     /// Starts nodes `base..base+5` (3 masters, 3 replicas) and waits until the cluster is ok.
     pub fn start(base: u16) -> Self {
+        Self::start_with(base, 1000)
+    }
+
+    /// [`Self::start`] with another `cluster-node-timeout` (how long a silent node takes to
+    /// be marked failed; 15 s is Redis's default).
+    pub fn start_with(base: u16, node_timeout_ms: u64) -> Self {
         let dir = format!("/tmp/savepoint-it-cluster-{base}-{}", std::process::id());
         let out = Command::new("bash")
             .arg(SCRIPT)
             .arg("start")
             .arg(base.to_string())
             .arg(&dir)
+            .env("REDIS_CLUSTER_NODE_TIMEOUT_MS", node_timeout_ms.to_string())
             .output()
             .expect("run deploy/cluster/redis-cluster.sh");
         assert!(
@@ -70,7 +79,12 @@ impl RedisCluster {
         );
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let url = text.lines().nth(1).expect("the script prints the URL").to_owned();
-        Self { base, url, dir }
+        Self {
+            base,
+            url,
+            dir,
+            node_timeout_ms,
+        }
     }
 
     /// The pid of the node on `port`.
@@ -96,14 +110,47 @@ impl RedisCluster {
     /// Starts the node on `port` again (after [`Self::kill`]), with its identity: it rejoins
     /// the cluster, as a replica if its replica was promoted meanwhile.
     pub fn restart(&self, port: u16) {
+        self.restart_node(port, "no");
+    }
+
+    fn restart_node(&self, port: u16, aof: &str) {
         let ok = Command::new("bash")
             .arg(SCRIPT)
             .arg("restart-node")
             .arg(&self.dir)
             .arg(port.to_string())
+            .env("REDIS_CLUSTER_NODE_TIMEOUT_MS", self.node_timeout_ms.to_string())
+            .env("REDIS_CLUSTER_AOF", aof)
             .status()
             .is_ok_and(|s| s.success());
-        assert!(ok, "restart redis node {port}");
+        assert!(ok, "restart redis node {port} (append-only file: {aof})");
+    }
+
+    /// Turns the append-only file on for the node on `port` (fsynced on every write) and
+    /// waits until it is written, so a restart with [`Self::restart_with_aof`] loses nothing.
+    pub async fn enable_aof(&self, port: u16) {
+        for (k, v) in [("appendfsync", "always"), ("appendonly", "yes")] {
+            let _: () = on(port, redis::cmd("CONFIG").arg("SET").arg(k).arg(v))
+                .await
+                .expect("CONFIG SET");
+        }
+        let t0 = Instant::now();
+        loop {
+            let info: String = on(port, redis::cmd("INFO").arg("persistence")).await.expect("INFO");
+            let done = info_field(&info, "aof_enabled") == Some(1)
+                && info_field(&info, "aof_rewrite_in_progress") == Some(0)
+                && info_field(&info, "aof_rewrite_scheduled") == Some(0);
+            if done {
+                return;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(20), "node {port}: the AOF was not written");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// [`Self::restart`] with the append-only file the node wrote ([`Self::enable_aof`]).
+    pub fn restart_with_aof(&self, port: u16) {
+        self.restart_node(port, "yes");
     }
 
     /// Waits until the node on `port` is a replica in sync with its master.
@@ -153,6 +200,24 @@ impl RedisCluster {
                 })
             })
             .collect()
+    }
+
+    /// The replica of the master `master`, once the node on `port` knows it (a new
+    /// cluster's nodes learn who replicates whom by gossip, within a few seconds).
+    pub async fn replica_of(&self, port: u16, master: &Node) -> Node {
+        let t0 = Instant::now();
+        loop {
+            let nodes = self.nodes(port).await;
+            if let Some(r) = nodes.iter().find(|n| n.master_id.as_deref() == Some(master.id.as_str())) {
+                return r.clone();
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "master :{} has no replica in the view of :{port}: {nodes:?}",
+                master.port
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// The live master serving `slot`.

@@ -94,6 +94,13 @@ async fn connect(
 /// from whichever seed answers, and replaces the old one. The failed command's error is
 /// transient; the caller's retry runs on the new map. Rebuilds are at most one at a time and
 /// one per [`REBUILD_EVERY`].
+///
+/// A master that restarts on its own address before any failover (a fast pod restart, a
+/// master whose replica had not synced) shows no such error: the client's connection to it
+/// only times out, for as long as the process lives. One timeout is a slow node, not a lost
+/// one, but commands that keep timing out for twice the command timeout (a streak: timeouts
+/// no more than that apart) also start a rebuild, which connects to every node anew. A node
+/// that is merely slow costs at most one rebuild per streak of that length.
 #[derive(Clone)]
 pub(crate) struct ClusterConn {
     inner: Arc<Inner>,
@@ -106,6 +113,8 @@ struct Inner {
     conn: RwLock<ClusterConnection>,
     rebuilding: AtomicBool,
     rebuilds: AtomicU64,
+    timeouts: Streak,
+    born: tokio::time::Instant,
 }
 
 /// Least time between two rebuilds of the cluster connection.
@@ -127,6 +136,8 @@ impl ClusterConn {
                 conn: RwLock::new(conn),
                 rebuilding: AtomicBool::new(false),
                 rebuilds: AtomicU64::new(0),
+                timeouts: Streak::default(),
+                born: tokio::time::Instant::now(),
             }),
         })
     }
@@ -140,13 +151,22 @@ impl ClusterConn {
     pub(crate) fn seen<T>(&self, r: redis::RedisResult<T>) -> redis::RedisResult<T> {
         if let Err(e) = &r {
             if node_lost(e) {
-                self.rebuild();
+                self.rebuild("node lost");
+            } else if e.is_timeout() && self.timeouts_persist() {
+                self.rebuild("commands kept timing out");
             }
         }
         r
     }
 
-    fn rebuild(&self) {
+    /// Records a timeout; true when timeouts have kept coming for twice the command timeout.
+    fn timeouts_persist(&self) -> bool {
+        let inner = &self.inner;
+        let span = (2 * inner.command_timeout.as_millis() as u64).max(1);
+        inner.timeouts.hit(inner.born.elapsed().as_millis() as u64 + 1, span)
+    }
+
+    fn rebuild(&self, why: &'static str) {
         if self.inner.rebuilding.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -158,7 +178,8 @@ impl ClusterConn {
                     let n = inner.rebuilds.fetch_add(1, Ordering::Relaxed) + 1;
                     tracing::info!(
                         rebuilds = n,
-                        "redis cluster: node lost, slot map reloaded from the seeds"
+                        why,
+                        "redis cluster: connection rebuilt, slot map reloaded from the seeds"
                     );
                 }
                 Err(e) => tracing::warn!(error = %e, "redis cluster: reconnecting through the seeds failed"),
@@ -166,6 +187,31 @@ impl ClusterConn {
             tokio::time::sleep(REBUILD_EVERY).await;
             inner.rebuilding.store(false, Ordering::Release);
         });
+    }
+}
+
+/// A streak of timeouts: timeouts no more than `span` apart. Times are ms (> 0) on one clock.
+#[derive(Default)]
+struct Streak {
+    /// The start of the current streak and the latest timeout (0: none yet).
+    since: AtomicU64,
+    last: AtomicU64,
+}
+
+impl Streak {
+    /// Records a timeout at `now`; true when the streak has lasted `span`, which also starts
+    /// a new streak (so a node that is only slow is rebuilt at most once per `span`).
+    fn hit(&self, now: u64, span: u64) -> bool {
+        let last = self.last.swap(now, Ordering::AcqRel);
+        if last == 0 || now.saturating_sub(last) > span {
+            self.since.store(now, Ordering::Release);
+            return false;
+        }
+        if now.saturating_sub(self.since.load(Ordering::Acquire)) < span {
+            return false;
+        }
+        self.since.store(now, Ordering::Release);
+        true
     }
 }
 
@@ -237,6 +283,20 @@ pub(crate) fn masters(cluster_nodes: &str) -> Vec<(String, u16)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timeouts_that_keep_coming_for_the_span_start_one_rebuild_per_streak() {
+        let s = Streak::default();
+        // Timeouts every 300 ms for 2 s (span 2 s): one rebuild, when the streak is 2 s old.
+        let fired: Vec<u64> = (0..=8u64).map(|i| 1 + i * 300).filter(|t| s.hit(*t, 2000)).collect();
+        assert_eq!(fired, vec![2101]);
+        // The streak goes on: the next rebuild is another span later, not on every timeout.
+        assert!(!s.hit(4000, 2000));
+        assert!(s.hit(4200, 2000));
+        // Timeouts further apart than the span are a slow node now and then: never a rebuild.
+        let s = Streak::default();
+        assert!((0..10u64).all(|i| !s.hit(1 + i * 2500, 2000)));
+    }
 
     #[test]
     fn cluster_urls_name_their_seeds_and_keep_credentials() {
