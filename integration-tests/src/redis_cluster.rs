@@ -143,7 +143,10 @@ impl RedisCluster {
             if done {
                 return;
             }
-            assert!(t0.elapsed() < Duration::from_secs(20), "node {port}: the AOF was not written");
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "node {port}: the AOF was not written"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -208,7 +211,10 @@ impl RedisCluster {
         let t0 = Instant::now();
         loop {
             let nodes = self.nodes(port).await;
-            if let Some(r) = nodes.iter().find(|n| n.master_id.as_deref() == Some(master.id.as_str())) {
+            if let Some(r) = nodes
+                .iter()
+                .find(|n| n.master_id.as_deref() == Some(master.id.as_str()))
+            {
                 return r.clone();
             }
             assert!(

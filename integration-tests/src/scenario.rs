@@ -49,6 +49,26 @@ impl World {
         Proc::spawn(bin, name, &cfg, &[("SAVEPOINT_WORKER_NAME", name)])
     }
 
+    /// Spawns a scheduler process (`bin`) on `cfg` with an HTTP port of its own and waits
+    /// until it is ready; returns it and its base URL.
+    pub async fn scheduler_proc(&self, bin: &str, name: &str, cfg: &Config) -> (Proc, String) {
+        let addr = format!("127.0.0.1:{}", crate::procs::free_port());
+        let p = Proc::spawn(bin, name, cfg, &[("SAVEPOINT_HTTP_ADDR", &addr)]);
+        let base = format!("http://{addr}");
+        crate::wait_until(Duration::from_secs(30), "a scheduler process is ready", || {
+            let (http, url) = (self.http.clone(), format!("{base}/readyz"));
+            async move {
+                http.get(url)
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+                    .then_some(())
+            }
+        })
+        .await;
+        (p, base)
+    }
+
     /// Spawns a worker process with these failpoints and extra environment (e.g. another
     /// `SAVEPOINT_REDIS_URL`, `SAVEPOINT_WORKER_HTTP_ADDR`, `IT_WORKFLOWS`).
     pub fn worker_env(&self, bin: &str, name: &str, failpoints: &str, extra: &[(&str, &str)]) -> Proc {

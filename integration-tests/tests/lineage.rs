@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use savepoint::ids::ThreadId;
 use savepoint::workflow::{Ctx, Registry, StepError, Workflow, WorkflowError};
+use savepoint_integration_tests::cleanup;
 use savepoint_integration_tests::inproc::InProc;
-use savepoint_integration_tests::procs::{free_port, killed_by_signal, Proc};
+use savepoint_integration_tests::procs::{killed_by_signal, Proc};
 use savepoint_integration_tests::scenario::World;
-use savepoint_integration_tests::{cleanup, wait_until};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_it-worker");
 const SCHEDULER: &str = env!("CARGO_BIN_EXE_it-scheduler");
@@ -27,6 +27,13 @@ async fn history(w: &World, t: &ThreadId) -> Value {
     let (code, body) = w.get(&format!("/v1/runs/{t}/history")).await;
     assert_eq!(code, 200, "{body}");
     body
+}
+
+/// A scheduler process with these failpoints, once it is ready.
+async fn scheduler_proc(w: &World, failpoints: &str) -> (Proc, String) {
+    let mut cfg = w.cfg.clone();
+    cfg.failpoints = failpoints.to_owned();
+    w.scheduler_proc(SCHEDULER, "sched-victim", &cfg).await
 }
 
 fn count(counts: &std::collections::BTreeMap<String, usize>, key: &str) -> usize {
@@ -291,32 +298,7 @@ async fn a_scheduler_killed_between_fork_or_restart_and_publish_loses_nothing() 
     assert_eq!(code, 201, "{body}");
     let done = w.wait_status(&src, &["completed"], LONG).await;
 
-    let spawn = |failpoints: &str| {
-        let addr = format!("127.0.0.1:{}", free_port());
-        let mut cfg = w.cfg.clone();
-        cfg.failpoints = failpoints.to_owned();
-        let p = Proc::spawn(SCHEDULER, "sched-victim", &cfg, &[("SAVEPOINT_HTTP_ADDR", &addr)]);
-        (p, format!("http://{addr}"))
-    };
-    let ready = |base: String| {
-        let http = w.http.clone();
-        async move {
-            wait_until(LONG, "the scheduler process is ready", || {
-                let (http, base) = (http.clone(), base.clone());
-                async move {
-                    http.get(format!("{base}/readyz"))
-                        .send()
-                        .await
-                        .is_ok_and(|r| r.status().is_success())
-                        .then_some(())
-                }
-            })
-            .await
-        }
-    };
-
-    let (mut victim, base) = spawn("scheduler.before_publish=kill@1");
-    ready(base.clone()).await;
+    let (mut victim, base) = scheduler_proc(&w, "scheduler.before_publish=kill@1").await;
     let r = w
         .http
         .post(format!("{base}/v1/runs/{src}/fork"))
@@ -353,8 +335,7 @@ async fn a_scheduler_killed_between_fork_or_restart_and_publish_loses_nothing() 
     let run = w.wait_status(&r, &["failed", "completed", "blocked"], LONG).await;
     assert_eq!(run["status"], "failed", "{run}");
     std::fs::write(&pdf, "Invoice INV-R\nconsulting 10.00 EUR\n").unwrap();
-    let (mut victim, base) = spawn("scheduler.before_publish=kill@1");
-    ready(base.clone()).await;
+    let (mut victim, base) = scheduler_proc(&w, "scheduler.before_publish=kill@1").await;
     let resp = w
         .http
         .post(format!("{base}/v1/runs/{r}/restart"))
@@ -435,6 +416,59 @@ async fn a_fork_with_rerun_effects_performs_a_settled_key_again_on_the_operators
     assert!(types.iter().any(|e| e == "effects_rerun"), "{types:?}");
     wk.signal("TERM");
     wk.wait_exit(Duration::from_secs(30)).await;
+    cleanup(&w.cfg).await;
+}
+
+/// The fork's run may start (at its due time) before the request that wrote it goes on: here
+/// the scheduler process answering the fork pauses 6 s right after writing it
+/// (`lineage.after_create`), while the other scheduler's scanner starts the fork after the
+/// 2 s redelivery delay. The key the operator named is performed again all the same, because
+/// its record was freed before the fork was written (issue 24, mend: before, it was freed
+/// after, and the fork that had started meanwhile returned the recorded result).
+#[tokio::test]
+async fn a_fork_that_starts_before_its_request_ends_still_performs_the_named_key_again() {
+    let w = World::new("lnrace", |_| {}).await;
+    let mut wk = w.worker(WORKER, "w1", "");
+    w.wait_registered("invoice").await;
+    let src = tid("inv-race");
+    let (code, body) = w
+        .post(
+            "/v1/runs",
+            json!({"workflow": "invoice", "thread_id": src.as_str(), "input": {"invoice_id": "INV-RACE"}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let done = w.wait_status(&src, &["completed", "failed", "blocked"], LONG).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let (mut sched, base) = scheduler_proc(&w, "lineage.after_create=pause(6000)").await;
+    let fork = tid("inv-race-2");
+    let resp = w
+        .http
+        .post(format!("{base}/v1/runs/{src}/fork"))
+        .json(&json!({"from_step": 2, "thread_id": fork.as_str(), "rerun_effects": ["ledger:INV-RACE"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    // The fork ran while its request was paused.
+    let header = w.store.header(&fork).await.unwrap().expect("the fork exists");
+    assert!(
+        header.status.is_final(),
+        "the fork ended during the pause: {:?}",
+        header.status
+    );
+    let run = w.wait_status(&fork, &["completed", "failed", "blocked"], LONG).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let counts = w.effect_counts().await;
+    assert_eq!(
+        count(&counts, "ledger:INV-RACE"),
+        2,
+        "performed again, as asked: {counts:?}"
+    );
+    sched.signal("TERM");
+    sched.wait_exit(LONG).await;
+    wk.signal("TERM");
+    wk.wait_exit(LONG).await;
     cleanup(&w.cfg).await;
 }
 

@@ -207,7 +207,10 @@ async fn a_master_restarted_on_its_own_address_before_any_failover_is_reconnecte
     let replica = cluster.replica_of(cluster.base + 3, &victim).await;
     let _: () = on(
         replica.port,
-        redis::cmd("CONFIG").arg("SET").arg("cluster-replica-no-failover").arg("yes"),
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-replica-no-failover")
+            .arg("yes"),
     )
     .await
     .expect("CONFIG SET");

@@ -13,7 +13,7 @@ use savepoint::security::{PayloadCodec, Redacted};
 use savepoint::store::ScriptStore;
 use savepoint::workflow::{Ctx, Registry, StepError, Workflow, WorkflowError};
 use savepoint_integration_tests::inproc::InProc;
-use savepoint_integration_tests::procs::{free_port, killed_by_signal, Proc};
+use savepoint_integration_tests::procs::{killed_by_signal, Proc};
 use savepoint_integration_tests::scenario::World;
 use savepoint_integration_tests::{cleanup, wait_until};
 
@@ -53,23 +53,9 @@ async fn spawn_replica(w: &World, name: &str, failpoints: &str) -> (Proc, String
     spawn_with(w, name, &cfg).await
 }
 
-/// A scheduler process on `cfg` with an HTTP port of its own, once it is ready.
+/// A scheduler process on `cfg`, once it is ready.
 async fn spawn_with(w: &World, name: &str, cfg: &savepoint::config::Config) -> (Proc, String) {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let p = Proc::spawn(SCHEDULER, name, cfg, &[("SAVEPOINT_HTTP_ADDR", &addr)]);
-    let base = format!("http://{addr}");
-    wait_until(LONG, "a scheduler replica is ready", || {
-        let (http, url) = (w.http.clone(), format!("{base}/readyz"));
-        async move {
-            http.get(url)
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-                .then_some(())
-        }
-    })
-    .await;
-    (p, base)
+    w.scheduler_proc(SCHEDULER, name, cfg).await
 }
 
 /// Two replicas (processes), one SIGKILLed by `schedule.before_create=kill@3` — after it
@@ -360,7 +346,10 @@ async fn a_schedule_waits_while_no_live_worker_serves_its_workflow() {
     })
     .await;
     let times: Vec<u64> = runs.iter().map(|r| r.0).collect();
-    assert!(times.windows(2).all(|p| p[1] - p[0] == 1000), "a firing has no run: {times:?}");
+    assert!(
+        times.windows(2).all(|p| p[1] - p[0] == 1000),
+        "a firing has no run: {times:?}"
+    );
     assert!(times.len() >= 6, "{times:?}");
     assert!(
         s["fired"].as_u64().unwrap() <= times.len() as u64,

@@ -24,6 +24,7 @@ pub const NAMES: &[&str] = &[
     "publish.before",
     "publish.after",
     "scheduler.before_publish",
+    "lineage.after_create",
     "run.deadline.before_fail",
     "schedule.before_advance",
     "schedule.before_create",

@@ -17,6 +17,10 @@ use super::model::{Accepted, ErrorBody, ForkBody, ForkReply, Lineage, RestartBod
 use super::runs::thread_id;
 use super::{ApiError, ApiState, Reply};
 
+/// Failpoint: a fork or restart written (its run may start at its due time), before the
+/// request goes on to note it and publish its task.
+const AFTER_CREATE: &str = "lineage.after_create";
+
 /// Fork a run from a journal entry
 ///
 /// Creates a new run of the same workflow, version and input whose journal is the source's
@@ -58,6 +62,9 @@ pub(crate) async fn fork(
     }
     let n = body.from_step;
     let rerun = effects_to_rerun(svc, &source, n, &body.rerun_effects).await?;
+    // Freed before the fork exists: once it does, the scanner may start it (at its due
+    // time) before this request goes on, and it would read the records it should not.
+    let freed = free(svc, &source, &rerun).await?;
     let trace = savepoint::telemetry::current_traceparent().unwrap_or_else(crate::publish::new_traceparent);
     let reply = |status| ForkReply {
         thread_id: to.as_str().to_owned(),
@@ -70,12 +77,12 @@ pub(crate) async fn fork(
     match svc.store.fork(&source, n, &to, &trace).await {
         Ok(ForkOutcome::Created) => {
             info!(thread.id = %to, source = %source, from_step = n, "run forked");
+            let _ = svc.publisher.failpoints().check(AFTER_CREATE).await;
             let _ = svc
                 .store
                 .annotate(&source, "forked", &format!("{to} from entry {n}"))
                 .await;
-            // Before its task: the fork must not reach a key the operator freed first.
-            forget(svc, &source, &to, &rerun).await?;
+            note_freed(svc, &to, &freed).await;
             // As for a start: a failed publish is only logged, the unconfirmed-start net
             // publishes it.
             ring(svc, &to, Some(n), TaskReason::Start, Some(&trace), 0).await;
@@ -123,12 +130,28 @@ pub(crate) async fn restart(
     let thread = thread_id(raw)?;
     let svc = st.services()?;
     let n = body.from_step;
-    // (Read before the restart drops the entries that recorded them.)
+    // (Read before the restart drops the entries that recorded them; freed before the run
+    // is pending again, as for a fork.)
     let rerun = effects_to_rerun(svc, &thread, n, &body.rerun_effects).await?;
+    if !rerun.is_empty() {
+        // Not freed for a run the restart will refuse (it may still be running).
+        match svc.store.header(&thread).await? {
+            Some(h) if matches!(h.status.as_str(), "failed" | "blocked" | "cancelled") => {}
+            Some(h) => {
+                return Err(ApiError::conflict(format!(
+                    "run is {}; only failed, blocked and cancelled runs are restarted in place (fork it instead)",
+                    h.status.as_str()
+                )))
+            }
+            None => return Err(ApiError::run_not_found(&thread)),
+        }
+    }
+    let freed = free(svc, &thread, &rerun).await?;
     match svc.store.restart(&thread, n, "operator restart via API").await {
         Ok(RestartOutcome::Queued(r, was)) => {
             info!(thread.id = %thread, from_step = n, %was, "run restarted");
-            forget(svc, &thread, &thread, &rerun).await?;
+            let _ = svc.publisher.failpoints().check(AFTER_CREATE).await;
+            note_freed(svc, &thread, &freed).await;
             ring(svc, &thread, None, TaskReason::Operator, r.trace.as_deref(), r.rv).await;
             Ok((StatusCode::ACCEPTED, Json(Accepted::pending(thread.as_str()))))
         }
@@ -183,17 +206,23 @@ async fn effects_to_rerun(
         .collect()
 }
 
-/// Deletes the records of `keys` that `source` settled, so `run` performs them again, and
-/// notes it in `run`'s log (event `effects_rerun`).
-async fn forget(svc: &super::Services, source: &ThreadId, run: &ThreadId, keys: &[EffectKey]) -> Result<(), ApiError> {
-    if keys.is_empty() {
-        return Ok(());
-    }
+/// Deletes the records of `keys` that `source` settled, so the run that reaches them next
+/// performs them again; the keys it freed. (Each is an effect `source` journaled, so `source`
+/// itself never calls it again unless it is restarted from before it.)
+async fn free<'k>(svc: &super::Services, source: &ThreadId, keys: &'k [EffectKey]) -> Result<Vec<&'k str>, ApiError> {
     let mut freed = Vec::new();
     for k in keys {
         if svc.store.effect_forget(k, source).await? {
             freed.push(k.as_str());
         }
+    }
+    Ok(freed)
+}
+
+/// Notes on `run` the keys [`free`] freed for it.
+async fn note_freed(svc: &super::Services, run: &ThreadId, freed: &[&str]) {
+    if freed.is_empty() {
+        return;
     }
     info!(thread.id = %run, keys = ?freed, "settled effects freed to run again");
     let _ = svc
@@ -204,5 +233,4 @@ async fn forget(svc: &super::Services, source: &ThreadId, run: &ThreadId, keys: 
             &format!("performed again on the operator's word: {}", freed.join(", ")),
         )
         .await;
-    Ok(())
 }
