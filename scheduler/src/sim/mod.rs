@@ -798,6 +798,16 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         }
         if healed {
             open += sched_paused.iter().filter(|p| !**p).count();
+            // A firing decided before the pause whose run is not created yet (its create
+            // stalled, or its replica died) is created by the next pass, paused or not.
+            for (id, _, _) in SCHEDULES {
+                let pending: Option<String> = w
+                    .store
+                    .query(redis::cmd("HGET").arg(w.store.keys().schedule(id)).arg("pending"))
+                    .await
+                    .unwrap_or(None);
+                open += usize::from(pending.is_some());
+            }
             open += schedule_runs(&w)
                 .await
                 .iter()
