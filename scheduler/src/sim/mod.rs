@@ -801,12 +801,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
             // A firing decided before the pause whose run is not created yet (its create
             // stalled, or its replica died) is created by the next pass, paused or not.
             for (id, _, _) in SCHEDULES {
-                let pending: Option<String> = w
-                    .store
-                    .query(redis::cmd("HGET").arg(w.store.keys().schedule(id)).arg("pending"))
-                    .await
-                    .unwrap_or(None);
-                open += usize::from(pending.is_some());
+                open += usize::from(pending_of(&w, id).await.is_some());
             }
             open += schedule_runs(&w)
                 .await
@@ -1063,6 +1058,14 @@ async fn dump_namespace(store: &ScriptStore) -> Vec<(String, Vec<u8>)> {
 /// The simulated schedules: id, seconds between firings, overlap policy.
 const SCHEDULES: [(&str, u64, &str); 2] = [("tick", 1, "skip"), ("tock", 2, "allow_all")];
 
+/// The runs schedule `id` decided and has not created yet (its raw `pending` field), if any.
+async fn pending_of(w: &World, id: &str) -> Option<String> {
+    w.store
+        .query(redis::cmd("HGET").arg(w.store.keys().schedule(id)).arg("pending"))
+        .await
+        .unwrap_or(None)
+}
+
 /// Every run the simulated schedules started, by thread id.
 async fn schedule_runs(w: &World) -> Vec<RunHeader> {
     let (status, list) = w.api(Method::GET, "/v1/runs?limit=1000", None).await;
@@ -1114,12 +1117,7 @@ async fn schedule_checks(w: &World, bad: &mut Vec<String>) {
                 ));
             }
         }
-        let pending: Option<String> = w
-            .store
-            .query(redis::cmd("HGET").arg(w.store.keys().schedule(id)).arg("pending"))
-            .await
-            .unwrap_or(None);
-        if let Some(p) = pending {
+        if let Some(p) = pending_of(w, id).await {
             bad.push(format!("schedule {id}: runs left pending at the end: {p}"));
         }
         match overlap {
