@@ -9,8 +9,9 @@ use std::time::Duration;
 use savepoint::embedded::MemEngine;
 use savepoint::ids::{EffectKey, ThreadId};
 use savepoint::journal::{Entry, EntryKind, Outcome};
+use savepoint::store::{CatalogEntry, CreateOptions, Flow};
 use savepoint::store::{ClaimOutcome, EffectClaim, Finish, Holder, RunStatus, ScriptStore, StoreError, Wait};
-use savepoint::store::{CreateOutcome, EffectDone, EffectRelease, ServedSpec, SignalOutcome, Suspend};
+use savepoint::store::{CreateOutcome, EffectDone, EffectRelease, EffectUnused, ServedSpec, SignalOutcome, Suspend};
 use savepoint_integration_tests::{embedded_config, fresh_namespace, services, test_config};
 
 async fn redis_store() -> ScriptStore {
@@ -688,6 +689,141 @@ async fn rejected_answers_and_reopened_results(s: ScriptStore) {
     ));
 }
 
+/// Rolling deploys: a run records the features it uses, and a claim that does not name one
+/// of them (an older worker) gives the run back untouched, saying which; a fork needs what its
+/// source needs (less the deadline it does not inherit).
+async fn a_run_that_needs_a_feature_the_worker_does_not_know_is_given_back_untouched(s: ScriptStore) {
+    let t = ThreadId::generate("feat");
+    let opts = CreateOptions {
+        timeout: Some(Duration::from_secs(600)),
+        flow: Some(Flow {
+            key: "wf:acme".into(),
+            limit: 2,
+            rate: None,
+        }),
+        ..CreateOptions::default()
+    };
+    let created = s.create_with(&t, "wf", 1, "null", "", &opts).await.unwrap();
+    assert_eq!(created, CreateOutcome::Created);
+    let h = s.header(&t).await.unwrap().unwrap();
+    assert_eq!(h.needs, vec!["deadline".to_owned(), "flow".to_owned()]);
+    let entries = [CatalogEntry {
+        name: "wf".into(),
+        version: 1,
+        min_version: 1,
+    }];
+    let older = ServedSpec::new(&entries).knowing(&["child", "deadline", "queue"]);
+    match s.claim(&t, "old-worker", None, &older).await.unwrap() {
+        ClaimOutcome::Unserved { reason, .. } => assert_eq!(
+            reason, "waiting for a worker that knows the run feature flow (a newer build)",
+            "the reason names the feature"
+        ),
+        other => panic!("an older worker must give the run back, got {other:?}"),
+    }
+    let h = s.header(&t).await.unwrap().unwrap();
+    assert_eq!((h.status, h.fence, h.attempt), (RunStatus::Pending, 0, 0), "untouched");
+    assert!(
+        h.waiting_for.as_deref().is_some_and(|w| w.contains("feature flow")),
+        "{h:?}"
+    );
+    // A run of a newer build names a feature this build has never heard of.
+    let future = new_run(&s, json!(1)).await;
+    let run_key = s.keys().run(&future).run;
+    let _: () = s
+        .query(redis::cmd("HSET").arg(&run_key).arg("needs").arg("flow\u{1f}teleport"))
+        .await
+        .unwrap();
+    match s
+        .claim(&future, "this-build", None, &ServedSpec::new(&entries))
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Unserved { reason, .. } => assert!(reason.contains("feature teleport"), "{reason}"),
+        other => panic!("a run of a newer build must be given back, got {other:?}"),
+    }
+    // This build knows every feature the first run uses: it claims it.
+    let c = match s
+        .claim(&t, "this-build", None, &ServedSpec::new(&entries))
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Claimed(c) => c,
+        other => panic!("expected a claim, got {other:?}"),
+    };
+    assert_eq!(c.lease.fence, 1);
+    let fork = ThreadId::generate("feat-fork");
+    s.fork(&t, 0, &fork, "").await.unwrap();
+    let f = s.header(&fork).await.unwrap().unwrap();
+    assert_eq!(
+        f.needs,
+        vec!["flow".to_owned()],
+        "a fork keeps the flow limit, not the deadline"
+    );
+}
+
+/// An attempt that took an intent and stopped before calling the effect records so when it
+/// cannot free the intent: a block on that holder is refused (the caller takes it over), and
+/// a run that had already blocked on it is pending again. The mark only ever rises.
+async fn an_unused_intent_recorded_by_its_holder_is_not_blocked_on(s: ScriptStore) {
+    let t = new_run(&s, json!(null)).await;
+    let key = EffectKey::new(format!("mail:{}", uuid::Uuid::new_v4())).unwrap();
+    let mut a = claim(&s, &t, "w").await;
+    assert_eq!(s.effect_intent(&key, &t, 0, 1, false).await.unwrap(), EffectClaim::Won);
+    let holder = |fence: u64| Holder {
+        thread: t.to_string(),
+        index: 0,
+        fence,
+    };
+    assert_eq!(s.effect_unused(&t, 0, 1).await.unwrap(), EffectUnused::Recorded);
+    let version = a.lease.version;
+    let refused = s
+        .finish(
+            &mut a.lease,
+            None,
+            Finish::Blocked {
+                reason: "in doubt",
+                effect: Some((key.as_str(), &holder(1))),
+            },
+            ("blocked", "in doubt"),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::UnusedIntent { index: 0, fence: 1 })),
+        "{refused:?}"
+    );
+    assert_eq!(a.lease.version, version, "nothing written");
+    assert_eq!(s.header(&t).await.unwrap().unwrap().status, RunStatus::Running);
+    // A holder that recorded nothing (fence 2: its call may have started) is in doubt.
+    s.finish(
+        &mut a.lease,
+        None,
+        Finish::Blocked {
+            reason: "in doubt",
+            effect: Some((key.as_str(), &holder(2))),
+        },
+        ("blocked", "in doubt"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.header(&t).await.unwrap().unwrap().status, RunStatus::Blocked);
+    // Its holder says, late, that it never called the effect: the run is pending again.
+    assert!(matches!(
+        s.effect_unused(&t, 0, 2).await.unwrap(),
+        EffectUnused::Unblocked(_)
+    ));
+    let h = s.header(&t).await.unwrap().unwrap();
+    assert_eq!((h.status, h.blocked_effect), (RunStatus::Pending, None));
+    // An older attempt's late word does not lower the mark.
+    assert_eq!(s.effect_unused(&t, 0, 1).await.unwrap(), EffectUnused::Recorded);
+    let run_key = s.keys().run(&t).run;
+    let mark: Option<String> = s.query(redis::cmd("HGET").arg(&run_key).arg("u:0")).await.unwrap();
+    assert_eq!(mark.as_deref(), Some("2"));
+    assert_eq!(
+        s.effect_unused(&ThreadId::generate("none"), 0, 1).await.unwrap(),
+        EffectUnused::Missing
+    );
+}
+
 /// Each contract test, once per backend.
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
@@ -720,4 +856,6 @@ conformance!(
     effect_records_intent_done_release,
     rejected_answers_and_reopened_results,
     orphaned_intents_and_operator_settlement,
+    a_run_that_needs_a_feature_the_worker_does_not_know_is_given_back_untouched,
+    an_unused_intent_recorded_by_its_holder_is_not_blocked_on,
 );

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use savepoint::ids::{EffectKey, ThreadId};
 use savepoint::store::EffectRecord;
-use savepoint_integration_tests::procs::{free_port, killed_by_signal, scrape};
+use savepoint_integration_tests::procs::{free_port, killed_by_signal, scrape, Proc};
 use savepoint_integration_tests::proxy::Proxy;
 use savepoint_integration_tests::scenario::World;
 use savepoint_integration_tests::wait_until;
@@ -20,6 +20,40 @@ const LONG: Duration = Duration::from_secs(40);
 
 /// `savepoint_slices_total{end="deadline"}` of a worker's metrics endpoint.
 const DEADLINE_SLICES: &str = "savepoint_slices_total{end=\"deadline\"}";
+
+/// A black-holing proxy in front of the world's Redis (`cut()` partitions whoever uses it).
+async fn redis_proxy(w: &World) -> Proxy {
+    let redis_addr = w
+        .cfg
+        .redis_url
+        .trim_start_matches("redis://")
+        .parse()
+        .expect("redis host:port");
+    Proxy::start(redis_addr).await
+}
+
+/// A webhook provider that answers after `delay` and checks no fencing tokens.
+async fn provider(stop: &tokio_util::sync::CancellationToken, delay: Duration) -> (String, receiver::Deliveries) {
+    let opts = ReceiverOptions {
+        delay,
+        check_tokens: false,
+    };
+    receiver::start_with(stop.clone(), opts).await.unwrap()
+}
+
+/// Cuts worker A off (through `proxy`), starts worker B, and waits until B has taken the run
+/// over and blocked it as in doubt on `key`. B runs until the handle is dropped.
+async fn cut_off_and_blocked_in_doubt(w: &World, proxy: &Proxy, t: &ThreadId, key: &str) -> Proc {
+    proxy.cut();
+    let b = w.worker(WORKER, "wb", "");
+    let run = w.wait_status(t, &["blocked"], LONG).await;
+    assert_eq!(
+        run["blocked_reason"],
+        json!(format!("effect {key} outcome unknown")),
+        "{run}"
+    );
+    b
+}
 
 async fn wait_metric(addr: &str, series: &str, at_least: f64) {
     wait_until(LONG, &format!("{series} >= {at_least} at {addr}"), || async {
@@ -94,18 +128,8 @@ async fn paused_worker_does_not_perform_after_losing_its_lease() {
 async fn worker_cut_off_from_redis_drops_its_call_in_flight() {
     let w = World::new("fc", |_| {}).await;
     let stop = tokio_util::sync::CancellationToken::new();
-    let opts = ReceiverOptions {
-        delay: Duration::from_secs(3),
-        check_tokens: false,
-    };
-    let (hook, provider) = receiver::start_with(stop.clone(), opts).await.unwrap();
-    let redis_addr = w
-        .cfg
-        .redis_url
-        .trim_start_matches("redis://")
-        .parse()
-        .expect("redis host:port");
-    let proxy = Proxy::start(redis_addr).await;
+    let (hook, provider) = provider(&stop, Duration::from_secs(3)).await;
+    let proxy = redis_proxy(&w).await;
     let a_http = format!("127.0.0.1:{}", free_port());
     let redis_via_proxy = proxy.url("redis");
     let _a = w.worker_env(
@@ -129,14 +153,7 @@ async fn worker_cut_off_from_redis_drops_its_call_in_flight() {
         (provider.received() >= 1).then_some(())
     })
     .await;
-    proxy.cut();
-    let _b = w.worker(WORKER, "wb", "");
-    let run = w.wait_status(&t, &["blocked"], LONG).await;
-    assert_eq!(
-        run["blocked_reason"],
-        json!(format!("effect {key} outcome unknown")),
-        "{run}"
-    );
+    let _b = cut_off_and_blocked_in_doubt(&w, &proxy, &t, key.as_str()).await;
     wait_metric(&a_http, DEADLINE_SLICES, 1.0).await;
     assert_eq!(
         provider.snapshot().get(&key),
@@ -164,6 +181,57 @@ async fn worker_cut_off_from_redis_drops_its_call_in_flight() {
     );
     assert_eq!(provider.dropped(), 1, "the cut-off worker dropped its call");
     proxy.restore();
+    stop.cancel();
+}
+
+/// A worker cut off from Redis (a black-holing proxy) right after taking a webhook's intent
+/// and before calling it: its local lease deadline passes, so it stops without calling, and
+/// it cannot free the intent. Another worker takes the run over and, the intent looking like
+/// a call that may have started, blocks it as in doubt. When the partition heals, the
+/// cut-off worker records in the run that it never called the effect: the run goes on by
+/// itself, no operator involved, and the provider receives the webhook once.
+#[tokio::test]
+async fn an_intent_its_holder_could_not_free_in_a_partition_does_not_block_the_run() {
+    let w = World::new("fu", |_| {}).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (hook, provider) = provider(&stop, Duration::ZERO).await;
+    let proxy = redis_proxy(&w).await;
+    let redis_via_proxy = proxy.url("redis");
+    let _a = w.worker_env(
+        WORKER,
+        "wa",
+        "effect.after_intent=pause(5000)@1",
+        &[("SAVEPOINT_REDIS_URL", &redis_via_proxy)],
+    );
+    w.wait_registered("webhook").await;
+    let t = w
+        .start(
+            "webhook",
+            json!({"url": hook, "steps": 2, "effect_at": 1, "policy": "block"}),
+        )
+        .await;
+    let key = EffectKey::new(format!("webhook:{t}:1")).unwrap();
+    wait_until(LONG, "worker A to take the webhook's intent", || async {
+        matches!(w.store.effect_state(&key).await.unwrap(), Some(EffectRecord::Intent(_))).then_some(())
+    })
+    .await;
+    let _b = cut_off_and_blocked_in_doubt(&w, &proxy, &t, key.as_str()).await;
+    assert_eq!(provider.received(), 0, "A never called the provider");
+    proxy.restore();
+    w.wait_status(&t, &["completed"], LONG).await;
+    wait_until(LONG, "the provider to finish every request", || async {
+        (provider.in_flight() == 0).then_some(())
+    })
+    .await;
+    let applied = provider.applied_log();
+    assert_eq!(applied.len(), 1, "applied once: {applied:?}");
+    let events = w.store.events(&t, 200).await.unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.typ == "effect_resolved" && e.detail.contains("never called")),
+        "the run says why it went on: {events:?}"
+    );
     stop.cancel();
 }
 

@@ -348,6 +348,7 @@ mod tests {
             home_queue: None,
             flow: None,
             priority: 0,
+            needs: Vec::new(),
             crashes: 0,
             crashed_by: None,
             wait: Some(Wait {

@@ -14,14 +14,14 @@ mod script;
 
 pub use self::script::{
     child_signal, owns_partition, Acquired, Advance, Cancelled, Cascade, CatalogEntry, ChildResult, CreateOutcome,
-    EffectDone, EffectRecord, EffectRelease, Flow, ForkOutcome, ListFilter, PageCursor, Rerun, Resealed,
+    EffectDone, EffectRecord, EffectRelease, EffectUnused, Flow, ForkOutcome, ListFilter, PageCursor, Rerun, Resealed,
     RestartOutcome, RetryOutcome, RunEvent, Rung, SchedulePut, ScheduleRecord, ScriptStore, ServedSpec, SignalOutcome,
     StoreConfig, Suspend, Suspended, WorkerInfo, FLOW_PARK, SCHEMA_VERSION,
 };
 pub use engine::{AckScope, ReplicaAck};
 pub use model::{
-    ChildLink, ClaimOutcome, Claimed, CreateOptions, EffectClaim, Finish, Holder, Lease, ParentCancel, ParentLink,
-    RunHeader, RunStatus, Wait,
+    needs_field, ChildLink, ClaimOutcome, Claimed, CreateOptions, EffectClaim, Finish, Holder, Lease, ParentCancel,
+    ParentLink, RunHeader, RunStatus, Wait, FEATURES,
 };
 
 /// Errors of the store.
@@ -91,6 +91,16 @@ pub enum StoreError {
         first: String,
         /// A key in another slot.
         other: String,
+    },
+    /// A block on an in-doubt intent was refused: the attempt that holds the intent (the
+    /// run's own earlier attempt, fence `fence`, journal index `index`) recorded that it never
+    /// called the effect (`effect_unused.lua`). Nothing was written; the caller takes it over.
+    #[error("the intent at entry {index} (fence {fence}) was never acted on")]
+    UnusedIntent {
+        /// The holder's journal index.
+        index: u32,
+        /// The holder's fence.
+        fence: u64,
     },
     /// A write was applied on the master but fewer replicas than required confirmed it in
     /// time (`SAVEPOINT_REDIS_WAIT_REPLICAS`): transient, the caller retries the (idempotent)

@@ -157,6 +157,8 @@ pub struct RunHeader {
     pub flow: Option<super::Flow>,
     /// Its priority in a flow key's waiting line (`prio`, 0–9, higher first).
     pub priority: u8,
+    /// The run features a worker must know to claim it (`needs`, see [`FEATURES`]).
+    pub needs: Vec<String>,
     /// Takeovers at the current journal position (the worker died or stalled each time).
     pub crashes: u32,
     /// The workers that held the run when it crashed there.
@@ -245,6 +247,9 @@ impl RunHeader {
                 rate: num(map, "fcr"),
             }),
             priority: num(map, "prio").unwrap_or(0),
+            needs: text(map, "needs")
+                .map(|n| n.split('\u{1f}').map(str::to_owned).collect())
+                .unwrap_or_default(),
             crashes: num(map, "crashes").unwrap_or(0),
             crashed_by: text(map, "crashed_by"),
             wait,
@@ -265,6 +270,19 @@ pub fn journal_from_fields(header: &RunHeader, map: &BTreeMap<String, Vec<u8>>) 
         .collect()
 }
 
+/// The run features this build knows. A run records the ones it uses (`needs`), and a claim
+/// names the ones its worker knows: in a rolling deploy, a run that uses a feature an older
+/// worker does not know is given back to wait for one that does (as a workflow version no
+/// worker serves is), never run without it. A new feature that changes how a run must be
+/// executed gets a name here and in [`CreateOptions::needs`].
+pub const FEATURES: &[&str] = &["child", "deadline", "flow", "flow_rate", "priority", "queue"];
+
+/// The `needs` field of a run: feature names joined by `\x1f` (empty: none).
+pub fn needs_field<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    let set: std::collections::BTreeSet<&str> = names.into_iter().collect();
+    set.into_iter().collect::<Vec<_>>().join("\u{1f}")
+}
+
 /// How a run is started beyond its workflow and input.
 #[derive(Debug, Clone, Default)]
 pub struct CreateOptions {
@@ -281,6 +299,25 @@ pub struct CreateOptions {
     pub flow: Option<super::Flow>,
     /// Its priority in a flow key's waiting line (0–9, higher first).
     pub priority: u8,
+}
+
+impl CreateOptions {
+    /// The run features (of [`FEATURES`]) a run started with these options uses.
+    pub fn needs(&self) -> Vec<&'static str> {
+        let mut n = Vec::new();
+        let mut need = |on: bool, name: &'static str| {
+            if on {
+                n.push(name);
+            }
+        };
+        need(self.parent.is_some(), "child");
+        need(self.timeout.is_some(), "deadline");
+        need(self.flow.is_some(), "flow");
+        need(self.flow.as_ref().is_some_and(|f| f.rate.is_some()), "flow_rate");
+        need(self.priority > 0, "priority");
+        need(self.queue.is_some(), "queue");
+        n
+    }
 }
 
 /// A child run's link to its parent: the parent's thread and the journal index of the call.

@@ -275,14 +275,22 @@ impl Ctx {
         tracing::debug!(?exit, "slice stops");
         for h in std::mem::take(&mut self.held).into_iter().filter(|h| !h.called) {
             if !self.p.replay_only {
+                let (thread, fence) = (&self.p.lease.thread, self.p.lease.fence);
                 let r = tokio::time::timeout(
                     self.p.store.config().command_timeout,
-                    self.p
-                        .store
-                        .effect_release(&h.key, &self.p.lease.thread, h.index, self.p.lease.fence),
+                    self.p.store.effect_release(&h.key, thread, h.index, fence),
                 )
                 .await;
                 tracing::debug!(effect.key = %h.key, ?r, "released the intent of an effect that was not called");
+                // Left behind, the intent reads as a call that may have started; freed after
+                // the lease ran out, another attempt may have blocked on it meanwhile. This
+                // slice knows better: it says so in the run until it is heard.
+                let released = matches!(r, Ok(Ok(_)));
+                let late = matches!(r, Ok(Ok(crate::store::EffectRelease::Released))) && self.p.clock.expired();
+                if !released || late {
+                    let store = self.p.store.clone();
+                    super::effect::settle_unused_later(store, h.key, thread.clone(), (h.index, fence), released);
+                }
             }
         }
         self.exit = Some(exit);
@@ -359,6 +367,27 @@ impl Ctx {
         if self.p.replay_only {
             return self.stop(SliceExit::Blocked(reason.to_owned())).await;
         }
+        match self.write_block(reason, how).await {
+            Ok(()) => self.stop(SliceExit::Blocked(reason.to_owned())).await,
+            Err(e) => self.store_failed(e).await,
+        }
+    }
+
+    /// Writes the block of [`Ctx::block_as`] (logged and counted once written). Refused with
+    /// [`StoreError::UnusedIntent`] when it would block on an intent of this run's own that
+    /// its holder recorded as never acted on.
+    pub(super) async fn write_block(&mut self, reason: &str, how: Finish<'_>) -> Result<(), StoreError> {
+        self.keep_unjournaled().await;
+        let class = match how {
+            Finish::Blocked { effect: Some(_), .. } => "effect_in_doubt",
+            Finish::Rejected { .. } => "bad_value",
+            _ if reason.starts_with("non-determinism") => "non_determinism",
+            _ => "other",
+        };
+        self.p
+            .store
+            .finish(&mut self.p.lease, None, how, ("blocked", reason))
+            .await?;
         // (The task span carries the thread and worker ids, unless a filter disabled it.)
         if crate::telemetry::outside_spans() {
             let (thread, worker) = (&self.p.lease.thread, &self.p.lease.owner);
@@ -366,23 +395,8 @@ impl Ctx {
         } else {
             tracing::warn!(%reason, "run blocked");
         }
-        let class = match how {
-            Finish::Blocked { effect: Some(_), .. } => "effect_in_doubt",
-            Finish::Rejected { .. } => "bad_value",
-            _ if reason.starts_with("non-determinism") => "non_determinism",
-            _ => "other",
-        };
         inc(&metrics().blocks, &[("reason", class)]);
-        self.keep_unjournaled().await;
-        let r = self
-            .p
-            .store
-            .finish(&mut self.p.lease, None, how, ("blocked", reason))
-            .await;
-        match r {
-            Ok(()) => self.stop(SliceExit::Blocked(reason.to_owned())).await,
-            Err(e) => self.store_failed(e).await,
-        }
+        Ok(())
     }
 
     /// Gate before every live call: replay-only refusal, shutdown and budget yields, the

@@ -25,7 +25,7 @@ use crate::ids::{EffectKey, ThreadId};
 use crate::journal::{Entry, EntryKind, Outcome};
 use crate::metrics::{inc, metrics};
 use crate::store::{EffectClaim, Holder, RunStatus, StoreError};
-use crate::store::{EffectDone, EffectRecord, EffectRelease, Suspend};
+use crate::store::{EffectDone, EffectRecord, EffectRelease, Finish, ScriptStore, Suspend};
 
 /// Asks the provider whether the effect with this key happened: `Some(result)` if it did,
 /// `None` if it did not.
@@ -573,7 +573,7 @@ impl Ctx {
         match (rule, policy) {
             (decide::DoubtRule::Block, _) => {
                 let reason = format!("effect {key} outcome unknown");
-                self.block(&reason, Some((key.as_str(), holder))).await
+                self.block_in_doubt(&reason, key, holder).await
             }
             (decide::DoubtRule::TakeOver, _) => {
                 tracing::warn!(effect.key = %key, "in-doubt effect: retry_safe, calling again with the same key");
@@ -598,17 +598,94 @@ impl Ctx {
                     }
                     Err(e) => {
                         let reason = format!("effect {key} outcome unknown: reconcile failed: {e}");
-                        self.block(&reason, Some((key.as_str(), holder))).await
+                        self.block_in_doubt(&reason, key, holder).await
                     }
                 }
             }
             // (A reconcile rule comes only from a reconcile policy.)
             (decide::DoubtRule::Reconcile, _) => {
                 let reason = format!("effect {key} outcome unknown");
-                self.block(&reason, Some((key.as_str(), holder))).await
+                self.block_in_doubt(&reason, key, holder).await
             }
         }
     }
+
+    /// Blocks the run on an in-doubt intent, unless its holder (an earlier attempt of this
+    /// run) recorded that it never called the effect: then the intent is taken over.
+    async fn block_in_doubt(&mut self, reason: &str, key: &EffectKey, holder: &Holder) -> Doubt {
+        if self.p.replay_only {
+            return self.block(reason, Some((key.as_str(), holder))).await;
+        }
+        let how = Finish::Blocked {
+            reason,
+            effect: Some((key.as_str(), holder)),
+        };
+        match self.write_block(reason, how).await {
+            Ok(()) => self.stop(SliceExit::Blocked(reason.to_owned())).await,
+            Err(StoreError::UnusedIntent { .. }) => {
+                tracing::info!(effect.key = %key, %holder, "the in-doubt intent was never acted on by its holder: taking it over");
+                Doubt::Perform
+            }
+            Err(e) => self.store_failed(e).await,
+        }
+    }
+}
+
+/// How long a worker keeps trying to say that an intent it took was never acted on.
+const UNUSED_SETTLE_FOR: Duration = Duration::from_secs(3600);
+
+/// An attempt that stopped before calling an effect could not free the effect's intent
+/// (a partition, a lost reply), or freed it only after its lease ran out: left alone, the
+/// intent reads (or read) as a call that may have started and blocks the run. In the
+/// background, until it is heard: record the fact in the run ([`ScriptStore::effect_unused`](crate::store::ScriptStore::effect_unused), which also
+/// unblocks a run already blocked on it) and free the intent.
+pub(super) fn settle_unused_later(
+    store: ScriptStore,
+    key: EffectKey,
+    thread: ThreadId,
+    (index, fence): (u32, u64),
+    mut released: bool,
+) {
+    tokio::spawn(async move {
+        let until = tokio::time::Instant::now() + UNUSED_SETTLE_FOR;
+        let mut recorded = false;
+        let mut pause = WRITE_RETRY;
+        loop {
+            if !recorded {
+                match store.effect_unused(&thread, index, fence).await {
+                    Ok(r) => {
+                        tracing::info!(thread.id = %thread, effect.key = %key, ?r, "recorded an intent that was never acted on");
+                        recorded = true;
+                    }
+                    Err(e) if e.is_transient() => {}
+                    Err(e) => {
+                        tracing::warn!(thread.id = %thread, effect.key = %key, error = %e, "could not record an unused intent");
+                        recorded = true;
+                    }
+                }
+            }
+            if !released {
+                match store.effect_release(&key, &thread, index, fence).await {
+                    Ok(_) => released = true,
+                    Err(e) if e.is_transient() => {}
+                    Err(_) => released = true,
+                }
+            }
+            if recorded && released {
+                return;
+            }
+            if tokio::time::Instant::now() >= until {
+                tracing::warn!(
+                    thread.id = %thread, effect.key = %key,
+                    "gave up saying that the intent at entry {index} (fence {fence}) was never acted on; if the run \
+                     blocks on it: savepoint resolve {thread} {key} --applied false"
+                );
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(5));
+        }
+    });
 }
 
 /// If the run holding a key's intent has ended (cancelled, expired, failed) without

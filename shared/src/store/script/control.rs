@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use super::{ms, ScriptStore};
 use crate::ids::{EffectKey, ThreadId};
-use crate::store::{RunStatus, StoreError};
+use crate::store::{needs_field, RunStatus, StoreError};
 
 /// A run made runnable again by an operator or client action: what the caller needs to
 /// publish its task (the run's trace) and then mark it queued (its ring version).
@@ -17,7 +17,7 @@ pub struct Rerun {
 }
 
 impl Rerun {
-    fn from_reply(r: &super::reply::Reply, at: usize) -> Self {
+    pub(super) fn from_reply(r: &super::reply::Reply, at: usize) -> Self {
         Self {
             rv: r.num(at),
             trace: Some(r.text(at + 1)).filter(|t| !t.is_empty()),
@@ -334,7 +334,10 @@ impl ScriptStore {
                 .arg(f.rate.map(|r| r.to_string()).unwrap_or_default()),
             None => inv.arg("").arg("").arg(""),
         };
-        inv.arg(h.priority);
+        // What the source needs its fork needs (its journal may hold calls of those features),
+        // less its deadline, which the fork does not inherit.
+        let needs = h.needs.iter().map(String::as_str).filter(|n| *n != "deadline");
+        inv.arg(h.priority).arg(needs_field(needs));
         for (i, e) in journal.iter().take(from as usize).enumerate() {
             inv.arg(self.seal_entry(to, i as u32, e));
         }

@@ -37,6 +37,20 @@ pub enum EffectRelease {
     Changed(String),
 }
 
+/// Outcome of recording that an attempt never called the effect whose intent it took.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EffectUnused {
+    /// Recorded in the run (or the index is journaled already: nothing left to prove).
+    Recorded,
+    /// Recorded, and the run, which had blocked on that very intent as in doubt, is pending
+    /// again (due after the redelivery delay: the scanner publishes its task).
+    Unblocked(super::control::Rerun),
+    /// The run does not exist any more.
+    Missing,
+    /// The run ended (its status): nothing to record.
+    Ended(String),
+}
+
 /// What an effect key's record says (for the API, the doctor and back-off decisions).
 #[derive(Debug, Clone, PartialEq)]
 pub enum EffectRecord {
@@ -227,6 +241,31 @@ impl ScriptStore {
             "not_owner" => EffectRelease::NotOwner(r.text(1)),
             "changed" => EffectRelease::Changed(r.text(1)),
             other => return Err(StoreError::Reply(format!("effect_release: {other}"))),
+        })
+    }
+
+    /// Records in the run that its attempt `fence` never called the effect whose intent it
+    /// took at journal index `index` (its release failed): a later attempt that finds the
+    /// intent in doubt takes it over instead of blocking, and a run already blocked on it is
+    /// pending again. Idempotent. Needs no lease: it states a fact about a past attempt.
+    pub async fn effect_unused(&self, thread: &ThreadId, index: u32, fence: u64) -> Result<EffectUnused, StoreError> {
+        let k = self.keys.run(thread);
+        let mut inv = self.scripts.effect_unused.prepare_invoke();
+        inv.key(&k.run).key(&k.due).key(&k.events).key(&k.blocked);
+        let detail = format!("the attempt with fence {fence} never called the effect at entry {index}");
+        inv.arg(thread.as_str())
+            .arg(index)
+            .arg(fence)
+            .arg(ms(self.cfg.redeliver));
+        inv.arg(self.cfg.event_cap)
+            .arg(self.seal_event(thread, "effect_resolved", &detail).1);
+        let r = self.invoke(&inv).await?;
+        Ok(match r.tag().as_str() {
+            "ok" => EffectUnused::Recorded,
+            "unblocked" => EffectUnused::Unblocked(super::control::Rerun::from_reply(&r, 1)),
+            "missing" => EffectUnused::Missing,
+            "ended" => EffectUnused::Ended(r.text(1)),
+            other => return Err(StoreError::Reply(format!("effect_unused: {other}"))),
         })
     }
 

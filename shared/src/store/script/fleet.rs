@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{ms, ScriptStore};
-use crate::store::StoreError;
+use crate::store::{StoreError, FEATURES};
 
 /// A workflow as served: its name and version range.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,7 +64,7 @@ pub struct WorkerInfo {
 /// What a worker serves, in the form the claim script matches against a run
 /// (`\x1fname\x1emin\x1emax\x1f…`); empty serves anything (tools that replay any run).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ServedSpec(String, String);
+pub struct ServedSpec(String, String, String);
 
 impl ServedSpec {
     /// The spec of these catalog entries.
@@ -73,12 +73,19 @@ impl ServedSpec {
         for e in entries {
             s.push_str(&format!("{}\u{1e}{}\u{1e}{}\u{1f}", e.name, e.min_version, e.version));
         }
-        Self(s, String::new())
+        Self(s, String::new(), String::new()).knowing(FEATURES)
+    }
+
+    /// The same, knowing these run features (by default: all of this build's [`FEATURES`]).
+    /// A run that needs another is given back untouched, as one of a version not served is.
+    pub fn knowing(mut self, features: &[&str]) -> Self {
+        self.2 = format!("\u{1f}{}\u{1f}", features.join("\u{1f}"));
+        self
     }
 
     /// Serves any workflow at any version (no check in the claim).
     pub fn any() -> Self {
-        Self(String::new(), String::new())
+        Self(String::new(), String::new(), String::new())
     }
 
     /// The same, serving only runs routed to these task queues (`q`): a task for a run routed
@@ -98,6 +105,10 @@ impl ServedSpec {
 
     pub(crate) fn queues_arg(&self) -> &str {
         &self.1
+    }
+
+    pub(crate) fn features_arg(&self) -> &str {
+        &self.2
     }
 }
 

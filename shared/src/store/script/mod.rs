@@ -22,7 +22,7 @@ use crate::embedded::{self, MemEngine};
 use std::time::Duration;
 
 use super::model::{
-    journal_from_fields, ClaimOutcome, Claimed, CreateOptions, Finish, Lease, RunHeader, RunStatus, Wait,
+    journal_from_fields, needs_field, ClaimOutcome, Claimed, CreateOptions, Finish, Lease, RunHeader, RunStatus, Wait,
 };
 use super::StoreError;
 use crate::ids::ThreadId;
@@ -33,7 +33,7 @@ use scripts::Scripts;
 
 pub use children::{child_signal, Cascade, ChildResult};
 pub use control::{Cancelled, ForkOutcome, Rerun, RestartOutcome, RetryOutcome, SignalOutcome};
-pub use effects::{EffectDone, EffectRecord, EffectRelease};
+pub use effects::{EffectDone, EffectRecord, EffectRelease, EffectUnused};
 pub use fleet::{owns_partition, CatalogEntry, ServedSpec, WorkerInfo};
 pub use flow::{Acquired, Flow, FLOW_PARK};
 pub use query::{ListFilter, PageCursor, RunEvent};
@@ -360,7 +360,7 @@ impl ScriptStore {
                 .arg(f.rate.map(|r| r.to_string()).unwrap_or_default()),
             None => inv.arg("").arg("").arg(""),
         };
-        inv.arg(opts.priority);
+        inv.arg(opts.priority).arg(needs_field(opts.needs()));
         let r = self.invoke(&inv).await?;
         match r.tag().as_str() {
             "created" => Ok(CreateOutcome::Created),
@@ -408,7 +408,7 @@ impl ScriptStore {
             .arg(self.cfg.event_cap);
         inv.arg(served.as_arg()).arg(SCHEMA_VERSION).arg(self.cfg.max_crashes);
         inv.arg(ms(UNSERVED_BACKOFF)).arg(ms(UNSERVED_BACKOFF_CAP));
-        inv.arg(served.queues_arg());
+        inv.arg(served.queues_arg()).arg(served.features_arg());
         let sent_at = tokio::time::Instant::now();
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
@@ -487,6 +487,10 @@ impl ScriptStore {
             "index" => StoreError::Index {
                 thread,
                 steps: r.num(1) as u32,
+            },
+            "unused" => StoreError::UnusedIntent {
+                index: r.num(1) as u32,
+                fence: r.num(2),
             },
             other => StoreError::Reply(format!("unexpected reply {other:?}")),
         }

@@ -72,7 +72,7 @@ impl std::fmt::Display for PageCursor {
 }
 
 /// Every field of the run hash except the journal (`j:<i>`).
-const HEADER_FIELDS: [&str; 42] = [
+const HEADER_FIELDS: [&str; 43] = [
     "wf",
     "wfv",
     "schema",
@@ -109,6 +109,7 @@ const HEADER_FIELDS: [&str; 42] = [
     "fcl",
     "fcr",
     "prio",
+    "needs",
     "crashes",
     "crashed_by",
     "wait_kind",

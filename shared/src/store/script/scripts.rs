@@ -64,6 +64,7 @@ scripts!(
     effect_intent,
     effect_done,
     effect_release,
+    effect_unused,
     effect_orphan,
     effect_reopen,
     effect_forget,

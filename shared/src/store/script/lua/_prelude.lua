@@ -38,3 +38,20 @@ local function consume_signal(sig, field)
     if tonumber(redis.call('HGET', sig, '#n') or '0') > 0 then redis.call('HINCRBY', sig, '#n', -1) end
   end
 end
+
+-- Makes a run blocked on an in-doubt effect runnable again (its record was settled): pending,
+-- due after `redeliver_ms`, out of the blocked index, with an `effect_resolved` event.
+-- KEYS of the caller: run hash, partition due zset, run event list, partition blocked index.
+-- Returns the new ring version and the run's trace context (for the task it publishes).
+local function unblock_run(run, due_set, ev, blocked, thread, ver, redeliver_ms, cap, detail)
+  local t = now_ms()
+  local due = t + tonumber(redeliver_ms)
+  redis.call('HSET', run, 'status', 'pending', 'ver', tonumber(ver) + 1, 'updated', t, 'due', due)
+  redis.call('HDEL', run, 'reason', 'blocked_fx', 'blocked_fx_owner', 'finished')
+  redis.call('ZADD', due_set, due, thread)
+  redis.call('ZREM', blocked, thread)
+  event(ev, cap, 'effect_resolved', detail, t)
+  -- A new due regime: a task published before it (rv seen then) must not mark this run queued.
+  local rv = redis.call('HINCRBY', run, 'rv', 1)
+  return tostring(rv), redis.call('HGET', run, 'trace') or ''
+end

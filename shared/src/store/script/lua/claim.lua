@@ -6,7 +6,9 @@
 --       5 task step ('' = unknown), 6 event cap,
 --       7 served spec: '\31name\30min\30max\31…' ('' = serve anything), 8 checkpoint schema,
 --       9 max crashes, 10 unserved back-off base ms, 11 unserved back-off cap ms,
---       12 task queues served: '\31q1\31q2\31' ('' = any)
+--       12 task queues served: '\31q1\31q2\31' ('' = any),
+--       13 the run features this worker knows: '\31f1\31f2\31' (with a served spec: a run whose
+--          `needs` names another is given back as unserved)
 -- Returns: {'ok', server_now_ms, {run hash fields...}, {signal fields...}, takeover 0|1, crashes}
 --        | {'missing'} | {'terminal', status} | {'waiting'} (no answer yet, and no wait deadline
 --          passed: a wait with a timeout is claimable once its due time passes)
@@ -22,7 +24,7 @@
 -- rings 0, crash accounting.
 local h = redis.call('HMGET', KEYS[1], 'status', 'steps', 'owner', 'lease', 'fence', 'due', 'ver',
   'attempt', 'wf', 'wfv', 'schema', 'rv', 'cstep', 'crashes', 'crashed_by', 'cur', 'unserved_n',
-  'unserved_at', 'rings', 'wait_fx', 'waiting_for', 'q')
+  'unserved_at', 'rings', 'wait_fx', 'waiting_for', 'q', 'needs')
 local status = h[1]
 if not status then return { 'missing' } end
 if terminal[status] then return { 'terminal', status } end
@@ -51,6 +53,13 @@ if ARGV[7] ~= '' then
     reason = 'waiting for a worker that serves ' .. wf .. ' v' .. tostring(wfv)
   elseif (h[11] or '') ~= ARGV[8] then
     reason = 'waiting for a worker that reads checkpoint schema v' .. (h[11] or '?')
+  else
+    for f in string.gmatch(h[23] or '', '[^\31]+') do
+      if not string.find(ARGV[13], '\31' .. f .. '\31', 1, true) then
+        reason = 'waiting for a worker that knows the run feature ' .. f .. ' (a newer build)'
+        break
+      end
+    end
   end
   if reason then
     local n = tonumber(h[17] or '0')

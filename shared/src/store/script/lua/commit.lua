@@ -5,7 +5,8 @@
 --       7 lease_ms, 8 grace_ms, 9 event cap, 10 event type, 11 event detail,
 --       12 signal field consumed by this entry ('' = none),
 --       13 journal index of the effect the entry settles ('' = none; an effect entry clears its
---          begin record x:<index> and the effect's name n:<index>),
+--          begin record x:<index>, the effect's name n:<index> and any unused-intent mark
+--          u:<index>),
 --       14 '1' when the entry took more than one attempt: its retry count t:<index> is dropped
 -- Returns: {'ok', new_version} | {'missing'} | {'fenced', status, owner, fence}
 --        | {'conflict', version} | {'index', steps}
@@ -21,7 +22,7 @@ redis.call('HSET', KEYS[1], 'j:' .. ARGV[5], ARGV[6], 'steps', steps + 1, 'ver',
   'lease', lease, 'due', due, 'updated', t)
 redis.call('ZADD', KEYS[2], due, ARGV[1])
 if ARGV[12] ~= '' then consume_signal(KEYS[4], ARGV[12]) end
-if ARGV[13] ~= '' then redis.call('HDEL', KEYS[1], 'x:' .. ARGV[13], 'n:' .. ARGV[13]) end
+if ARGV[13] ~= '' then redis.call('HDEL', KEYS[1], 'x:' .. ARGV[13], 'n:' .. ARGV[13], 'u:' .. ARGV[13]) end
 if ARGV[14] == '1' then redis.call('HDEL', KEYS[1], 't:' .. ARGV[5]) end
 event(KEYS[3], ARGV[9], ARGV[10], ARGV[11], t)
 return { 'ok', ver }

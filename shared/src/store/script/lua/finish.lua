@@ -10,9 +10,18 @@
 --          ('' = none), 18 wait kind, 19 wait name, 20 wait payload: the wait is kept, so the
 --          run takes a new answer (see signal.lua)
 -- Returns: {'ok', new_version} | {'missing'} | {'fenced', ...} | {'conflict', v} | {'index', steps}
+--        | {'unused', index, fence} (the in-doubt record of ARGV 16 is this run's own unused
+--          intent: not blocked)
 -- Completed and failed runs expire after the retention; blocked runs wait for an operator.
 local bad = check_lease(KEYS[1], ARGV[2], ARGV[3], ARGV[4])
 if bad then return bad end
+-- A block on an in-doubt intent of this run's own earlier attempt: if that attempt recorded
+-- that it never called the effect (u:<index> = its fence, see effect_unused.lua), the intent
+-- is not in doubt and nothing is written: the caller takes it over.
+if ARGV[7] == 'blocked' and ARGV[16] ~= '' then
+  local th, ix, fe = string.match(ARGV[16], '^(.*)\31(%d+)\31(%d+)$')
+  if th == ARGV[1] and redis.call('HGET', KEYS[1], 'u:' .. ix) == fe then return { 'unused', ix, fe } end
+end
 local t = now_ms()
 if ARGV[5] ~= '' then
   local steps = tonumber(redis.call('HGET', KEYS[1], 'steps'))

@@ -1,8 +1,8 @@
 -- restart: an operator re-runs a failed, blocked or cancelled run in place from journal entry
 -- N: entries 0..N-1 are kept (replayed: their steps and effects are not run again), entries
 -- N.. are dropped with the bookkeeping of their calls (retry counts t:, begin records x:,
--- effect names n:), the end state is cleared, and the run is pending again with its keys'
--- expiry removed. Effects after N run again under the code's keys: a key settled before is
+-- effect names n:, unused-intent marks u:), the end state is cleared, and the run is pending
+-- again with its keys' expiry removed. Effects after N run again under the code's keys: a key settled before is
 -- not performed again (its recorded result is returned), a new key is.
 -- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 run signals hash,
 --       5 partition blocked index, 6 partition waiting index
@@ -19,7 +19,7 @@ local n, steps = tonumber(ARGV[2]), tonumber(h[4])
 if n > steps then return { 'range', h[4] } end
 for i = n, steps - 1 do redis.call('HDEL', KEYS[1], 'j:' .. i) end
 for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-  local kind, idx = string.match(f, '^([xnt]):(%d+)$')
+  local kind, idx = string.match(f, '^([xntu]):(%d+)$')
   if kind and tonumber(idx) >= n then redis.call('HDEL', KEYS[1], f) end
 end
 local t = now_ms()
