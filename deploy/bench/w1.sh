@@ -4,18 +4,21 @@
 #   deploy/bench/w1.sh                      # 500 x 10, 2 workers
 #   RUNS=200 STEPS=1000 WORKERS=1 deploy/bench/w1.sh
 #   PAYLOAD=10000 deploy/bench/w1.sh        # bytes of padding per step result
+#   FLOW_KEYS=50 FLOW_LIMIT=4 deploy/bench/w1.sh   # under flow control: 50 keys, 4 runs each at once
 #   SAVEPOINT_REDIS_URL=redis+cluster://127.0.0.1:7000 REDIS_CLI="redis-cli -c -p 7000" \
 #     FLOOR=0 deploy/bench/w1.sh            # on a Redis Cluster (the I/O floor is single-node)
 # Prints loadgen's figures, the floor and the ratio. Uses a fresh namespace, cleans up.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUNS=${RUNS:-500}; STEPS=${STEPS:-10}; WORKERS=${WORKERS:-2}; PAYLOAD=${PAYLOAD:-0}
-PORT=${PORT:-7170}; FLOOR=${FLOOR:-1}
+PORT=${PORT:-7170}; FLOOR=${FLOOR:-1}; FLOW_KEYS=${FLOW_KEYS:-0}; FLOW_LIMIT=${FLOW_LIMIT:-4}
 # How this script itself reaches Redis (readiness, clean-up); on a cluster `redis-cli -c -p N`,
 # whose clean-up then covers that node's keys only (throwaway clusters are stopped whole).
 read -r -a RCLI <<<"${REDIS_CLI:-redis-cli}"
 DEL_BATCH=500; [ -n "${REDIS_CLI:-}" ] && DEL_BATCH=1 # keys of several slots never share a DEL
-# BIN=dir runs prebuilt binaries (e.g. a copy of an older build, for before/after figures).
+# BIN=dir runs prebuilt binaries (e.g. a copy of an older build, for before/after figures);
+# LOADGEN=path runs the load from another build's `savepoint` (one whose loadgen has the
+# options an older server's does not need to know).
 BIN=${BIN:-}
 if [ -z "$BIN" ]; then
   cargo build --release --quiet --bin savepoint --bin savepoint-worker --bin savepoint-scheduler \
@@ -41,11 +44,12 @@ for _ in $(seq 1 100); do
   curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && { "${RCLI[@]}" hgetall "$NS:workers" | grep -q '"chain"'; } && break
   sleep 0.2
 done
-echo "== savepoint: $RUNS runs x $STEPS steps of chain, $WORKERS workers, payload $PAYLOAD B (namespace $NS)"
+echo "== savepoint: $RUNS runs x $STEPS steps of chain, $WORKERS workers, payload $PAYLOAD B, flow keys $FLOW_KEYS (namespace $NS)"
+FLOW_ARGS=(); [ "$FLOW_KEYS" -gt 0 ] && FLOW_ARGS=(--flow-keys "$FLOW_KEYS" --flow-limit "$FLOW_LIMIT")
 cpu_jiffies() { awk '/^cpu /{ idle=$5+$6; t=0; for(i=2;i<=NF;i++) t+=$i; print t-idle, t }' /proc/stat; }
 read -r BUSY0 TOTAL0 < <(cpu_jiffies)
-"$BIN"/savepoint --api "http://127.0.0.1:$PORT" loadgen --workflow chain --runs "$RUNS" --steps "$STEPS" \
-  --payload-bytes "$PAYLOAD" --json > /tmp/w1-savepoint.json
+"${LOADGEN:-$BIN/savepoint}" --api "http://127.0.0.1:$PORT" loadgen --workflow chain --runs "$RUNS" --steps "$STEPS" \
+  --payload-bytes "$PAYLOAD" "${FLOW_ARGS[@]}" --json > /tmp/w1-savepoint.json
 read -r BUSY1 TOTAL1 < <(cpu_jiffies)
 # The machine's CPU use while the load ran (every process on it), in % of all its cores.
 awk -v b=$((BUSY1 - BUSY0)) -v t=$((TOTAL1 - TOTAL0)) 'BEGIN { printf "%.0f\n", 100 * b / (t ? t : 1) }' >/tmp/w1-cpu.txt

@@ -20,6 +20,8 @@ fn args(workflow: &str, runs: usize, steps: u32) -> LoadgenArgs {
         webhook_url: None,
         timeout: 60,
         sample: 50,
+        flow_keys: 0,
+        flow_limit: 4,
     }
 }
 
@@ -50,4 +52,14 @@ async fn loadgen_reports_chain_and_webhook_runs() {
         "{}",
         r.render()
     );
+    // Under flow control: 3 keys, one run of each at a time (the API refuses a malformed
+    // `flow` with 422, which would fail the load).
+    let flow = LoadgenArgs {
+        flow_keys: 3,
+        flow_limit: 1,
+        ..args("chain", 30, 3)
+    };
+    let r = run(w.cfg.clone(), &w.sched.base_url, flow).await.unwrap();
+    assert_eq!((r.runs, r.lost, r.steps), (30, 0, 90), "{r:?}");
+    assert_eq!(r.by_status.get("completed"), Some(&30));
 }

@@ -57,6 +57,13 @@ pub struct LoadgenArgs {
     /// Seconds to wait for all runs to end.
     #[arg(long, default_value_t = 300)]
     pub timeout: u64,
+    /// Put the runs under flow control, spread over this many keys (`lg0`, `lg1`, …; run i
+    /// takes key i mod N); 0: no flow control.
+    #[arg(long, default_value_t = 0)]
+    pub flow_keys: usize,
+    /// Runs of one flow key running at once (with `--flow-keys`).
+    #[arg(long, default_value_t = 4)]
+    pub flow_limit: u32,
     /// Runs sampled for per-step latency and Redis bytes.
     #[arg(long, default_value_t = 200)]
     pub sample: usize,
@@ -116,7 +123,11 @@ pub async fn run_with_token(cfg: Config, api: &str, token: Option<&str>, args: L
         }
         let permit = permits.clone().acquire_owned().await?;
         let thread = ThreadId::new(format!("{prefix}-{i}"))?;
-        let body = json!({"workflow": args.workflow, "input": input(&args, i, &hook)?, "thread_id": thread.as_str()});
+        let mut body =
+            json!({"workflow": args.workflow, "input": input(&args, i, &hook)?, "thread_id": thread.as_str()});
+        if args.flow_keys > 0 {
+            body["flow"] = json!({"key": format!("lg{}", i % args.flow_keys), "limit": args.flow_limit});
+        }
         let (http, url, tracker) = (http.clone(), format!("{api}/v1/runs"), tracker.clone());
         submits.spawn(async move {
             let resp = http.post(&url).json(&body).send().await?;

@@ -44,7 +44,13 @@
 //!    them), and no value or key name in the namespace holds an input's plaintext marker;
 //! 9. schedules (two, fired by two racing scheduler replicas, paused at the heal): every
 //!    run a schedule started is one it counted and its last run is the latest, `skip` never
-//!    had two runs open at once, `allow_all` missed no firing time, nothing is left pending.
+//!    had two runs open at once, `allow_all` missed no firing time, nothing is left pending;
+//! 10. the operator (after the heal, as the runbook says): a run blocked on an effect in
+//!     doubt, resolved with what the provider says ("not applied", or "applied" with its
+//!     record), goes on and ends (invariant 1 sees the effect applied once, and its function
+//!     called again only after a "not applied"); a completed order forked from its first
+//!     effect, naming nothing to run again, completes, replays, and performs none of the
+//!     effects applied when it was made.
 
 mod workload;
 
@@ -67,7 +73,7 @@ use savepoint::config::Config;
 use savepoint::embedded::{self, Fault, Faults, MemEngine, Op};
 use savepoint::failpoints::Failpoints;
 use savepoint::ids::ThreadId;
-use savepoint::journal::Entry;
+use savepoint::journal::{Entry, EntryKind};
 use savepoint::metrics::Readiness;
 use savepoint::security::Redacted;
 use savepoint::store::{ParentCancel, RunHeader, RunStatus, ScriptStore};
@@ -106,6 +112,10 @@ pub struct SimArgs {
     /// no idempotency key), so crashes must show up as double charges.
     #[arg(long, hide = true)]
     pub unguarded: bool,
+    /// Report, after the seeds, which lines of each Lua script of the store they reached
+    /// (and which lines holding code they never did).
+    #[arg(long)]
+    pub lua_coverage: bool,
 }
 
 impl SimArgs {
@@ -120,6 +130,7 @@ impl SimArgs {
             jobs: Some(1),
             verbose: false,
             unguarded: false,
+            lua_coverage: false,
         }
     }
 }
@@ -822,6 +833,12 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         }
     }
 
+    let operated = if violations.is_empty() {
+        operate(&w, &runs, &kinds, &provider, &mut violations).await
+    } else {
+        Operated::default()
+    };
+
     // Final checks.
     let registry = workload::registry(Arc::clone(&provider), args.unguarded);
     let cap = w.cfg.event_cap as usize;
@@ -918,8 +935,9 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
             ),
         );
     }
-    feature_checks(&w, &runs, &kinds, &cancelled_at, &mut violations).await;
+    feature_checks(&w, &runs, &kinds, &cancelled_at, &operated, &mut violations).await;
     schedule_checks(&w, &mut violations).await;
+    operator_checks(&w, &operated, &registry, &provider, &mut violations).await;
     for (key, fences) in provider.applications() {
         trace.count("effects.applied");
         if fences.len() > 1 {
@@ -959,6 +977,9 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
 /// Runs the seeds of `args`, printing failures (and every trace with `--verbose`); returns
 /// the failing reports.
 pub fn run(args: &SimArgs) -> Vec<SeedReport> {
+    if args.lua_coverage {
+        savepoint::embedded::coverage::enable();
+    }
     let first = args.seed.unwrap_or(1);
     let jobs = args
         .jobs
@@ -1022,7 +1043,219 @@ pub fn run(args: &SimArgs) -> Vec<SeedReport> {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     println!("sim: {}", summary.join(" "));
+    if args.lua_coverage {
+        print_lua_coverage();
+    }
     failed
+}
+
+/// The `--lua-coverage` table: per script, lines of code reached, and the ones never reached.
+fn print_lua_coverage() {
+    let report = match savepoint::embedded::coverage::report() {
+        Ok(r) => r,
+        Err(e) => return println!("lua coverage: {e}"),
+    };
+    let (mut lines, mut hit) = (0, 0);
+    println!("lua coverage (lines of code reached / lines of code; never reached):");
+    for s in &report {
+        lines += s.lines.len();
+        hit += s.hit.len();
+        let pct = 100.0 * s.hit.len() as f64 / s.lines.len().max(1) as f64;
+        let missed = ranges(&s.missed());
+        println!(
+            "  {:<16} {:>4}/{:<4} {pct:>5.1}%  {}",
+            s.name,
+            s.hit.len(),
+            s.lines.len(),
+            if missed.is_empty() { "-".to_owned() } else { missed }
+        );
+    }
+    println!(
+        "  {:<16} {hit:>4}/{lines:<4} {:>5.1}%",
+        "all",
+        100.0 * hit as f64 / lines.max(1) as f64
+    );
+}
+
+/// `1-3,7,9-10` for [1, 2, 3, 7, 9, 10].
+fn ranges(lines: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let mut j = i;
+        while j + 1 < lines.len() && lines[j + 1] == lines[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            lines[i].to_string()
+        } else {
+            format!("{}-{}", lines[i], lines[j])
+        });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+/// What the operator did after the heal, for the checks.
+#[derive(Default)]
+struct Operated {
+    /// Runs blocked in doubt on an effect, resolved with what the provider says: (run, key,
+    /// applied).
+    resolved: Vec<(ThreadId, String, bool)>,
+    /// Each fork: the source, the fork, and every effect applied when it was made.
+    forks: Vec<(ThreadId, ThreadId, BTreeMap<String, Vec<u64>>)>,
+}
+
+/// The operator after the heal, as the runbook says: each run blocked on an effect in doubt
+/// is resolved with what the provider says, "not applied" (the run performs it) or "applied"
+/// with the provider's record (the run journals it without calling), and the first completed
+/// order is forked from its first effect, naming nothing to run
+/// again. Then waits (up to 120 s) until those runs ended.
+async fn operate(
+    w: &World,
+    runs: &[(ThreadId, Value, u64)],
+    kinds: &[Kind],
+    provider: &workload::Provider,
+    bad: &mut Vec<String>,
+) -> Operated {
+    let mut op = Operated::default();
+    let applied = provider.applications();
+    let fork_from = first_completed_order(w, runs, kinds).await;
+    if let Some((source, n)) = fork_from {
+        let fork = ThreadId::new(format!("{source}-fork")).unwrap_or_else(|_| ThreadId::generate("fork"));
+        let body = json!({"from_step": n, "thread_id": fork.as_str()});
+        match w
+            .api(Method::POST, &format!("/v1/runs/{source}/fork"), Some(body))
+            .await
+        {
+            (201, _) => op.forks.push((source, fork, applied)),
+            (code, body) => bad.push(format!("operator: fork of {source} answered {code}: {body}")),
+        }
+    }
+    // A run may hold more than one effect in doubt (a group's): a round per block.
+    for _round in 0..4 {
+        let before = op.resolved.len();
+        for (t, _, _) in runs {
+            let Some((h, _)) = w.read(t).await else { continue };
+            let Some(k) = h.blocked_effect.as_deref() else { continue };
+            let path = format!("/v1/runs/{t}/effects/{k}/resolve");
+            let (done, body) = match provider.find(k) {
+                Some(result) => (true, json!({"applied": true, "result": result})),
+                None => (false, json!({"applied": false})),
+            };
+            match w.api(Method::POST, &path, Some(body)).await {
+                (202, _) => op.resolved.push((t.clone(), k.to_owned(), done)),
+                (code, body) => bad.push(format!("operator: resolve {t} {k} answered {code}: {body}")),
+            }
+        }
+        let watched: Vec<ThreadId> = (op.resolved[before..].iter().map(|(t, _, _)| t.clone()))
+            .chain(op.forks.iter().map(|(_, f, _)| f.clone()))
+            .collect();
+        wait_ended(w, &watched).await;
+        if op.resolved.len() == before {
+            break;
+        }
+    }
+    w.trace.line(
+        w.now(),
+        format!("operator: resolved {}, forked {}", op.resolved.len(), op.forks.len()),
+    );
+    op
+}
+
+/// The first completed order and the index of its first effect (where a fork starts).
+async fn first_completed_order(
+    w: &World,
+    runs: &[(ThreadId, Value, u64)],
+    kinds: &[Kind],
+) -> Option<(ThreadId, usize)> {
+    for (i, (t, _, _)) in runs.iter().enumerate() {
+        if kinds[i] != Kind::Order {
+            continue;
+        }
+        let Some((h, journal)) = w.read(t).await else { continue };
+        if h.status == RunStatus::Completed {
+            if let Some(n) = journal.iter().position(|e| e.kind == EntryKind::Effect) {
+                return Some((t.clone(), n));
+            }
+        }
+    }
+    None
+}
+
+/// Waits (up to 120 s) until each of `runs` ended or blocked.
+async fn wait_ended(w: &World, runs: &[ThreadId]) {
+    for _ in 0..1200 {
+        let mut open = 0;
+        for t in runs {
+            let ended = w
+                .read(t)
+                .await
+                .is_some_and(|(h, _)| h.status.is_final() || h.status == RunStatus::Blocked);
+            open += usize::from(!ended);
+        }
+        if open == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Invariants of the operator's actions: a resolved run went on and ended; a fork ended
+/// completed, replays to its output, and performed again none of the effects applied when it
+/// was made (it named none; a key of its own, new, is performed once like any other).
+async fn operator_checks(
+    w: &World,
+    op: &Operated,
+    registry: &savepoint::workflow::Registry,
+    provider: &workload::Provider,
+    bad: &mut Vec<String>,
+) {
+    for (t, key, applied) in &op.resolved {
+        w.trace.count(if *applied {
+            "operator.resolved.applied"
+        } else {
+            "operator.resolved.not_applied"
+        });
+        match w.read(t).await {
+            Some((h, _)) if h.status.is_final() || h.blocked_effect.as_deref() != Some(key.as_str()) => {}
+            Some((h, _)) => bad.push(format!(
+                "run {t} resolved on {key} is {} on it again: {:?}",
+                h.status.as_str(),
+                h.reason
+            )),
+            None => bad.push(format!("resolved run {t} was lost")),
+        }
+    }
+    let now = provider.applications();
+    for (source, fork, before) in &op.forks {
+        w.trace.count("operator.forked");
+        match w.read(fork).await {
+            Some((h, _)) if h.status == RunStatus::Completed => {
+                match savepoint_worker::replay::replay(&w.store, registry, fork).await {
+                    Ok(savepoint_worker::replay::ReplayReport::Finished(Ok(out)))
+                        if Some(&out) == h.output.as_ref() => {}
+                    other => bad.push(format!("fork {fork}: replay did not reproduce it: {other:?}")),
+                }
+            }
+            Some((h, _)) => bad.push(format!(
+                "fork {fork} of {source} ended {}: {:?}",
+                h.status.as_str(),
+                h.reason
+            )),
+            None => bad.push(format!("fork {fork} of {source} was lost")),
+        }
+        for (key, fences) in &now {
+            let was = before.get(key).map_or(0, Vec::len);
+            if was > 0 && fences.len() > was {
+                bad.push(format!(
+                    "fork {fork} of {source} performed {key} again though the operator named nothing ({} → {})",
+                    was,
+                    fences.len()
+                ));
+            }
+        }
+    }
 }
 
 /// Every value and key name of the namespace (an embedded instance has no `TYPE`: each key
@@ -1164,12 +1397,17 @@ async fn feature_checks(
     runs: &[(ThreadId, Value, u64)],
     kinds: &[Kind],
     cancelled_at: &[Option<u64>],
+    operated: &Operated,
     bad: &mut Vec<String>,
 ) {
     let provider = &w.provider;
-    // 1. A block effect's function is called at most once.
+    // 1. A block effect's function is called at most once, and once more after the operator
+    // resolved it "not applied" (a call cut off before it reached the provider).
     for (key, n) in provider.calls() {
-        if n > 1 && workload::BLOCK_KEYS.iter().any(|p| key.starts_with(p)) {
+        let resolved = (operated.resolved.iter())
+            .filter(|(_, k, applied)| *k == key && !applied)
+            .count() as u32;
+        if n > 1 + resolved && workload::BLOCK_KEYS.iter().any(|p| key.starts_with(p)) {
             bad.push(format!("block effect {key} was called {n} times"));
         }
     }

@@ -143,7 +143,7 @@ impl Provider {
     }
 
     /// The record of `key`, if it was applied (for the reconcile policy).
-    fn find(&self, key: &str) -> Option<Value> {
+    pub(crate) fn find(&self, key: &str) -> Option<Value> {
         let s = self.state.lock().ok()?;
         s.applied
             .get(key)

@@ -194,6 +194,7 @@ impl LuaHost {
     /// A fresh Lua state with an empty keyspace.
     pub(crate) fn new() -> mlua::Result<Self> {
         let lua = Lua::new();
+        super::coverage::hook(&lua)?;
         lua.set_app_data(Keyspace::default());
         lua.set_app_data(Now { ms: 0, us: 0 });
 

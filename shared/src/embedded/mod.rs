@@ -13,6 +13,7 @@
 //! a paused runtime, which is what the test kit and the simulator use). Faults can be injected
 //! at every operation with [`Faults`].
 
+pub mod coverage;
 pub(crate) mod keyspace;
 mod lua;
 mod queue;

@@ -23,6 +23,7 @@ pub use model::{
     needs_field, ChildLink, ClaimOutcome, Claimed, CreateOptions, EffectClaim, Finish, Holder, Lease, ParentCancel,
     ParentLink, RunHeader, RunStatus, Wait, FEATURES,
 };
+pub(crate) use script::scripts::{prelude_lines, sources as script_sources};
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]

@@ -10,7 +10,7 @@ mod query;
 pub(crate) mod reply;
 mod scan;
 mod schedules;
-mod scripts;
+pub(crate) mod scripts;
 mod seal;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};

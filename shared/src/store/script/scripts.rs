@@ -5,6 +5,20 @@ pub(crate) use crate::store::engine::ScriptDef;
 
 const PRELUDE: &str = include_str!("lua/_prelude.lua");
 
+/// Lines of the prelude every script starts with (its body starts on the second line after).
+pub(crate) fn prelude_lines() -> u32 {
+    PRELUDE.matches('\n').count() as u32
+}
+
+/// Every script as the engines run it (prelude included), by name.
+pub(crate) fn sources() -> Vec<(&'static str, String)> {
+    Scripts::new()
+        .all()
+        .into_iter()
+        .map(|s| (s.name, s.body.clone()))
+        .collect()
+}
+
 fn load(name: &'static str, body: &str) -> ScriptDef {
     ScriptDef::new(name, format!("{PRELUDE}\n{body}"))
 }
@@ -23,8 +37,7 @@ macro_rules! scripts {
                 }
             }
 
-            /// Every script (the embedded engine's lint of the commands they use).
-            #[allow(dead_code)]
+            /// Every script (the embedded engine's lint of the commands they use, coverage).
             pub(crate) fn all(&self) -> Vec<&ScriptDef> {
                 vec![$(&self.$name,)*]
             }
