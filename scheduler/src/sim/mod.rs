@@ -834,7 +834,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
     }
 
     let operated = if violations.is_empty() {
-        operate(&w, &runs, &kinds, &provider, &mut violations).await
+        operate(&mut w, &runs, &kinds, &provider, &mut violations).await
     } else {
         Operated::default()
     };
@@ -1112,12 +1112,16 @@ struct Operated {
 /// order is forked from its first effect, naming nothing to run
 /// again. Then waits (up to 120 s) until those runs ended.
 async fn operate(
-    w: &World,
+    w: &mut World,
     runs: &[(ThreadId, Value, u64)],
     kinds: &[Kind],
     provider: &workload::Provider,
     bad: &mut Vec<String>,
 ) -> Operated {
+    // Workers crashed late in the heal (the rotation restarts them all) may still be down
+    // when every run has ended: the operator's runs need them.
+    w.restart_due_workers(true);
+    let w = &*w;
     let mut op = Operated::default();
     let applied = provider.applications();
     let fork_from = first_completed_order(w, runs, kinds).await;
