@@ -278,9 +278,12 @@ async fn catch_up_after_downtime_fires_once_or_each_missed_time_up_to_the_limit(
             .unwrap();
     }
     for (id, want) in [("late1", 1u64), ("lateall", 3)] {
+        // Moved on, and the runs its move decided created (a pass moves the schedule first,
+        // recording them as pending, then creates them).
         let s = wait_until(LONG, "the schedule caught up", || async move {
             let (_, s) = w.get(&format!("/v1/schedules/{id}")).await;
-            (s["next_at"].as_u64() > Some(now)).then_some(s)
+            let created = w.store.schedule_get(id).await.ok()??.pending.is_empty();
+            (s["next_at"].as_u64() > Some(now) && created).then_some(s)
         })
         .await;
         let runs = spans(w, id).await;
@@ -341,8 +344,10 @@ async fn a_schedule_waits_while_no_live_worker_serves_its_workflow() {
     .await;
     assert_eq!(s["skipped"], 0, "{s}");
     let runs = wait_until(LONG, "every run the schedule started completed", || async move {
+        // (Every run a move decided created: none pending.)
+        let created = w.store.schedule_get("gap").await.ok()??.pending.is_empty();
         let runs = spans(w, "gap").await;
-        runs.iter().all(|r| r.1["status"] == "completed").then_some(runs)
+        (created && runs.iter().all(|r| r.1["status"] == "completed")).then_some(runs)
     })
     .await;
     let times: Vec<u64> = runs.iter().map(|r| r.0).collect();
