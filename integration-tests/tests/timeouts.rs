@@ -151,6 +151,26 @@ async fn a_step_in_flight_is_cut_off_when_the_run_deadline_passes() {
     cleanup(&w.cfg).await;
 }
 
+/// The worker stalls right after its claim (a GC pause, a slow reply) until the run's
+/// deadline has passed, yet well within its lease. It must not take the claim's server time
+/// as still current: the run fails as timed out, and none of its steps is run. (The run's
+/// clock used to start when the slice began, so the stall went unseen and every step ran
+/// after the deadline.)
+#[tokio::test]
+async fn a_worker_stalled_after_its_claim_starts_nothing_past_the_run_deadline() {
+    let w = World::new("tostall", |c| c.lease_ms = 6000).await;
+    let wk = w.worker(WORKER, "w1", "worker.after_claim=pause(2500)@1");
+    w.wait_registered("chain").await;
+    let t = start_with_timeout(&w, "chain", json!({"steps": 3}), 1).await;
+    let run = w.wait_status(&t, &["failed", "completed"], LONG).await;
+    assert_timed_out(&run, Duration::from_millis(2500));
+    assert_eq!(entries(&run), 0, "a step ran after the deadline: {run}");
+    let mut wk = wk;
+    wk.signal("TERM");
+    wk.wait_exit(Duration::from_secs(30)).await;
+    cleanup(&w.cfg).await;
+}
+
 /// Attempt 1 of step "slow" hangs; its attempt timeout (300 ms) cuts it and attempt 2 returns.
 /// An effect whose attempt hangs is in doubt once cut off (it may have reached the provider):
 /// under `block` the run is blocked on its key after that one call; only a `retry_safe`

@@ -112,9 +112,70 @@ impl LeaseClock {
     }
 }
 
+/// The server's clock as a worker knows it between two readings: the one a request's reply
+/// carried, bracketed by when that request was sent and when its reply came. The server read
+/// its clock in between, so the clock now lies within [`ServerClock::earliest`] and
+/// [`ServerClock::latest`], however late the reply came or whatever the worker did since.
+/// A run's deadline is checked against both: no call starts once the latest reading may have
+/// passed it, and no run is failed for it before the earliest reading has.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerClock {
+    read_ms: u64,
+    sent: Instant,
+    received: Instant,
+}
+
+impl ServerClock {
+    /// The server read `read_ms` while answering a request sent at `sent`, whose reply came
+    /// at `received`.
+    pub fn new(read_ms: u64, sent: Instant, received: Instant) -> Self {
+        Self {
+            read_ms,
+            sent,
+            received,
+        }
+    }
+
+    /// A reading taken here and now (a replay, which runs nothing live).
+    pub fn fixed(read_ms: u64) -> Self {
+        let now = Instant::now();
+        Self::new(read_ms, now, now)
+    }
+
+    /// The latest the server's clock can read now (ms): never behind it. The reading is
+    /// rounded down to the millisecond, so one is added, and the time since `sent` rounded up.
+    pub fn latest(&self) -> u64 {
+        let since = self.sent.elapsed();
+        let ms = since.as_millis() as u64 + u64::from(!since.subsec_nanos().is_multiple_of(1_000_000));
+        self.read_ms + 1 + ms
+    }
+
+    /// The earliest the server's clock can read now (ms): never ahead of it.
+    pub fn earliest(&self) -> u64 {
+        self.read_ms + self.received.elapsed().as_millis() as u64
+    }
+
+    /// The reading the request's reply carried (ms).
+    pub fn read_ms(&self) -> u64 {
+        self.read_ms
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_server_clock_is_bracketed_by_the_send_and_the_reply() {
+        let sent = Instant::now();
+        tokio::time::advance(Duration::from_millis(300)).await; // request in flight, then a slow reply
+        let c = ServerClock::new(10_000, sent, Instant::now());
+        assert_eq!((c.earliest(), c.latest()), (10_000, 10_301));
+        tokio::time::advance(Duration::from_micros(2_500)).await; // a stall after the reply
+        assert_eq!((c.earliest(), c.latest()), (10_002, 10_304));
+        let f = ServerClock::fixed(5);
+        assert_eq!((f.earliest(), f.latest()), (5, 6));
+    }
 
     #[test]
     fn a_bound_slot_bounds_the_deadline_until_it_is_extended() {

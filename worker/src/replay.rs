@@ -162,7 +162,7 @@ pub(crate) async fn replay_as(
         stubs: None,
         tasks: None,
         routing: None,
-        server_now: savepoint::journal::now_ms(),
+        server_clock: savepoint::lease::ServerClock::fixed(savepoint::journal::now_ms()),
     });
     let stopped = ctx.exit_signal();
     let result = {

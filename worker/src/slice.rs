@@ -224,7 +224,7 @@ async fn run_slice(shared: &Shared, c: Claimed) {
             }
         }
     }
-    if let Some(deadline) = c.header.deadline.filter(|d| c.server_now >= *d) {
+    if let Some(deadline) = c.header.deadline.filter(|d| c.server_clock().earliest() >= *d) {
         // Its deadline passed while it slept, waited, queued or lay with a dead worker: it
         // fails without replaying.
         if shared.failpoints.check("run.deadline.before_fail").await.is_err() {
@@ -333,7 +333,7 @@ async fn run_slice(shared: &Shared, c: Claimed) {
                 .clone()
                 .unwrap_or_else(|| shared.queues.home_name().to_owned()),
         }),
-        server_now: c.server_now,
+        server_clock: c.server_clock(),
     });
     let stopped = ctx.exit_signal();
     let result = {

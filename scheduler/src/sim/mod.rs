@@ -50,7 +50,16 @@
 //!     record), goes on and ends (invariant 1 sees the effect applied once, and its function
 //!     called again only after a "not applied"); a completed order forked from its first
 //!     effect, naming nothing to run again, completes, replays, and performs none of the
-//!     effects applied when it was made.
+//!     effects applied when it was made; the first failed order (timed out, or refused as
+//!     stale), restarted in place from its first effect (every other seed naming that effect
+//!     in `rerun_effects`), ends, replays if it completed, and performs again exactly the
+//!     effect named, once, and no other effect applied before;
+//! 11. timeouts (a third of the runs other than parents have a deadline, 1–6 s, or 13–16 s
+//!     for an order that sleeps past it): no function of a run is entered after its deadline
+//!     (the provider notes when each run enters one), a run fails as timed out never before
+//!     its deadline and only with one, and a deadline that passes once the fleet is quiet
+//!     (8 s after the heal) ends its run within a second (a blocked run waits for its
+//!     operator instead).
 
 mod workload;
 
@@ -605,9 +614,18 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
             };
             let t = ThreadId::new(format!("sim-run-{i}")).unwrap_or_else(|_| ThreadId::generate("sim"));
             let at = w.rng.random_range(0..args.chaos_ms / 2);
-            let body = match kind {
+            // Some runs have a deadline: short ones pass during the chaos (in a call, a
+            // sleep, a line or a takeover); a long sleep's passes after the heal.
+            let timed = kind != Kind::Parent && w.rng.random::<f64>() < 0.35;
+            let long_nap = timed && kind == Kind::Order && w.rng.random::<f64>() < 0.5;
+            let nap_ms = if long_nap {
+                w.rng.random_range(13_000..18_000u64)
+            } else {
+                w.rng.random_range(0..4000u64)
+            };
+            let mut body = match kind {
                 Kind::Order => json!({"workflow": "order", "thread_id": t.as_str(),
-                    "input": {"id": i, "nap_ms": w.rng.random_range(0..4000u64), "secret": secret}}),
+                    "input": {"id": i, "nap_ms": nap_ms, "secret": secret}}),
                 Kind::Approve => json!({"workflow": "approve", "thread_id": t.as_str(),
                     "input": {"id": i, "secret": secret}}),
                 Kind::Metered => {
@@ -621,6 +639,14 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
                 Kind::Batch => json!({"workflow": "batch", "thread_id": t.as_str(),
                     "input": {"id": i, "secret": secret}}),
             };
+            if timed {
+                let secs = if long_nap {
+                    w.rng.random_range(13..=16u64)
+                } else {
+                    w.rng.random_range(1..=6u64)
+                };
+                body["timeout_secs"] = json!(secs);
+            }
             let cancel = (kind == Kind::Parent && w.rng.random::<f64>() < 0.4)
                 .then(|| w.rng.random_range(at..args.chaos_ms + 2000));
             kinds.push(kind);
@@ -847,6 +873,10 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
             violations.push(format!("run {t} was lost (no record)"));
             continue;
         };
+        // A restart in place dropped the entries from where it restarted.
+        if let Some(r) = operated.restarts.iter().find(|r| r.thread == *t) {
+            seen[i].journal.truncate(r.from);
+        }
         check_growth(t, &mut seen[i], &h, &journal, &mut violations);
         trace.count(&format!("end.{}", h.status.as_str()));
         if h.status == RunStatus::Blocked {
@@ -936,11 +966,12 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         );
     }
     feature_checks(&w, &runs, &kinds, &cancelled_at, &operated, &mut violations).await;
+    deadline_checks(&w, &runs, heal_at, &operated, &mut violations).await;
     schedule_checks(&w, &mut violations).await;
     operator_checks(&w, &operated, &registry, &provider, &mut violations).await;
     for (key, fences) in provider.applications() {
         trace.count("effects.applied");
-        if fences.len() > 1 {
+        if fences.len() > 1 + operated.reruns_of(&key) {
             violations.push(format!(
                 "effect {key} applied {} times (fences {fences:?})",
                 fences.len()
@@ -1104,6 +1135,30 @@ struct Operated {
     resolved: Vec<(ThreadId, String, bool)>,
     /// Each fork: the source, the fork, and every effect applied when it was made.
     forks: Vec<(ThreadId, ThreadId, BTreeMap<String, Vec<u64>>)>,
+    /// Each restart in place.
+    restarts: Vec<Restarted>,
+}
+
+/// A run the operator restarted in place.
+struct Restarted {
+    thread: ThreadId,
+    /// The entry it restarted from.
+    from: usize,
+    /// The effect keys named to run again.
+    named: Vec<String>,
+    /// Every effect applied when it was made.
+    before: BTreeMap<String, Vec<u64>>,
+}
+
+impl Operated {
+    /// How many more times the operator asked for `key` to be performed (named in a
+    /// restart's `rerun_effects`).
+    fn reruns_of(&self, key: &str) -> usize {
+        self.restarts
+            .iter()
+            .filter(|r| r.named.iter().any(|k| k == key))
+            .count()
+    }
 }
 
 /// The operator after the heal, as the runbook says: each run blocked on an effect in doubt
@@ -1136,6 +1191,22 @@ async fn operate(
             (code, body) => bad.push(format!("operator: fork of {source} answered {code}: {body}")),
         }
     }
+    // The first failed order (its deadline passed, or the provider refused a stale token)
+    // is restarted in place from its first effect; every other seed names that effect to be
+    // performed again.
+    if let Some((t, n, key, index)) = first_failed_order(w, runs, kinds).await {
+        let named: Vec<String> = if index % 2 == 0 { vec![key] } else { Vec::new() };
+        let body = json!({"from_step": n, "rerun_effects": named});
+        match w.api(Method::POST, &format!("/v1/runs/{t}/restart"), Some(body)).await {
+            (202, _) => op.restarts.push(Restarted {
+                thread: t,
+                from: n,
+                named,
+                before: provider.applications(),
+            }),
+            (code, body) => bad.push(format!("operator: restart of {t} answered {code}: {body}")),
+        }
+    }
     // A run may hold more than one effect in doubt (a group's): a round per block.
     for _round in 0..4 {
         let before = op.resolved.len();
@@ -1154,6 +1225,7 @@ async fn operate(
         }
         let watched: Vec<ThreadId> = (op.resolved[before..].iter().map(|(t, _, _)| t.clone()))
             .chain(op.forks.iter().map(|(_, f, _)| f.clone()))
+            .chain(op.restarts.iter().map(|r| r.thread.clone()))
             .collect();
         wait_ended(w, &watched).await;
         if op.resolved.len() == before {
@@ -1162,7 +1234,12 @@ async fn operate(
     }
     w.trace.line(
         w.now(),
-        format!("operator: resolved {}, forked {}", op.resolved.len(), op.forks.len()),
+        format!(
+            "operator: resolved {}, forked {}, restarted {}",
+            op.resolved.len(),
+            op.forks.len(),
+            op.restarts.len()
+        ),
     );
     op
 }
@@ -1182,6 +1259,29 @@ async fn first_completed_order(
             if let Some(n) = journal.iter().position(|e| e.kind == EntryKind::Effect) {
                 return Some((t.clone(), n));
             }
+        }
+    }
+    None
+}
+
+/// The first order that failed with its first effect journaled: the run, the entry of that
+/// effect, its key, and the order's index among the runs.
+async fn first_failed_order(
+    w: &World,
+    runs: &[(ThreadId, Value, u64)],
+    kinds: &[Kind],
+) -> Option<(ThreadId, usize, String, usize)> {
+    for (i, (t, _, _)) in runs.iter().enumerate() {
+        if kinds[i] != Kind::Order {
+            continue;
+        }
+        let Some((h, journal)) = w.read(t).await else { continue };
+        if h.status != RunStatus::Failed {
+            continue;
+        }
+        let first = journal.iter().enumerate().find(|(_, e)| e.kind == EntryKind::Effect);
+        if let Some((n, key)) = first.and_then(|(n, e)| Some((n, e.key.clone()?))) {
+            return Some((t.clone(), n, key, i));
         }
     }
     None
@@ -1232,6 +1332,52 @@ async fn operator_checks(
         }
     }
     let now = provider.applications();
+    for Restarted {
+        thread: t,
+        named,
+        before,
+        ..
+    } in &op.restarts
+    {
+        w.trace.count(if named.is_empty() {
+            "operator.restarted"
+        } else {
+            "operator.restarted.rerun"
+        });
+        let completed = match w.read(t).await {
+            Some((h, _)) if h.status == RunStatus::Completed => {
+                match savepoint_worker::replay::replay(&w.store, registry, t).await {
+                    Ok(savepoint_worker::replay::ReplayReport::Finished(Ok(out)))
+                        if Some(&out) == h.output.as_ref() => {}
+                    other => bad.push(format!("restarted {t}: replay did not reproduce it: {other:?}")),
+                }
+                true
+            }
+            // An effect of the re-run may be cut off by a slow provider (in doubt), or its
+            // new call refused as stale: it ends, but need not complete.
+            Some((h, _)) if h.status.is_final() || h.status == RunStatus::Blocked => false,
+            Some((h, _)) => {
+                bad.push(format!("restarted {t} never ended: {}", h.status.as_str()));
+                false
+            }
+            None => {
+                bad.push(format!("restarted {t} was lost"));
+                false
+            }
+        };
+        // Performed again exactly what was named (once, when the run completed), and no
+        // other effect applied before the restart.
+        for (key, fences) in &now {
+            let was = before.get(key).map_or(0, Vec::len);
+            let again = fences.len().saturating_sub(was);
+            let asked = usize::from(named.contains(key));
+            if was > 0 && (again > asked || (completed && again < asked)) {
+                bad.push(format!(
+                    "restarted {t} performed {key} {again} more time(s); the operator named it {asked} time(s)"
+                ));
+            }
+        }
+    }
     for (source, fork, before) in &op.forks {
         w.trace.count("operator.forked");
         match w.read(fork).await {
@@ -1250,7 +1396,7 @@ async fn operator_checks(
             None => bad.push(format!("fork {fork} of {source} was lost")),
         }
         for (key, fences) in &now {
-            let was = before.get(key).map_or(0, Vec::len);
+            let was = before.get(key).map_or(0, Vec::len) + op.reruns_of(key);
             if was > 0 && fences.len() > was {
                 bad.push(format!(
                     "fork {fork} of {source} performed {key} again though the operator named nothing ({} → {})",
@@ -1411,6 +1557,7 @@ async fn feature_checks(
         let resolved = (operated.resolved.iter())
             .filter(|(_, k, applied)| *k == key && !applied)
             .count() as u32;
+        let resolved = resolved + operated.reruns_of(&key) as u32;
         if n > 1 + resolved && workload::BLOCK_KEYS.iter().any(|p| key.starts_with(p)) {
             bad.push(format!("block effect {key} was called {n} times"));
         }
@@ -1563,4 +1710,72 @@ async fn feature_checks(
         bad.push(format!("{n} plaintext value(s) of an input in (or as the name of) {k}"));
     }
     w.trace.count("sealed.values_dumped");
+}
+
+/// How long after the heal the fleet is quiet (stalls begun before it have ended, leases of
+/// crashed workers expired and their runs handed on): a deadline that passes later is met
+/// within [`DEADLINE_SLACK_MS`].
+const QUIET_AFTER_HEAL_MS: u64 = 8000;
+
+/// How late a run may end after its deadline on a quiet fleet: a sleeping or waiting run is
+/// due at its deadline, found within a scan interval and failed by the claim; a call in flight
+/// is dropped at once.
+const DEADLINE_SLACK_MS: u64 = 1000;
+
+/// Invariant 11, timeouts: no function of a run is entered at or after its deadline (as the
+/// provider saw it); a run fails as timed out only with a deadline and never before it; on a
+/// quiet fleet a run ends within the slack of its deadline (unless it is blocked on an effect
+/// in doubt: blocked runs wait for an operator).
+async fn deadline_checks(
+    w: &World,
+    runs: &[(ThreadId, Value, u64)],
+    heal_at: u64,
+    operated: &Operated,
+    bad: &mut Vec<String>,
+) {
+    let base = SERVER_BASE_US / 1000;
+    let entered = w.provider.entered();
+    let quiet_from = base + heal_at + QUIET_AFTER_HEAL_MS;
+    for (t, _, _) in runs {
+        let Some((h, _)) = w.read(t).await else { continue };
+        let timed_out = h.status == RunStatus::Failed
+            && (h.reason.as_deref()).is_some_and(|r| r.starts_with("timed out: the run's deadline"));
+        let Some(deadline) = h.deadline else {
+            if timed_out {
+                bad.push(format!(
+                    "run {t} has no deadline but failed as timed out: {:?}",
+                    h.reason
+                ));
+            }
+            continue;
+        };
+        w.trace.count(&format!("deadline.end.{}", h.status.as_str()));
+        for (run, what, at) in entered.iter().filter(|(run, _, _)| run == t.as_str()) {
+            if base + at >= deadline {
+                bad.push(format!(
+                    "run {run}: {what} entered at {} ms, {} ms after the run's deadline (or at it)",
+                    base + at,
+                    base + at - deadline
+                ));
+            }
+        }
+        let finished = h.finished_at.unwrap_or(u64::MAX);
+        if timed_out && finished < deadline {
+            bad.push(format!(
+                "run {t} failed as timed out at {finished}, before its deadline {deadline}"
+            ));
+        }
+        let operated_on = operated.resolved.iter().any(|(r, _, _)| r == t);
+        if deadline >= quiet_from && h.status != RunStatus::Blocked && !operated_on {
+            w.trace.count("deadline.after_quiet");
+            if finished > deadline + DEADLINE_SLACK_MS {
+                bad.push(format!(
+                    "run {t} ended {} {} ms after its deadline {deadline} on a quiet fleet: {:?}",
+                    h.status.as_str(),
+                    finished.saturating_sub(deadline),
+                    h.reason
+                ));
+            }
+        }
+    }
 }

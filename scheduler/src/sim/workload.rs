@@ -1,7 +1,8 @@
 //! The simulated workload: a workflow per feature (effects and waits, flow control, child
-//! workflows, parallel groups, attempt time-outs) and the provider that witnesses them
-//! outside the engine: which effects it applied and how often each was called, and how many
-//! runs of a flow-control key were inside a step at once.
+//! workflows, parallel groups, attempt time-outs; run deadlines are set at the start) and
+//! the provider that witnesses them outside the engine: which effects it applied and how
+//! often each was called, when each run entered a function, and how many runs of a
+//! flow-control key were inside a step at once.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -40,6 +41,8 @@ struct State {
     most_inside: BTreeMap<String, usize>,
     /// Each time more runs of a key were inside a step than its limit.
     over: Vec<String>,
+    /// Every function entered (an effect's call, a metered step): run, what, when (ms).
+    entered: Vec<(String, String, u64)>,
 }
 
 impl Provider {
@@ -54,6 +57,7 @@ impl Provider {
                 inside: BTreeMap::new(),
                 most_inside: BTreeMap::new(),
                 over: Vec::new(),
+                entered: Vec::new(),
             }),
             started,
         }
@@ -63,10 +67,12 @@ impl Provider {
         self.started.elapsed().as_millis() as u64
     }
 
-    /// Counts a call of the effect function for `key` (before its latency).
-    fn called(&self, key: &str) {
+    /// Counts a call of the effect function for `key` by run `thread` (before its latency).
+    fn called(&self, key: &str, thread: &str) {
+        let now = self.now();
         if let Ok(mut s) = self.state.lock() {
             *s.calls.entry(key.to_owned()).or_default() += 1;
+            s.entered.push((thread.to_owned(), key.to_owned(), now));
         }
     }
 
@@ -75,6 +81,8 @@ impl Provider {
     fn enter(self: &Arc<Self>, key: &str, limit: usize, thread: &str) -> Inside {
         let now = self.now();
         if let Ok(mut s) = self.state.lock() {
+            s.entered
+                .push((thread.to_owned(), format!("a step under flow key {key}"), now));
             let set = s.inside.entry(key.to_owned()).or_default();
             set.insert(thread.to_owned());
             let n = set.len();
@@ -92,6 +100,11 @@ impl Provider {
             key: key.to_owned(),
             thread: thread.to_owned(),
         }
+    }
+
+    /// Every function entered: the run, what it was, when (ms since the seed began).
+    pub(crate) fn entered(&self) -> Vec<(String, String, u64)> {
+        self.state.lock().map(|s| s.entered.clone()).unwrap_or_default()
     }
 
     /// Calls of each effect key's function.
@@ -123,7 +136,7 @@ impl Provider {
 
     /// Applies the effect `key` with fencing token `fence`.
     async fn apply(&self, fx: &EffectCtx) -> Result<Value, StepError> {
-        self.called(&fx.key);
+        self.called(&fx.key, fx.thread.as_str());
         tokio::time::sleep(self.latency()).await;
         let mut s = self
             .state

@@ -422,6 +422,15 @@ pub struct Claimed {
     pub takeover: bool,
     /// When the claim request was sent (monotonic): the start of the local lease deadline.
     pub sent_at: tokio::time::Instant,
+    /// When its reply came (monotonic).
+    pub received_at: tokio::time::Instant,
+}
+
+impl Claimed {
+    /// The server's clock as this claim read it, bracketed by its request and its reply.
+    pub fn server_clock(&self) -> crate::lease::ServerClock {
+        crate::lease::ServerClock::new(self.server_now, self.sent_at, self.received_at)
+    }
 }
 
 /// What a claim found.

@@ -129,9 +129,11 @@ pub struct CtxParts {
     pub tasks: Option<Arc<dyn super::TaskSink>>,
     /// Task queues (`None`: no routing, every call runs here, as in the test kit).
     pub routing: Option<Routing>,
-    /// Server time (ms) when the run was claimed: the run's clock (`now()`, wake times,
-    /// entry timestamps) is server time, carried on by the local monotonic clock.
-    pub server_now: u64,
+    /// The server's clock as the claim read it: the run's clock (`now()`, wake times, entry
+    /// timestamps, the run's deadline) is server time, carried on by the local monotonic
+    /// clock. Its latest reading decides whether a call may start before the run's deadline,
+    /// its earliest when a run may be failed for it.
+    pub server_clock: crate::lease::ServerClock,
 }
 
 /// What a worker serves and where a run belongs, for routing calls to task queues.
@@ -201,10 +203,11 @@ impl Ctx {
         }
     }
 
-    /// Server time now (ms): the claim's server time plus the local monotonic time since
-    /// (virtual under a paused tokio clock, as in the test kit and the simulator).
+    /// Server time now (ms), never behind the server's clock: the claim's server time plus
+    /// the local monotonic time since its request was sent (virtual under a paused tokio
+    /// clock, as in the test kit and the simulator).
     pub fn server_now_ms(&self) -> u64 {
-        self.p.server_now + self.started.elapsed().as_millis() as u64
+        self.p.server_clock.latest()
     }
 
     /// The run's thread id.
@@ -300,7 +303,14 @@ impl Ctx {
 
     /// Fails the run with `reason` (its deadline passed, or its journal is full) and stops.
     pub(super) async fn fail_run<T>(&mut self, reason: String) -> T {
-        if self.p.deadline.is_some_and(|d| self.server_now_ms() >= d) {
+        if let Some(d) = self.p.deadline.filter(|d| self.server_now_ms() >= *d) {
+            // The deadline may have passed (no call starts), but the server's clock may still
+            // be short of it by the claim's round trip: the run is failed once it surely
+            // passed, never before.
+            let short = d.saturating_sub(self.p.server_clock.earliest());
+            if short > 0 {
+                tokio::time::sleep(Duration::from_millis(short)).await;
+            }
             self.failpoint("run.deadline.before_fail").await;
         }
         let r = self
@@ -593,13 +603,14 @@ impl Ctx {
         let outcome = loop {
             let deadline = clock.deadline();
             let gate = std::future::poll_fn(|cx| {
-                if clock.expired() {
+                if clock.expired() || run_deadline.is_some_and(|d| Instant::now() >= d) {
                     return std::task::Poll::Pending;
                 }
                 fut.as_mut().poll(cx)
             });
-            // The gate refuses to poll the call past the deadline, so it may come first: a call
-            // that is ready at once never arms the timer.
+            // The gate refuses to poll the call past either deadline, so it may come first: a
+            // call that is ready at once never arms a timer, and a call reached after the run's
+            // deadline (its intent write was slow) is never entered.
             tokio::select! {
                 biased;
                 _ = lost.cancelled() => break Err(SliceExit::LeaseLost("lease lost during a call".into())),

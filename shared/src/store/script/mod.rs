@@ -411,6 +411,7 @@ impl ScriptStore {
         inv.arg(served.queues_arg()).arg(served.features_arg());
         let sent_at = tokio::time::Instant::now();
         let r = self.invoke(&inv).await?;
+        let received_at = tokio::time::Instant::now();
         Ok(match r.tag().as_str() {
             "ok" => {
                 let mut fields = r.map(2);
@@ -448,6 +449,7 @@ impl ScriptStore {
                     server_now: r.num(1),
                     takeover,
                     sent_at,
+                    received_at,
                 }))
             }
             "missing" => ClaimOutcome::Missing,
