@@ -303,6 +303,85 @@ async fn catch_up_after_downtime_fires_once_or_each_missed_time_up_to_the_limit(
     cleanup(&w.cfg).await;
 }
 
+/// `buffer_one` holds a firing while the run before it goes on; when that run has ended, the
+/// held firing starts before any later one (found by the simulator: the firing pass ran before
+/// the buffer's and started a fresh firing ahead of the held one, which then ran after it).
+/// The state is set in Redis as a replica would leave it: the last run ended, a firing held,
+/// the next firing due; then the schedule is unpaused.
+#[tokio::test]
+async fn a_held_buffer_one_firing_starts_before_any_later_firing() {
+    let w = World::new("scheld", |_| {}).await;
+    let mut wk = w.worker(WORKER, "w1", "");
+    w.wait_registered("chain").await;
+    let body = json!({"id": "held", "workflow": "chain", "input": {"steps": 1}, "every_secs": 1,
+        "overlap": "buffer_one"});
+    assert_eq!(w.post("/v1/schedules", body).await.0, 201);
+    assert_eq!(w.post("/v1/schedules/held/pause", json!({})).await.0, 200);
+    let now = w.store.server_time().await.unwrap();
+    let second = (now / 1000) * 1000;
+    let (held, due) = (second - 3000, second - 1000);
+    let keys = w.store.keys();
+    let key = keys.schedule("held");
+    // The last run: one that ran and ended (the firing before the held one).
+    let (code, body) = w
+        .post(
+            "/v1/runs",
+            json!({"workflow": "chain", "input": {"steps": 1}, "thread_id": "held-prev"}),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let prev = savepoint::ids::ThreadId::new("held-prev".to_owned()).unwrap();
+    w.wait_status(&prev, &["completed"], LONG).await;
+    let cmds = [
+        redis::cmd("HSET")
+            .arg(&key)
+            .arg("last")
+            .arg("held-prev")
+            .arg("last_at")
+            .arg(held - 1000)
+            .arg("buffered")
+            .arg(held)
+            .arg("next")
+            .arg(due)
+            .clone(),
+        redis::cmd("ZADD")
+            .arg(keys.schedule_buffered())
+            .arg(held)
+            .arg("held")
+            .clone(),
+        redis::cmd("ZADD")
+            .arg(keys.schedule_next())
+            .arg(due)
+            .arg("held")
+            .clone(),
+        redis::cmd("HDEL").arg(&key).arg("paused").arg("note").clone(),
+    ];
+    for c in cmds {
+        let _: () = w.store.query(&c).await.unwrap();
+    }
+    let w = &w;
+    let runs = wait_until(LONG, "the held firing ran", || async move {
+        let runs = spans(w, "held").await;
+        let started = runs.iter().any(|(at, r)| *at == held && r["status"] == "completed");
+        (started && runs.len() >= 2).then_some(runs)
+    })
+    .await;
+    assert_eq!(w.post("/v1/schedules/held/pause", json!({})).await.0, 200);
+    // In firing order, each run was created once the one before it had ended (a completed
+    // run's last update is its end).
+    for pair in runs.windows(2) {
+        let (a, b) = (&pair[0].1, &pair[1].1);
+        assert!(
+            a["status"] == "completed" && b["created_at"].as_u64() >= a["updated_at"].as_u64(),
+            "a later firing started before the held one ended: {runs:?}"
+        );
+    }
+    assert_eq!(runs[0].0, held, "{runs:?}");
+    wk.signal("TERM");
+    wk.wait_exit(LONG).await;
+    cleanup(&w.cfg).await;
+}
+
 /// Every worker gone at once (a deploy that replaced them all; here a SIGKILL with a 2 s
 /// registration): an every-second `allow_all` schedule waits instead of skipping, and once a
 /// worker registers the firings it missed (within the catch-up window) run as themselves:

@@ -654,6 +654,9 @@ async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<Fired, St
         let busy = match (spec.overlap, decided.last()) {
             (Overlap::AllowAll, _) => None,
             (_, Some(_)) => Some(Busy::Decided),
+            // A firing held back starts first (when the run before it ended, the buffer's
+            // pass starts it): a later firing never overtakes it.
+            (Overlap::BufferOne, None) if rec.buffered.is_some() => Some(Busy::Held),
             (_, None) => active(svc, read_last)
                 .await?
                 .filter(|p| p.as_str() != thread)
@@ -674,8 +677,9 @@ async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<Fired, St
                     continue;
                 }
                 Overlap::CancelPrevious => match prev {
-                    // Not created yet: it is not started at all.
-                    Busy::Decided => {
+                    // Not created yet: it is not started at all. (Nothing is held under
+                    // this policy.)
+                    Busy::Decided | Busy::Held => {
                         decided.pop();
                         skipped += 1;
                     }
@@ -752,6 +756,8 @@ enum Busy {
     Decided,
     /// Created and not ended.
     Running(ThreadId),
+    /// An earlier firing `buffer_one` holds back, not started yet.
+    Held,
 }
 
 /// Creates the runs a schedule's last move recorded as pending (idempotently: a run's thread

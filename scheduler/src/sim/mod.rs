@@ -18,8 +18,8 @@
 //! effects under each in-doubt policy and interrupts (`order`, `approve`), flow control with
 //! yields between steps (`metered`, slices of two steps), child workflows awaited and started
 //! and forgotten, with parents cancelled mid-way (`parent`, `kid`), a parallel group of
-//! effects and an effect whose attempts time out (`batch`), two schedules (`skip` every
-//! second, `allow_all` every two) starting `tock` runs, all with sealed payloads and a
+//! effects and an effect whose attempts time out (`batch`), three schedules (`skip` and
+//! `buffer_one` every second, `allow_all` every two) starting `tock` runs, all with sealed payloads and a
 //! payload-key rotation mid-chaos (every worker restarted with the new sealing key).
 //!
 //! Invariants (checked after a heal phase in which faults stop and every worker is back):
@@ -42,9 +42,10 @@
 //!    never more words than children, and an ended parent's signals expire with it;
 //! 8. sealed payloads: after the rotation every run still opens (invariants 2 and 4 read
 //!    them), and no value or key name in the namespace holds an input's plaintext marker;
-//! 9. schedules (two, fired by two racing scheduler replicas, paused at the heal): every
-//!    run a schedule started is one it counted and its last run is the latest, `skip` never
-//!    had two runs open at once, `allow_all` missed no firing time, nothing is left pending;
+//! 9. schedules (three, fired by two racing scheduler replicas, paused at the heal): every
+//!    run a schedule started is one it counted and its last run is the latest, `skip` and
+//!    `buffer_one` never had two runs open at once, `allow_all` missed no firing time,
+//!    nothing is left pending or buffered;
 //! 10. the operator (after the heal, as the runbook says): a run blocked on an effect in
 //!     doubt, resolved with what the provider says ("not applied", or "applied" with its
 //!     record), goes on and ends (invariant 1 sees the effect applied once, and its function
@@ -629,10 +630,11 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
                 Kind::Approve => json!({"workflow": "approve", "thread_id": t.as_str(),
                     "input": {"id": i, "secret": secret}}),
                 Kind::Metered => {
+                    // (Priorities order the line; the limit holds whatever the order.)
                     let (key, limit) = workload::FLOW_KEYS[i % workload::FLOW_KEYS.len()];
                     json!({"workflow": "metered", "thread_id": t.as_str(),
                         "input": {"id": i, "key": format!("{SECRET}-{key}"), "steps": 4, "secret": secret},
-                        "flow": {"key_from": "/key", "limit": limit}})
+                        "flow": {"key_from": "/key", "limit": limit}, "priority": w.rng.random_range(0..3u8)})
                 }
                 Kind::Parent => json!({"workflow": "parent", "thread_id": t.as_str(),
                     "input": {"id": i, "secret": secret}}),
@@ -837,8 +839,11 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
             open += sched_paused.iter().filter(|p| !**p).count();
             // A firing decided before the pause whose run is not created yet (its create
             // stalled, or its replica died) is created by the next pass, paused or not.
+            // A firing `buffer_one` held back starts when the run before it ends, paused or not
+            // (unless that run is blocked).
             for (id, _, _) in SCHEDULES {
                 open += usize::from(pending_of(&w, id).await.is_some());
+                open += usize::from(buffered_of(&w, id).await.is_some());
             }
             open += schedule_runs(&w)
                 .await
@@ -1439,7 +1444,28 @@ async fn dump_namespace(store: &ScriptStore) -> Vec<(String, Vec<u8>)> {
 }
 
 /// The simulated schedules: id, seconds between firings, overlap policy.
-const SCHEDULES: [(&str, u64, &str); 2] = [("tick", 1, "skip"), ("tock", 2, "allow_all")];
+const SCHEDULES: [(&str, u64, &str); 3] = [("tick", 1, "skip"), ("tock", 2, "allow_all"), ("tack", 1, "buffer_one")];
+
+/// The firing schedule `id` holds back until its last run ends (`buffer_one`), if any,
+/// unless that run is blocked: a blocked run has not ended, so the firing waits for its
+/// operator (as the README says).
+async fn buffered_of(w: &World, id: &str) -> Option<String> {
+    let key = w.store.keys().schedule(id);
+    let (held, last): (Option<String>, Option<String>) = w
+        .store
+        .query(redis::cmd("HMGET").arg(&key).arg("buffered").arg("last"))
+        .await
+        .unwrap_or((None, None));
+    let held = held?;
+    let last = last.and_then(|t| ThreadId::new(t).ok());
+    if let Some(t) = last {
+        if w.read(&t).await.is_some_and(|(h, _)| h.status == RunStatus::Blocked) {
+            w.trace.count(&format!("schedule.{id}.held_behind_blocked"));
+            return None;
+        }
+    }
+    Some(held)
+}
 
 /// The runs schedule `id` decided and has not created yet (its raw `pending` field), if any.
 async fn pending_of(w: &World, id: &str) -> Option<String> {
@@ -1471,8 +1497,9 @@ async fn schedule_runs(w: &World) -> Vec<RunHeader> {
 }
 
 /// Invariant 9, schedules: each firing time has at most one run, and every run the schedule
-/// started is one it counted (none untracked); `skip` never has two runs open at once;
-/// `allow_all` misses no firing time between its first and its last; nothing is left pending.
+/// started is one it counted (none untracked); `skip` and `buffer_one` never have two runs
+/// open at once; `allow_all` misses no firing time between its first and its last; nothing
+/// is left pending or buffered.
 async fn schedule_checks(w: &World, bad: &mut Vec<String>) {
     let runs = schedule_runs(w).await;
     for (id, every, overlap) in SCHEDULES {
@@ -1503,13 +1530,16 @@ async fn schedule_checks(w: &World, bad: &mut Vec<String>) {
         if let Some(p) = pending_of(w, id).await {
             bad.push(format!("schedule {id}: runs left pending at the end: {p}"));
         }
+        if let Some(b) = buffered_of(w, id).await {
+            bad.push(format!("schedule {id}: a firing left buffered at the end: {b}"));
+        }
         match overlap {
-            "skip" => {
+            "skip" | "buffer_one" => {
                 for pair in mine.windows(2) {
                     let (a, b) = (pair[0], pair[1]);
                     if a.finished_at.is_none_or(|f| b.created_at < f) {
                         bad.push(format!(
-                            "schedule {id} (skip): {} created at {} while {} was open (ended {:?})",
+                            "schedule {id} ({overlap}): {} created at {} while {} was open (ended {:?})",
                             b.thread, b.created_at, a.thread, a.finished_at
                         ));
                     }

@@ -43,6 +43,8 @@ struct State {
     over: Vec<String>,
     /// Every function entered (an effect's call, a metered step): run, what, when (ms).
     entered: Vec<(String, String, u64)>,
+    /// Attempts of each run's flaky step.
+    attempts: BTreeMap<String, u32>,
 }
 
 impl Provider {
@@ -58,6 +60,7 @@ impl Provider {
                 most_inside: BTreeMap::new(),
                 over: Vec::new(),
                 entered: Vec::new(),
+                attempts: BTreeMap::new(),
             }),
             started,
         }
@@ -100,6 +103,20 @@ impl Provider {
             key: key.to_owned(),
             thread: thread.to_owned(),
         }
+    }
+
+    /// A service that is busy for the first `fails` attempts of `thread`'s call (a
+    /// retryable error), then answers.
+    fn flaky(&self, thread: &str, fails: u32) -> Result<(), StepError> {
+        let Ok(mut s) = self.state.lock() else {
+            return Err(StepError::retryable("provider poisoned"));
+        };
+        let n = s.attempts.entry(thread.to_owned()).or_default();
+        *n += 1;
+        if *n <= fails {
+            return Err(StepError::retryable(format!("busy (attempt {n})")));
+        }
+        Ok(())
     }
 
     /// Every function entered: the run, what it was, when (ms since the seed began).
@@ -192,8 +209,11 @@ impl Drop for Inside {
     }
 }
 
-/// `order`: step → effect `charge` (block) → sleep → step → effect `ship` (reconcile).
-/// Unguarded (the checker's own test): `charge` is a plain step, so it may repeat.
+/// `order`: step → effect `charge` (block) → sleep → step `label` → effect `ship`
+/// (reconcile). `label` calls a service that is busy at first: its first attempt fails for
+/// one order in three (retried), its first five for one in seven (the step fails after its
+/// three attempts, and the run with it, until an operator restarts it). Unguarded (the
+/// checker's own test): `charge` is a plain step, so it may repeat.
 struct Order(Arc<Provider>, bool);
 
 impl Workflow for Order {
@@ -226,8 +246,16 @@ impl Workflow for Order {
         };
         ctx.sleep("cool_off", Duration::from_millis(input["nap_ms"].as_u64().unwrap_or(0)))
             .await?;
+        let fails = if id % 7 == 1 { 5 } else { u32::from(id.is_multiple_of(3)) };
+        let thread = ctx.thread_id().to_string();
         let label: String = ctx
-            .step("label", || async move { Ok::<_, StepError>(format!("parcel-{id}")) })
+            .step("label", || {
+                let thread = thread.clone();
+                async move {
+                    p.flaky(&thread, fails)?;
+                    Ok::<_, StepError>(format!("parcel-{id}"))
+                }
+            })
             .await?;
         let prov = Arc::clone(p);
         let reconcile = EffectPolicy::reconcile(move |key: String| {
