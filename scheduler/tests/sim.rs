@@ -17,6 +17,19 @@ fn a_seeded_slice_keeps_every_invariant() {
     );
 }
 
+/// Seeds that found a bug (with the workload as it was then), kept as regression tests:
+/// 202297, `buffer_one`: a firing held earlier in the same pass was overtaken by a later one
+/// when the run before it ended while the pass went on.
+const FOUND_BUGS: &[u64] = &[202_297];
+
+#[test]
+fn seeds_that_found_bugs_keep_every_invariant() {
+    for &seed in FOUND_BUGS {
+        let report = sim::run_seed(seed, &SimArgs::seeds(seed, 1));
+        assert!(report.violations.is_empty(), "seed {seed}: {:?}", report.violations);
+    }
+}
+
 #[test]
 fn a_seed_replays_the_same_trace() {
     let args = SimArgs::seeds(42, 1);

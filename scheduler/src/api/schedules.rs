@@ -654,9 +654,12 @@ async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<Fired, St
         let busy = match (spec.overlap, decided.last()) {
             (Overlap::AllowAll, _) => None,
             (_, Some(_)) => Some(Busy::Decided),
-            // A firing held back starts first (when the run before it ended, the buffer's
-            // pass starts it): a later firing never overtakes it.
-            (Overlap::BufferOne, None) if rec.buffered.is_some() => Some(Busy::Held),
+            // A firing held back (before this pass, or by it) starts first (when the run
+            // before it ended, the buffer's pass starts it): a later firing never overtakes
+            // it, even when that run ended while this pass went on.
+            (Overlap::BufferOne, None) if rec.buffered.is_some() || matches!(buffered, Some(Some(_))) => {
+                Some(Busy::Held)
+            }
             (_, None) => active(svc, read_last)
                 .await?
                 .filter(|p| p.as_str() != thread)

@@ -1460,7 +1460,6 @@ async fn buffered_of(w: &World, id: &str) -> Option<String> {
     let last = last.and_then(|t| ThreadId::new(t).ok());
     if let Some(t) = last {
         if w.read(&t).await.is_some_and(|(h, _)| h.status == RunStatus::Blocked) {
-            w.trace.count(&format!("schedule.{id}.held_behind_blocked"));
             return None;
         }
     }

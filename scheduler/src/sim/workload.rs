@@ -246,7 +246,11 @@ impl Workflow for Order {
         };
         ctx.sleep("cool_off", Duration::from_millis(input["nap_ms"].as_u64().unwrap_or(0)))
             .await?;
-        let fails = if id % 7 == 1 { 5 } else { u32::from(id.is_multiple_of(3)) };
+        let fails = if id % 7 == 1 {
+            5
+        } else {
+            u32::from(id.is_multiple_of(3))
+        };
         let thread = ctx.thread_id().to_string();
         let label: String = ctx
             .step("label", || {
