@@ -171,6 +171,43 @@ async fn a_worker_stalled_after_its_claim_starts_nothing_past_the_run_deadline()
     cleanup(&w.cfg).await;
 }
 
+/// A run waiting in a flow-control line fails at its deadline, not when a slot frees. (Found
+/// by the simulator: the line parked the run for ten seconds, its deadline notwithstanding,
+/// so it failed only when the holder of the key's one slot ended, long after.)
+#[tokio::test]
+async fn a_run_waiting_in_a_flow_line_fails_at_its_deadline() {
+    let w = World::new("toline", |_| {}).await;
+    let wk = w.worker(WORKER, "w1", "");
+    w.wait_registered("chain").await;
+    let flow = json!({"key": "line", "limit": 1});
+    // The holder keeps the key's one slot for 8 s.
+    let (code, body) = w
+        .post(
+            "/v1/runs",
+            json!({"workflow": "chain", "input": {"steps": 1, "step_delay_ms": 8000}, "flow": flow}),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let holder = ThreadId::new(body["thread_id"].as_str().unwrap().to_owned()).unwrap();
+    w.wait_status(&holder, &["running"], LONG).await;
+    let (code, body) = w
+        .post(
+            "/v1/runs",
+            json!({"workflow": "chain", "input": {"steps": 1}, "flow": flow, "timeout_secs": 1}),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let t = ThreadId::new(body["thread_id"].as_str().unwrap().to_owned()).unwrap();
+    let run = w.wait_status(&t, &["failed", "completed"], LONG).await;
+    assert_timed_out(&run, Duration::from_millis(1500));
+    assert_eq!(entries(&run), 0, "{run}");
+    w.wait_status(&holder, &["completed"], LONG).await;
+    let mut wk = wk;
+    wk.signal("TERM");
+    wk.wait_exit(Duration::from_secs(30)).await;
+    cleanup(&w.cfg).await;
+}
+
 /// Attempt 1 of step "slow" hangs; its attempt timeout (300 ms) cuts it and attempt 2 returns.
 /// An effect whose attempt hangs is in doubt once cut off (it may have reached the provider):
 /// under `block` the run is blocked on its key after that one call; only a `retry_safe`

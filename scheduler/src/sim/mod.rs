@@ -672,6 +672,8 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
     let mut sched_created = [false; SCHEDULES.len()];
     let mut sched_paused = [false; SCHEDULES.len()];
     let mut healed = false;
+    // When the heal came (the driver's own calls may stall past `heal_at`).
+    let mut healed_at = heal_at;
     let mut tick = 0u64;
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -679,6 +681,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         let now = w.now();
         if !healed && now >= heal_at {
             healed = true;
+            healed_at = now;
             plan.on.store(false, Ordering::Release);
             w.restart_due_workers(true);
             w.trace.line(now, "heal: faults off, every worker back".into());
@@ -971,7 +974,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         );
     }
     feature_checks(&w, &runs, &kinds, &cancelled_at, &operated, &mut violations).await;
-    deadline_checks(&w, &runs, heal_at, &operated, &mut violations).await;
+    deadline_checks(&w, &runs, healed_at, &operated, &mut violations).await;
     schedule_checks(&w, &mut violations).await;
     operator_checks(&w, &operated, &registry, &provider, &mut violations).await;
     for (key, fences) in provider.applications() {
@@ -1758,26 +1761,29 @@ const DEADLINE_SLACK_MS: u64 = 1000;
 async fn deadline_checks(
     w: &World,
     runs: &[(ThreadId, Value, u64)],
-    heal_at: u64,
+    healed_at: u64,
     operated: &Operated,
     bad: &mut Vec<String>,
 ) {
     let base = SERVER_BASE_US / 1000;
     let entered = w.provider.entered();
-    let quiet_from = base + heal_at + QUIET_AFTER_HEAL_MS;
+    let quiet_from = base + healed_at + QUIET_AFTER_HEAL_MS;
     for (t, _, _) in runs {
         let Some((h, _)) = w.read(t).await else { continue };
         let timed_out = h.status == RunStatus::Failed
-            && (h.reason.as_deref()).is_some_and(|r| r.starts_with("timed out: the run's deadline"));
+            && (h.error.as_deref()).is_some_and(|r| r.starts_with("timed out: the run's deadline"));
         let Some(deadline) = h.deadline else {
             if timed_out {
                 bad.push(format!(
                     "run {t} has no deadline but failed as timed out: {:?}",
-                    h.reason
+                    h.error
                 ));
             }
             continue;
         };
+        if timed_out {
+            w.trace.count("deadline.timed_out");
+        }
         w.trace.count(&format!("deadline.end.{}", h.status.as_str()));
         for (run, what, at) in entered.iter().filter(|(run, _, _)| run == t.as_str()) {
             if base + at >= deadline {
@@ -1802,7 +1808,7 @@ async fn deadline_checks(
                     "run {t} ended {} {} ms after its deadline {deadline} on a quiet fleet: {:?}",
                     h.status.as_str(),
                     finished.saturating_sub(deadline),
-                    h.reason
+                    h.error.as_ref().or(h.reason.as_ref())
                 ));
             }
         }

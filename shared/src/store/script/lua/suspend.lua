@@ -46,9 +46,11 @@ end
 local due = ''
 if delay ~= '' then due = t + tonumber(delay) end
 -- A run deadline bounds every due time (a wait without one gets the deadline as its due), so
--- the scanner hands the run to a worker, which fails it, when the deadline passes.
+-- the scanner hands the run to a worker, which fails it, when the deadline passes. That holds
+-- for a pending run given a due time too (parked in a flow-control line, retried later); a
+-- pending run with none has its task now.
 local deadline = tonumber(redis.call('HGET', KEYS[1], 'deadline') or '')
-if deadline and status ~= 'pending' and (due == '' or due > deadline) then due = deadline end
+if deadline and ((status ~= 'pending' and due == '') or (due ~= '' and due > deadline)) then due = deadline end
 if due ~= '' then
   redis.call('ZADD', KEYS[2], due, ARGV[1])
   redis.call('HSET', KEYS[1], 'due', due)
