@@ -12,7 +12,10 @@
 //! applied and its reply lost, or stalls (up to several leases: a paused worker); a publish
 //! fails, is duplicated or is delayed (reordered); a settlement fails; a worker is killed
 //! (nothing settled or released) and restarted later; an effect's provider answers late.
-//! Two scanner replicas race. Clients retry starts and repeat resumes.
+//! Two scanner replicas race for every partition; on even seeds they split the partitions by
+//! their live registrations instead, one crashes mid-chaos (its registration expires) and is
+//! replaced, and one leaves at the heal and is replaced. Clients retry starts and repeat
+//! resumes.
 //!
 //! The workload (`workload.rs`) uses every feature a seed can drive on one embedded instance:
 //! effects under each in-doubt policy and interrupts (`order`, `approve`), flow control with
@@ -45,7 +48,8 @@
 //! 9. schedules (three, fired by two racing scheduler replicas, paused at the heal): every
 //!    run a schedule started is one it counted and its last run is the latest, `skip` and
 //!    `buffer_one` never had two runs open at once, `allow_all` missed no firing time,
-//!    nothing is left pending or buffered;
+//!    nothing is left pending or buffered; after these checks, `allow_all` resumed makes up
+//!    no firing missed while paused, and deleted is gone;
 //! 10. the operator (after the heal, as the runbook says): a run blocked on an effect in
 //!     doubt, resolved with what the provider says ("not applied", or "applied" with its
 //!     record), goes on and ends (invariant 1 sees the effect applied once, and its function
@@ -54,13 +58,18 @@
 //!     effects applied when it was made; the first failed order (timed out, or refused as
 //!     stale), restarted in place from its first effect (every other seed naming that effect
 //!     in `rerun_effects`), ends, replays if it completed, and performs again exactly the
-//!     effect named, once, and no other effect applied before;
+//!     effect named, once, and no other effect applied before; a run blocked because it
+//!     kept crashing, retried, goes on and ends; an applied `charge` is first resolved
+//!     with a receipt of the wrong shape, which the run takes back (it blocks on
+//!     the key again, and the second, right answer settles it: never journaled);
 //! 11. timeouts (a third of the runs other than parents have a deadline, 1–6 s, or 13–16 s
 //!     for an order that sleeps past it): no function of a run is entered after its deadline
 //!     (the provider notes when each run enters one), a run fails as timed out never before
 //!     its deadline and only with one, and a deadline that passes once the fleet is quiet
 //!     (8 s after the heal) ends its run within a second (a blocked run waits for its
-//!     operator instead).
+//!     operator instead);
+//! 12. split scanners (even seeds): every run ends though a replica crashed and another left
+//!     (invariant 2), and the live registrations are exactly the running replicas.
 
 mod workload;
 
@@ -561,21 +570,30 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         ApiState::new(slot, &cfg).expect("the simulator's config has no tokens to parse"),
         Readiness::default(),
     );
-    // Two scanner replicas race for the same due runs.
+    // Two scanner replicas race for the same due runs. On even seeds they split the
+    // partitions by their live registrations instead; one crashes during the chaos (its
+    // registration expires) and another takes its place, and at the heal one leaves cleanly
+    // and another takes its place: no partition is left unscanned.
+    let split = seed.is_multiple_of(2);
     let settings = ScanSettings {
         interval: Duration::from_millis(cfg.scheduler.scan_interval_ms),
         batch: cfg.scheduler.scan_batch.max(1),
         period: cfg.store().redeliver,
-        split: false,
+        split,
     };
-    for _ in 0..2 {
-        tokio::spawn(scanner::run(
-            store.clone(),
-            publisher.clone(),
+    let (scan_store, scan_publisher, scan_stop) = (store.clone(), publisher.clone(), stop.clone());
+    let spawn_scanner = move || {
+        let own = scan_stop.child_token();
+        let join = tokio::spawn(scanner::run(
+            scan_store.clone(),
+            scan_publisher.clone(),
             settings.clone(),
-            stop.clone(),
+            own.clone(),
         ));
-    }
+        (join, own)
+    };
+    let mut scanners: Vec<(JoinHandle<()>, CancellationToken)> = (0..2).map(|_| spawn_scanner()).collect();
+    let mut scanner_rng = StdRng::seed_from_u64(seed ^ 0x5CA7_7E11);
     let provider = Arc::new(Provider::new(seed, started));
     let mut w = World {
         cfg,
@@ -674,6 +692,10 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
     let mut healed = false;
     // When the heal came (the driver's own calls may stall past `heal_at`).
     let mut healed_at = heal_at;
+    // When the first scanner replica crashes, and how long until another replaces it.
+    let scanner_crash_at = scanner_rng.random_range(500..args.chaos_ms / 2);
+    let scanner_back_at = scanner_crash_at + scanner_rng.random_range(300..4000u64);
+    let (mut scanner_crashed, mut scanner_back) = (false, false);
     let mut tick = 0u64;
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -685,6 +707,22 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
             plan.on.store(false, Ordering::Release);
             w.restart_due_workers(true);
             w.trace.line(now, "heal: faults off, every worker back".into());
+            if split {
+                // A scanner replica leaves (a rolling deploy) and a new one joins.
+                scanners[1].1.cancel();
+                scanners.push(spawn_scanner());
+                w.trace.line(now, "scanner 1 left; another joined".into());
+            }
+        }
+        if split && !scanner_crashed && now >= scanner_crash_at {
+            scanner_crashed = true;
+            scanners[0].0.abort();
+            w.trace.line(now, "scanner 0 crashed".into());
+        }
+        if split && scanner_crashed && !scanner_back && (now >= scanner_back_at || healed) {
+            scanner_back = true;
+            scanners.push(spawn_scanner());
+            w.trace.line(now, "a scanner replica joined".into());
         }
         if !healed {
             // A crash now and then; a crashed worker comes back after a while.
@@ -895,13 +933,17 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
                 "poison"
             } else if reason.starts_with("non-determinism") {
                 "non_determinism"
+            } else if reason.contains(workload::PLANTED_BUG) {
+                "planted_bug"
             } else {
                 "other"
             };
             trace.count(&format!("blocked.{class}"));
             // Only an effect in doubt (block policy) or a run that kept crashing may block here:
             // the workload is deterministic code, so any other reason is an engine bug.
-            if !matches!(class, "in_doubt" | "poison") {
+            // (A planted bug blocks its run until the operator's retry; still blocked on it
+            // after that is checked with the operator's actions.)
+            if !matches!(class, "in_doubt" | "poison" | "planted_bug") {
                 violations.push(format!(
                     "run {t} blocked for a reason the workload cannot cause: {reason}"
                 ));
@@ -976,7 +1018,13 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
     feature_checks(&w, &runs, &kinds, &cancelled_at, &operated, &mut violations).await;
     deadline_checks(&w, &runs, healed_at, &operated, &mut violations).await;
     schedule_checks(&w, &mut violations).await;
+    if violations.is_empty() {
+        schedule_resume_checks(&w, &mut violations).await;
+    }
     operator_checks(&w, &operated, &registry, &provider, &mut violations).await;
+    if split {
+        scanner_checks(&w, &scanners, &mut violations).await;
+    }
     for (key, fences) in provider.applications() {
         trace.count("effects.applied");
         if fences.len() > 1 + operated.reruns_of(&key) {
@@ -1016,6 +1064,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
 /// Runs the seeds of `args`, printing failures (and every trace with `--verbose`); returns
 /// the failing reports.
 pub fn run(args: &SimArgs) -> Vec<SeedReport> {
+    quiet_planted_bugs();
     if args.lua_coverage {
         savepoint::embedded::coverage::enable();
     }
@@ -1145,6 +1194,12 @@ struct Operated {
     forks: Vec<(ThreadId, ThreadId, BTreeMap<String, Vec<u64>>)>,
     /// Each restart in place.
     restarts: Vec<Restarted>,
+    /// Runs blocked in doubt on a `charge` effect first resolved "applied" with a result of
+    /// the wrong shape (the workflow's type does not decode it): (run, key). The run must
+    /// take it back and block on the key again, to be resolved with the right shape.
+    misshapen: Vec<(ThreadId, String)>,
+    /// Runs blocked because they kept crashing (poison), retried by the operator.
+    retried: Vec<ThreadId>,
 }
 
 /// A run the operator restarted in place.
@@ -1215,38 +1270,70 @@ async fn operate(
             (code, body) => bad.push(format!("operator: restart of {t} answered {code}: {body}")),
         }
     }
+    // The fix for the planted bug is deployed; each run it blocked (and any run blocked
+    // because it kept crashing: the faults are off now) is retried: it goes on from its
+    // journal and performs no effect twice.
+    provider.fix();
+    for (t, _, _) in runs {
+        let Some((h, _)) = w.read(t).await else { continue };
+        let retry = h.status == RunStatus::Blocked
+            && h.blocked_effect.is_none()
+            && h.reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("crashed ") || r.contains(workload::PLANTED_BUG));
+        if !retry {
+            continue;
+        }
+        match w.api(Method::POST, &format!("/v1/runs/{t}/retry"), None).await {
+            (202, _) => op.retried.push(t.clone()),
+            (code, body) => bad.push(format!("operator: retry of {t} answered {code}: {body}")),
+        }
+    }
+    answer_retried(w, &op.retried).await;
     // A run may hold more than one effect in doubt (a group's): a round per block.
-    for _round in 0..4 {
-        let before = op.resolved.len();
+    for _round in 0..5 {
+        let before = (op.resolved.len(), op.misshapen.len());
         for (t, _, _) in runs {
             let Some((h, _)) = w.read(t).await else { continue };
             let Some(k) = h.blocked_effect.as_deref() else { continue };
             let path = format!("/v1/runs/{t}/effects/{k}/resolve");
+            // An applied charge is first answered with a receipt of the wrong shape (an
+            // operator's typo).
+            let misshape = k.starts_with("charge:") && !op.misshapen.iter().any(|(r, key)| r == t && key == k);
             let (done, body) = match provider.find(k) {
+                Some(_) if misshape => (true, json!({"applied": true, "result": {"applied": k, "fence": "one"}})),
                 Some(result) => (true, json!({"applied": true, "result": result})),
                 None => (false, json!({"applied": false})),
             };
             match w.api(Method::POST, &path, Some(body)).await {
+                // (A result recorded before stands: the run journals that one.)
+                (202, reply) if misshape && done && reply["effect"]["state"] == "applied" => {
+                    op.misshapen.push((t.clone(), k.to_owned()))
+                }
                 (202, _) => op.resolved.push((t.clone(), k.to_owned(), done)),
                 (code, body) => bad.push(format!("operator: resolve {t} {k} answered {code}: {body}")),
             }
         }
-        let watched: Vec<ThreadId> = (op.resolved[before..].iter().map(|(t, _, _)| t.clone()))
+        let watched: Vec<ThreadId> = (op.resolved[before.0..].iter().map(|(t, _, _)| t.clone()))
+            .chain(op.misshapen[before.1..].iter().map(|(t, _)| t.clone()))
             .chain(op.forks.iter().map(|(_, f, _)| f.clone()))
             .chain(op.restarts.iter().map(|r| r.thread.clone()))
+            .chain(op.retried.iter().cloned())
             .collect();
         wait_ended(w, &watched).await;
-        if op.resolved.len() == before {
+        if (op.resolved.len(), op.misshapen.len()) == before {
             break;
         }
     }
     w.trace.line(
         w.now(),
         format!(
-            "operator: resolved {}, forked {}, restarted {}",
+            "operator: resolved {} ({} misshapen first), forked {}, restarted {}, retried {}",
             op.resolved.len(),
+            op.misshapen.len(),
             op.forks.len(),
-            op.restarts.len()
+            op.restarts.len(),
+            op.retried.len()
         ),
     );
     op
@@ -1295,6 +1382,73 @@ async fn first_failed_order(
     None
 }
 
+/// The planted bug's panics are the workload's (its runs block, and the operator retries
+/// them), not the simulator's: they are not printed. Every other panic is.
+fn quiet_planted_bugs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let p = info.payload();
+            let msg = (p.downcast_ref::<String>().map(String::as_str))
+                .or_else(|| p.downcast_ref::<&str>().copied())
+                .unwrap_or("");
+            if !msg.starts_with(workload::PLANTED_BUG) {
+                default(info);
+            }
+        }));
+    });
+}
+
+/// The scanner replicas' registrations: a crashed replica's expired, one that left is gone,
+/// and each running replica is registered (the live set is what they split the partitions by).
+async fn scanner_checks(w: &World, scanners: &[(JoinHandle<()>, CancellationToken)], bad: &mut Vec<String>) {
+    w.trace.count("scanner.split");
+    let running = scanners
+        .iter()
+        .filter(|(j, own)| !j.is_finished() && !own.is_cancelled())
+        .count();
+    let key = w.store.keys().schedulers();
+    let now_ms = w.server_ms();
+    let live: Vec<(String, f64)> = w
+        .store
+        .query(redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).arg("WITHSCORES"))
+        .await
+        .unwrap_or_default();
+    let unexpired = live.iter().filter(|(_, until)| *until > now_ms as f64).count();
+    if unexpired != running {
+        bad.push(format!(
+            "{running} scanner replica(s) run, but {unexpired} registration(s) are live (at {now_ms} ms): {live:?}"
+        ));
+    }
+}
+
+/// Waits (up to 120 s) until each retried run ended or blocked; one that had not passed its
+/// gate waits there again, and its client answers, as during the heal.
+async fn answer_retried(w: &World, retried: &[ThreadId]) {
+    for _ in 0..1200 {
+        let mut open = 0;
+        for t in retried {
+            let Some((h, _)) = w.read(t).await else { continue };
+            match h.status {
+                s if s.is_final() || s == RunStatus::Blocked => {}
+                RunStatus::Waiting if w.waits_on_blocked_child(&h).await => {}
+                RunStatus::Waiting => {
+                    open += 1;
+                    let body = json!({"value": true, "id": format!("approve-{t}")});
+                    let (status, _) = w.api(Method::POST, &format!("/v1/runs/{t}/resume"), Some(body)).await;
+                    w.trace.line(w.now(), format!("resume {t} after its retry: {status}"));
+                }
+                _ => open += 1,
+            }
+        }
+        if open == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Waits (up to 120 s) until each of `runs` ended or blocked.
 async fn wait_ended(w: &World, runs: &[ThreadId]) {
     for _ in 0..1200 {
@@ -1337,6 +1491,38 @@ async fn operator_checks(
                 h.reason
             )),
             None => bad.push(format!("resolved run {t} was lost")),
+        }
+    }
+    // A result that does not decode is never journaled: the run took it back and blocked on
+    // the key again, and the operator's second answer (the right shape) settled it; or its
+    // deadline had passed, and it failed first. (Invariant 4 replays a completed run: a
+    // journaled receipt of the wrong shape would not decode.)
+    for (t, key) in &op.misshapen {
+        w.trace.count("operator.resolved.misshapen");
+        let again = op.resolved.iter().any(|(r, k, applied)| r == t && k == key && *applied);
+        let h = w.read(t).await.map(|(h, _)| h);
+        let gave_up = h
+            .as_ref()
+            .is_some_and(|h| h.status.is_final() && h.status != RunStatus::Completed);
+        if !again && !gave_up {
+            let now = h.map(|h| (h.status, h.blocked_effect, h.reason));
+            bad.push(format!(
+                "run {t} resolved on {key} with a result that does not decode did not block on it again: {now:?}"
+            ));
+        }
+    }
+    // A retried poison run went on (no fault is left to crash it) and ended, or waits for
+    // an effect's operator.
+    for t in &op.retried {
+        w.trace.count("operator.retried");
+        match w.read(t).await {
+            Some((h, _)) if h.status.is_final() || h.blocked_effect.is_some() => {}
+            Some((h, _)) => bad.push(format!(
+                "retried run {t} did not go on: {} ({:?})",
+                h.status.as_str(),
+                h.reason
+            )),
+            None => bad.push(format!("retried run {t} was lost")),
         }
     }
     let now = provider.applications();
@@ -1548,15 +1734,7 @@ async fn schedule_checks(w: &World, bad: &mut Vec<String>) {
                 }
             }
             _ => {
-                let times: Vec<i64> = mine
-                    .iter()
-                    .filter_map(|r| {
-                        let stamp = r.thread.as_str().strip_prefix(&prefix)?;
-                        chrono::NaiveDateTime::parse_from_str(stamp, "%Y%m%dT%H%M%SZ")
-                            .ok()
-                            .map(|t| t.and_utc().timestamp())
-                    })
-                    .collect();
+                let times = firing_times(id, &runs);
                 for pair in times.windows(2) {
                     if pair[1] - pair[0] != every as i64 {
                         bad.push(format!(
@@ -1570,6 +1748,63 @@ async fn schedule_checks(w: &World, bad: &mut Vec<String>) {
                 }
             }
         }
+    }
+}
+
+/// The firing times (s) of the runs of schedule `id`, from their thread ids.
+fn firing_times(id: &str, runs: &[RunHeader]) -> Vec<i64> {
+    let prefix = format!("{id}-");
+    runs.iter()
+        .filter_map(|r| {
+            let stamp = r.thread.as_str().strip_prefix(&prefix)?;
+            chrono::NaiveDateTime::parse_from_str(stamp, "%Y%m%dT%H%M%SZ")
+                .ok()
+                .map(|t| t.and_utc().timestamp())
+        })
+        .collect()
+}
+
+/// A resume's catch-up rule, and delete: `allow_all`, resumed after the checks, makes up no
+/// firing missed while it was paused (its next run fires at or after the resume), and once
+/// deleted it is gone.
+async fn schedule_resume_checks(w: &World, bad: &mut Vec<String>) {
+    let Some((id, _, _)) = SCHEDULES.iter().find(|(_, _, overlap)| *overlap == "allow_all") else {
+        return;
+    };
+    let before = firing_times(id, &schedule_runs(w).await);
+    let resumed_ms = w.server_ms() as i64;
+    match w.api(Method::POST, &format!("/v1/schedules/{id}/resume"), None).await {
+        (200, _) => {}
+        (code, body) => {
+            bad.push(format!("schedule {id}: resume answered {code}: {body}"));
+            return;
+        }
+    }
+    let mut new = Vec::new();
+    for _ in 0..300 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        new = firing_times(id, &schedule_runs(w).await);
+        new.retain(|t| !before.contains(t));
+        if !new.is_empty() {
+            break;
+        }
+    }
+    w.trace.count("schedule.resumed");
+    if new.is_empty() {
+        bad.push(format!("schedule {id}: no firing within 30 s of its resume"));
+    }
+    if let Some(t) = new.iter().find(|t| **t * 1000 < resumed_ms) {
+        bad.push(format!(
+            "schedule {id}: resumed at {resumed_ms} ms, it made up the firing at {t} s missed while paused"
+        ));
+    }
+    match w.api(Method::DELETE, &format!("/v1/schedules/{id}"), None).await {
+        (200 | 204, _) => {}
+        (code, body) => bad.push(format!("schedule {id}: delete answered {code}: {body}")),
+    }
+    match w.api(Method::GET, &format!("/v1/schedules/{id}"), None).await {
+        (404, _) => {}
+        (code, body) => bad.push(format!("schedule {id}: deleted, GET answered {code}: {body}")),
     }
 }
 
@@ -1800,7 +2035,7 @@ async fn deadline_checks(
                 "run {t} failed as timed out at {finished}, before its deadline {deadline}"
             ));
         }
-        let operated_on = operated.resolved.iter().any(|(r, _, _)| r == t);
+        let operated_on = operated.resolved.iter().any(|(r, _, _)| r == t) || operated.retried.contains(t);
         if deadline >= quiet_from && h.status != RunStatus::Blocked && !operated_on {
             w.trace.count("deadline.after_quiet");
             if finished > deadline + DEADLINE_SLACK_MS {
