@@ -2035,7 +2035,10 @@ async fn deadline_checks(
                 "run {t} failed as timed out at {finished}, before its deadline {deadline}"
             ));
         }
-        let operated_on = operated.resolved.iter().any(|(r, _, _)| r == t) || operated.retried.contains(t);
+        // (A blocked run waits for its operator, whenever that comes.)
+        let operated_on = operated.resolved.iter().any(|(r, _, _)| r == t)
+            || operated.misshapen.iter().any(|(r, _)| r == t)
+            || operated.retried.contains(t);
         if deadline >= quiet_from && h.status != RunStatus::Blocked && !operated_on {
             w.trace.count("deadline.after_quiet");
             if finished > deadline + DEADLINE_SLACK_MS {
