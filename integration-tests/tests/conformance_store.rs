@@ -825,6 +825,59 @@ async fn an_unused_intent_recorded_by_its_holder_is_not_blocked_on(s: ScriptStor
 }
 
 /// Each contract test, once per backend.
+/// Found by the simulator (seed 366023): a worker's lease extension landed between a scanner's
+/// ring of its run (the worker looked stalled) and the mark of that ring's task; the task was
+/// consumed and refused `leased`, and the mark pushed the run's safety net out by the
+/// queued-redeliver delay (10 minutes). The worker then died before its next extension, and
+/// its run sat `running` under an expired lease for those 10 minutes. A leased run's task is
+/// never marked (its holder, not the queue, carries its work), and a claim refused `leased`
+/// raises the ring version (the task is dropped), so a mark after it is refused too.
+async fn a_task_for_a_leased_run_does_not_push_its_safety_net_out(s: ScriptStore) {
+    let t = new_run(&s, json!(null)).await;
+    let c = claim(&s, &t, "w").await;
+    let k = s.keys().run(&t);
+    let rv = |s: &ScriptStore| {
+        let key = k.run.clone();
+        let s = s.clone();
+        async move {
+            let v: u64 = s.query(redis::cmd("HGET").arg(&key).arg("rv")).await.unwrap();
+            v
+        }
+    };
+    let score = |s: &ScriptStore| {
+        let (due, t) = (k.due.clone(), t.clone());
+        let s = s.clone();
+        async move {
+            let v: Option<f64> = s.query(redis::cmd("ZSCORE").arg(&due).arg(t.as_str())).await.unwrap();
+            v.map(|x| x as u64)
+        }
+    };
+    // A scanner rang the run and published a task; the lease is live when the mark arrives.
+    let rv_seen = rv(&s).await;
+    let net = score(&s).await;
+    assert_eq!(
+        net, c.header.due,
+        "a running run's due time is its lease's expiry plus grace"
+    );
+    assert_eq!(
+        s.mark_queued(&[(t.clone(), rv_seen)]).await.unwrap(),
+        0,
+        "a leased run's task is not marked queued"
+    );
+    assert_eq!(score(&s).await, net, "the lease's expiry stays the run's safety net");
+    // Another worker consumed that task: refused, it drops it, and the ring moves on.
+    assert!(matches!(
+        s.claim(&t, "w2", None, &ServedSpec::any()).await.unwrap(),
+        ClaimOutcome::Leased(o) if o == "w"
+    ));
+    assert!(
+        rv(&s).await > rv_seen,
+        "a claim refused as leased raises the ring version"
+    );
+    assert_eq!(s.mark_queued(&[(t.clone(), rv_seen)]).await.unwrap(), 0);
+    assert_eq!(score(&s).await, net);
+}
+
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
         mod on_redis {
@@ -853,6 +906,7 @@ conformance!(
     finish_cancel_unblock_and_retention,
     scan_due_hands_each_run_out_once_per_period,
     a_task_published_before_a_suspend_does_not_delay_the_wake_up,
+    a_task_for_a_leased_run_does_not_push_its_safety_net_out,
     effect_records_intent_done_release,
     rejected_answers_and_reopened_results,
     orphaned_intents_and_operator_settlement,

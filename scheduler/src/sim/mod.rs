@@ -197,6 +197,9 @@ struct Plan {
     trace: Arc<Trace>,
     clock: tokio::time::Instant,
     lease_ms: u64,
+    /// When the last stall injected so far ends (ms on `clock`): a store operation stalled
+    /// before the heal lands after it (a scheduler's decision, say), so the heal waits for it.
+    stalled_until: AtomicU64,
 }
 
 impl Plan {
@@ -248,6 +251,10 @@ impl Faults for Plan {
                 }
             }
         };
+        if let Fault::Delay(d) = fault {
+            self.stalled_until
+                .fetch_max(self.now() + d.as_millis() as u64, Ordering::AcqRel);
+        }
         if fault != Fault::Pass {
             self.trace.count(what);
             let name = match op {
@@ -367,6 +374,39 @@ impl World {
                 self.trace.line(now, format!("crash w{i} (down {down_ms} ms)"));
             }
         }
+    }
+
+    /// What the store and the queue hold for run `t`, for a report: its due score, the
+    /// queue's depths and the run's fields (but its journal and input).
+    async fn holdings(&self, t: &ThreadId) -> String {
+        let k = self.store.keys().run(t);
+        let fields: Vec<Vec<u8>> = self
+            .store
+            .query(redis::cmd("HGETALL").arg(&k.run))
+            .await
+            .unwrap_or_default();
+        let fields: Vec<String> = fields
+            .chunks(2)
+            .map(|p| (String::from_utf8_lossy(&p[0]), String::from_utf8_lossy(&p[1])))
+            .filter(|(f, _)| !f.starts_with("j:") && f != "input")
+            .map(|(f, v)| format!("{f}={v}"))
+            .collect();
+        let score: Option<String> = self
+            .store
+            .query(redis::cmd("ZSCORE").arg(&k.due).arg(t.as_str()))
+            .await
+            .unwrap_or_default();
+        let now = self.store.server_time().await.unwrap_or(0);
+        let queue = self.queue.as_ref().map(|q| {
+            format!(
+                "ready {} unacked {} dlq {} {:?}",
+                q.depth(),
+                q.unacked(),
+                q.dlq_depth(),
+                q.stats()
+            )
+        });
+        format!("due score {score:?} (now {now}), queue {queue:?}, {}", fields.join(" "))
     }
 
     /// Whether run `h` waits for a child (awaited by `ctx.child`) that is blocked, or itself
@@ -526,6 +566,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         trace: Arc::clone(&trace),
         clock: started,
         lease_ms: cfg.lease_ms,
+        stalled_until: AtomicU64::new(0),
     });
     let fail = |what: String| SeedReport {
         seed,
@@ -878,21 +919,10 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         }
         if healed {
             open += sched_paused.iter().filter(|p| !**p).count();
-            // A firing decided before the pause whose run is not created yet (its create
-            // stalled, or its replica died) is created by the next pass, paused or not.
-            // A firing `buffer_one` held back starts when the run before it ends, paused or not
-            // (unless that run is blocked).
-            for (id, _, _) in SCHEDULES {
-                open += usize::from(pending_of(&w, id).await.is_some());
-                open += usize::from(buffered_of(&w, id).await.is_some());
-            }
-            open += schedule_runs(&w)
-                .await
-                .iter()
-                .filter(|r| !r.status.is_final() && r.status != RunStatus::Blocked)
-                .count();
+            open += schedules_open(&w).await;
         }
-        if healed && open == 0 {
+        // (Every stall injected before the heal has played out, too.)
+        if healed && open == 0 && now >= plan.stalled_until.load(Ordering::Acquire) {
             w.trace.line(now, "every run ended".into());
             break;
         }
@@ -963,40 +993,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
             }
             RunStatus::Failed | RunStatus::Cancelled | RunStatus::Blocked => {}
             RunStatus::Waiting if w.waits_on_blocked_child(&h).await => trace.count("waiting.on_blocked_child"),
-            other => {
-                // What the store and the queue hold for it, for the report.
-                let k = w.store.keys().run(t);
-                let fields: Vec<Vec<u8>> = w
-                    .store
-                    .query(redis::cmd("HGETALL").arg(&k.run))
-                    .await
-                    .unwrap_or_default();
-                let fields: Vec<String> = fields
-                    .chunks(2)
-                    .map(|p| (String::from_utf8_lossy(&p[0]), String::from_utf8_lossy(&p[1])))
-                    .filter(|(f, _)| !f.starts_with("j:") && f != "input")
-                    .map(|(f, v)| format!("{f}={v}"))
-                    .collect();
-                let score: Option<String> = w
-                    .store
-                    .query(redis::cmd("ZSCORE").arg(&k.due).arg(t.as_str()))
-                    .await
-                    .unwrap_or_default();
-                let now = w.store.server_time().await.unwrap_or(0);
-                let queue = w.queue.as_ref().map(|q| {
-                    format!(
-                        "ready {} unacked {} dlq {} {:?}",
-                        q.depth(),
-                        q.unacked(),
-                        q.dlq_depth(),
-                        q.stats()
-                    )
-                });
-                violations.push(format!(
-                    "run {t} is stranded in {other}: due score {score:?} (now {now}), queue {queue:?}, {}",
-                    fields.join(" ")
-                ));
-            }
+            other => violations.push(format!("run {t} is stranded in {other}: {}", w.holdings(t).await)),
         }
         if journal.len() > w.cfg.worker.max_entries as usize {
             violations.push(format!("run {t}: {} journal entries over the cap", journal.len()));
@@ -1324,6 +1321,13 @@ async fn operate(
         if (op.resolved.len(), op.misshapen.len()) == before {
             break;
         }
+    }
+    // A schedule's run the operator unblocked ended: the firing held behind it starts now.
+    for _ in 0..1200 {
+        if schedules_open(w).await == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     w.trace.line(
         w.now(),
@@ -1655,6 +1659,23 @@ async fn buffered_of(w: &World, id: &str) -> Option<String> {
     Some(held)
 }
 
+/// What the schedules still owe: a firing decided before the pause whose run is not created
+/// yet (its create stalled, or its replica died) is created by the next pass, paused or not;
+/// a firing `buffer_one` held back starts when the run before it ends, paused or not (unless
+/// that run is blocked); and their runs end like any other.
+async fn schedules_open(w: &World) -> usize {
+    let mut open = 0;
+    for (id, _, _) in SCHEDULES {
+        open += usize::from(pending_of(w, id).await.is_some());
+        open += usize::from(buffered_of(w, id).await.is_some());
+    }
+    open + schedule_runs(w)
+        .await
+        .iter()
+        .filter(|r| !r.status.is_final() && r.status != RunStatus::Blocked)
+        .count()
+}
+
 /// The runs schedule `id` decided and has not created yet (its raw `pending` field), if any.
 async fn pending_of(w: &World, id: &str) -> Option<String> {
     w.store
@@ -1894,7 +1915,11 @@ async fn feature_checks(
             };
             w.trace.count(&format!("child.end.{}", c.status.as_str()));
             if !c.status.is_final() && c.status != RunStatus::Blocked {
-                bad.push(format!("child {child} of {t} never ended: {}", c.status.as_str()));
+                bad.push(format!(
+                    "child {child} of {t} never ended: {}: {}",
+                    c.status.as_str(),
+                    w.holdings(child).await
+                ));
             }
             if c.status == RunStatus::Blocked && !c.reason.as_deref().unwrap_or("").contains("outcome unknown") {
                 bad.push(format!(

@@ -31,7 +31,12 @@ if terminal[status] then return { 'terminal', status } end
 local t = now_ms()
 if status == 'waiting' and not (h[6] and tonumber(h[6]) <= t) then return { 'waiting' } end
 if status == 'sleeping' and tonumber(h[6] or '0') > t then return { 'not_due', h[6] } end
-if status == 'running' and tonumber(h[4]) > t then return { 'leased', h[3] } end
+if status == 'running' and tonumber(h[4]) > t then
+  -- The task is dropped: a mark of it still in flight (mark_queued) must not push the run's
+  -- safety net out, or a holder that dies before its next lease extension strands the run.
+  redis.call('HINCRBY', KEYS[1], 'rv', 1)
+  return { 'leased', h[3] }
+end
 local steps = tonumber(h[2])
 if ARGV[5] ~= '' and tonumber(ARGV[5]) < steps then return { 'stale', h[2] } end
 local rv = tonumber(h[12] or '0') + 1
