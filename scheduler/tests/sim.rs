@@ -22,7 +22,11 @@ fn a_seeded_slice_keeps_every_invariant() {
 /// when the run before it ended while the pass went on. (203351, 203608 and 208163 found a
 /// run parked in a flow-control line past its deadline, but measured from the heal as it
 /// came rather than as planned they no longer reach it: `tests/timeouts.rs` guards that.)
-const FOUND_BUGS: &[u64] = &[202_297];
+/// 366023, the due scanner: a ring that raced a worker's lease extension was marked queued,
+/// pushing the run's safety net out 10 minutes; the worker died before its next extension
+/// and its child run sat `running` under an expired lease (fails with the old `mark_queued`
+/// and `claim`; `conformance_store.rs` guards it too).
+const FOUND_BUGS: &[u64] = &[202_297, 366_023];
 
 #[test]
 fn seeds_that_found_bugs_keep_every_invariant() {

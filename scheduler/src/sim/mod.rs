@@ -1589,7 +1589,7 @@ async fn operator_checks(
             Some((h, _)) => bad.push(format!(
                 "fork {fork} of {source} ended {}: {:?}",
                 h.status.as_str(),
-                h.reason
+                h.error.as_ref().or(h.reason.as_ref())
             )),
             None => bad.push(format!("fork {fork} of {source} was lost")),
         }

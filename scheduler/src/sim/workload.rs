@@ -122,13 +122,13 @@ impl Provider {
         }
     }
 
-    /// A service that is busy for the first `fails` attempts of `thread`'s call (a
+    /// A service that is busy for the first `fails` attempts of `order`'s call (a
     /// retryable error), then answers.
-    fn flaky(&self, thread: &str, fails: u32) -> Result<(), StepError> {
+    fn flaky(&self, order: &str, fails: u32) -> Result<(), StepError> {
         let Ok(mut s) = self.state.lock() else {
             return Err(StepError::retryable("provider poisoned"));
         };
-        let n = s.attempts.entry(thread.to_owned()).or_default();
+        let n = s.attempts.entry(order.to_owned()).or_default();
         *n += 1;
         if *n <= fails {
             return Err(StepError::retryable(format!("busy (attempt {n})")));
@@ -285,12 +285,15 @@ impl Workflow for Order {
         } else {
             u32::from(id.is_multiple_of(3))
         };
-        let thread = ctx.thread_id().to_string();
+        // The service is busy for the order, not for a run of it: once it has answered, a
+        // fork of the order finds it up (a crash mid-retry may have spent more than the
+        // retry budget's attempts at it).
+        let order = format!("order-{id}");
         let label: String = ctx
             .step("label", || {
-                let thread = thread.clone();
+                let order = order.clone();
                 async move {
-                    p.flaky(&thread, fails)?;
+                    p.flaky(&order, fails)?;
                     Ok::<_, StepError>(format!("parcel-{id}"))
                 }
             })
