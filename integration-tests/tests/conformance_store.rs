@@ -824,7 +824,6 @@ async fn an_unused_intent_recorded_by_its_holder_is_not_blocked_on(s: ScriptStor
     );
 }
 
-/// Each contract test, once per backend.
 /// Found by the simulator (seed 366023): a worker's lease extension landed between a scanner's
 /// ring of its run (the worker looked stalled) and the mark of that ring's task; the task was
 /// consumed and refused `leased`, and the mark pushed the run's safety net out by the
@@ -878,6 +877,7 @@ async fn a_task_for_a_leased_run_does_not_push_its_safety_net_out(s: ScriptStore
     assert_eq!(score(&s).await, net);
 }
 
+/// Each contract test, once per backend.
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
         mod on_redis {
