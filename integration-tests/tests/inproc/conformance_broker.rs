@@ -1,0 +1,178 @@
+//! The broker's conformance suite: the contract the worker and scheduler rely on, run against
+//! both backends (a real RabbitMQ quorum queue and the embedded queue), so they cannot drift.
+//! - a confirmed publish is delivered, with its headers;
+//! - ack removes a message, a second ack of the same delivery fails;
+//! - dead-lettering moves it to the dead-letter queue;
+//! - an unsettled delivery comes back, flagged redelivered, when its consumer goes away;
+//! - a message requeued past the delivery limit is dead-lettered;
+//! - shutdown ends the consumer.
+
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+use savepoint::broker::{Broker, BrokerConfig, Topology};
+use savepoint_integration_tests::fresh_namespace;
+
+const STEP: Duration = Duration::from_secs(10);
+
+fn config(url: &str, ns: &str, delivery_limit: u32) -> BrokerConfig {
+    BrokerConfig {
+        amqp_url: url.to_owned(),
+        topology: Topology::new(ns, "default").with_expiry(300_000),
+        prefetch: 10,
+        delivery_limit,
+        reconnect_min: Duration::from_millis(50),
+        reconnect_max: Duration::from_millis(500),
+        tls: Default::default(),
+    }
+}
+
+#[cfg(feature = "services")]
+async fn rabbitmq(delivery_limit: u32) -> Broker {
+    let s = savepoint_integration_tests::services().await;
+    let ns = fresh_namespace("bc");
+    Broker::connect(config(&s.amqp_url, &ns, delivery_limit), STEP)
+        .await
+        .expect("RabbitMQ must be reachable")
+}
+
+async fn embedded(delivery_limit: u32) -> Broker {
+    let ns = fresh_namespace("bc");
+    let url = format!("{}{ns}", savepoint::embedded::SCHEME);
+    Broker::connect(config(&url, &ns, delivery_limit), STEP)
+        .await
+        .expect("embedded broker")
+}
+
+async fn eventually_depth(b: &Broker, dlq: bool, want: u32) {
+    let deadline = tokio::time::Instant::now() + STEP;
+    loop {
+        let got = if dlq {
+            b.dlq_depth().await
+        } else {
+            b.queue_depth().await
+        }
+        .expect("depth");
+        if got == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} depth stayed {got}, expected {want}",
+            if dlq { "dead-letter queue" } else { "task queue" }
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn publish_ack_and_dead_letter(b: Broker) {
+    for i in 0..3 {
+        b.publish(format!("msg-{i}").as_bytes(), &[("x-test".into(), format!("v{i}"))])
+            .await
+            .expect("publish");
+    }
+    eventually_depth(&b, false, 3).await;
+    let stop = CancellationToken::new();
+    let mut c = b.consumer("bc", stop.clone());
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let d = tokio::time::timeout(STEP, c.next())
+            .await
+            .expect("in time")
+            .expect("a delivery");
+        let i = String::from_utf8(d.data.clone()).expect("utf8")["msg-".len()..].to_owned();
+        assert_eq!(d.headers.get("x-test"), Some(&format!("v{i}")));
+        assert!(!d.redelivered);
+        got.push(d);
+    }
+    got[0].ack().await.expect("ack");
+    got[1].ack().await.expect("ack");
+    assert!(got[1].ack().await.is_err(), "a second ack of one delivery fails");
+    got[2].dead_letter(&b, "test reason").await.expect("dead letter");
+    eventually_depth(&b, true, 1).await;
+    eventually_depth(&b, false, 0).await;
+    stop.cancel();
+    drop(got);
+    assert!(tokio::time::timeout(STEP, c.next())
+        .await
+        .expect("stops in time")
+        .is_none());
+    assert_eq!(b.reconnects(), 0, "the round trip needed no reconnect");
+    b.delete_topology().await.expect("cleanup");
+}
+
+async fn unsettled_delivery_returns_when_its_consumer_goes(b: Broker) {
+    b.publish(b"once", &[]).await.expect("publish");
+    let stop_a = CancellationToken::new();
+    let mut a = b.consumer("bc-a", stop_a.clone());
+    let d = tokio::time::timeout(STEP, a.next())
+        .await
+        .expect("in time")
+        .expect("a delivery");
+    assert_eq!(d.data, b"once");
+    // A crashes: its delivery is never settled.
+    drop(d);
+    stop_a.cancel();
+    assert!(tokio::time::timeout(STEP, a.next()).await.expect("stops").is_none());
+    drop(a);
+    let stop_b = CancellationToken::new();
+    let mut c = b.consumer("bc-b", stop_b.clone());
+    let d = tokio::time::timeout(STEP, c.next())
+        .await
+        .expect("redelivered in time")
+        .expect("a delivery");
+    assert_eq!(d.data, b"once");
+    assert!(d.redelivered, "the broker flags the second delivery");
+    d.ack().await.expect("ack");
+    eventually_depth(&b, false, 0).await;
+    stop_b.cancel();
+    b.delete_topology().await.expect("cleanup");
+}
+
+async fn requeued_past_the_delivery_limit_is_dead_lettered(b: Broker) {
+    b.publish(b"poison", &[]).await.expect("publish");
+    let stop = CancellationToken::new();
+    let mut c = b.consumer("bc", stop.clone());
+    // Limit 2: the first delivery and two redeliveries come; the next requeue dead-letters.
+    for n in 0..3 {
+        let d = tokio::time::timeout(STEP, c.next())
+            .await
+            .expect("in time")
+            .expect("a delivery");
+        assert_eq!(d.data, b"poison");
+        assert_eq!(d.redelivered, n > 0);
+        d.requeue().await.expect("requeue");
+    }
+    eventually_depth(&b, true, 1).await;
+    eventually_depth(&b, false, 0).await;
+    stop.cancel();
+    b.delete_topology().await.expect("cleanup");
+}
+
+macro_rules! conformance {
+    ($($name:ident ($limit:expr)),* $(,)?) => {
+        #[cfg(feature = "services")]
+        mod on_rabbitmq {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::rabbitmq($limit).await).await
+                }
+            )*
+        }
+        mod on_embedded {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(super::embedded($limit).await).await
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    publish_ack_and_dead_letter(20),
+    unsettled_delivery_returns_when_its_consumer_goes(20),
+    requeued_past_the_delivery_limit_is_dead_lettered(2),
+);

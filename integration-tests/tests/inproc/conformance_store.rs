@@ -1,0 +1,916 @@
+//! The store's conformance suite: every Lua script's validations (fence, version, journal
+//! index, status) and writes, run against both backends: a real Redis and the embedded engine
+//! (the same scripts in-process over the in-memory keyspace). A difference between the two is
+//! a failing test here, so the backends cannot drift.
+
+use serde_json::json;
+use std::time::Duration;
+
+use savepoint::embedded::MemEngine;
+use savepoint::ids::{EffectKey, ThreadId};
+use savepoint::journal::{Entry, EntryKind, Outcome};
+use savepoint::store::{CatalogEntry, CreateOptions, Flow};
+use savepoint::store::{ClaimOutcome, EffectClaim, Finish, Holder, RunStatus, ScriptStore, StoreError, Wait};
+use savepoint::store::{CreateOutcome, EffectDone, EffectRelease, EffectUnused, ServedSpec, SignalOutcome, Suspend};
+use savepoint_integration_tests::{embedded_config, fresh_namespace};
+
+#[cfg(feature = "services")]
+async fn redis_store() -> ScriptStore {
+    let cfg = savepoint_integration_tests::services().await.config(&fresh_namespace("st"));
+    ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
+        .await
+        .expect("redis")
+}
+
+fn embedded_store() -> ScriptStore {
+    let cfg = embedded_config(&fresh_namespace("st"));
+    ScriptStore::embedded(MemEngine::new(), cfg.keys(), cfg.store())
+}
+
+fn entry(name: &str) -> Entry {
+    Entry::new(name, EntryKind::Step, Outcome::Ok(json!({"v": name})), 1)
+}
+
+async fn new_run(s: &ScriptStore, input: serde_json::Value) -> ThreadId {
+    let t = ThreadId::generate("st");
+    assert_eq!(
+        s.create(&t, "wf", 1, &input.to_string(), "00-aa-bb-01").await.unwrap(),
+        CreateOutcome::Created
+    );
+    t
+}
+
+async fn claim(s: &ScriptStore, t: &ThreadId, owner: &str) -> savepoint::store::Claimed {
+    match s.claim(t, owner, None, &ServedSpec::any()).await.unwrap() {
+        ClaimOutcome::Claimed(c) => *c,
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}
+
+async fn create_is_idempotent_on_thread_workflow_and_input(s: ScriptStore) {
+    let t = new_run(&s, json!({"a": 1})).await;
+    assert_eq!(
+        s.create(&t, "wf", 1, &json!({"a": 1}).to_string(), "").await.unwrap(),
+        CreateOutcome::Exists(RunStatus::Pending)
+    );
+    assert_eq!(
+        s.create(&t, "wf", 1, &json!({"a": 2}).to_string(), "").await.unwrap(),
+        CreateOutcome::Conflict("wf".into())
+    );
+    assert_eq!(
+        s.create(&t, "other", 1, &json!({"a": 1}).to_string(), "")
+            .await
+            .unwrap(),
+        CreateOutcome::Conflict("wf".into())
+    );
+    let h = s.header(&t).await.unwrap().unwrap();
+    assert_eq!((h.status, h.steps, h.version, h.fence), (RunStatus::Pending, 0, 1, 0));
+    assert_eq!(h.trace.as_deref(), Some("00-aa-bb-01"));
+    assert!(h.due.is_some(), "a new run has a safety-net due time");
+}
+
+async fn claim_outcomes_and_fenced_commits(s: ScriptStore) {
+    let missing = ThreadId::generate("none");
+    assert!(matches!(
+        s.claim(&missing, "w", None, &ServedSpec::any()).await.unwrap(),
+        ClaimOutcome::Missing
+    ));
+    let t = new_run(&s, json!(null)).await;
+    let mut a = claim(&s, &t, "worker-a").await;
+    assert_eq!(a.lease.fence, 1);
+    assert!(!a.takeover);
+    // A live lease: another worker (or a duplicate task) is turned away.
+    assert!(
+        matches!(s.claim(&t, "worker-b", None, &ServedSpec::any()).await.unwrap(), ClaimOutcome::Leased(o) if o == "worker-a")
+    );
+    s.commit(&mut a.lease, 0, &entry("s0"), ("step_committed", "0 s0"), None)
+        .await
+        .unwrap();
+    // Wrong index and stale version are refused and change nothing.
+    let before = s.header(&t).await.unwrap().unwrap();
+    let mut stale = a.lease.clone();
+    stale.version -= 1;
+    assert!(matches!(
+        s.commit(&mut stale, 1, &entry("s1"), ("x", ""), None).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    assert!(matches!(
+        s.commit(&mut a.lease, 5, &entry("s1"), ("x", ""), None).await,
+        Err(StoreError::Index { steps: 1, .. })
+    ));
+    assert_eq!(s.header(&t).await.unwrap().unwrap().version, before.version);
+    // The lease expires; worker-b takes over with a higher fence.
+    tokio::time::sleep(s.config().lease + Duration::from_millis(100)).await;
+    let mut b = match s.claim(&t, "worker-b", Some(1), &ServedSpec::any()).await.unwrap() {
+        ClaimOutcome::Claimed(c) => *c,
+        other => panic!("{other:?}"),
+    };
+    assert!(b.takeover);
+    assert_eq!(b.lease.fence, 2);
+    assert_eq!(b.journal.as_ref().unwrap().len(), 1);
+    // The stale writer (fence 1) is fenced off: nothing changes.
+    let v = s.header(&t).await.unwrap().unwrap().version;
+    let err = s
+        .commit(&mut a.lease, 1, &entry("late"), ("x", ""), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { .. }), "{err}");
+    assert!(matches!(s.heartbeat(&a.lease).await, Err(StoreError::Fenced { .. })));
+    assert!(matches!(
+        s.event(&a.lease, "retried", "x").await,
+        Err(StoreError::Fenced { .. })
+    ));
+    let (h, j) = s.get(&t).await.unwrap().unwrap();
+    assert_eq!((h.version, j.len()), (v, 1));
+    // The new owner writes fine; heartbeats extend without bumping the version.
+    s.commit(&mut b.lease, 1, &entry("s1"), ("step_committed", "1 s1"), None)
+        .await
+        .unwrap();
+    let vb = b.lease.version;
+    let until = s.heartbeat(&b.lease).await.unwrap();
+    assert!(until > 0);
+    assert_eq!(s.header(&t).await.unwrap().unwrap().version, vb);
+    // A task behind the journal is stale once the run is runnable again.
+    s.suspend(
+        &mut b.lease,
+        None,
+        Suspend {
+            status: RunStatus::Pending,
+            due_in: Some(Duration::from_secs(60)),
+            wait: None,
+            backoff_on: None,
+            drop_begin: None,
+            queue: None,
+        },
+        ("yielded", ""),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        s.claim(&t, "worker-c", Some(0), &ServedSpec::any()).await.unwrap(),
+        ClaimOutcome::Stale(2)
+    ));
+    let events = s.events(&t, 100).await.unwrap();
+    let types: Vec<&str> = events.iter().map(|e| e.typ.as_str()).collect();
+    assert_eq!(
+        types,
+        [
+            "created",
+            "claimed",
+            "step_committed",
+            "takeover",
+            "step_committed",
+            "yielded"
+        ]
+    );
+}
+
+async fn sleeping_waiting_and_signals(s: ScriptStore) {
+    let t = new_run(&s, json!(null)).await;
+    let mut c = claim(&s, &t, "w").await;
+    let sleep = Entry::new("nap", EntryKind::Sleep, Outcome::Ok(json!({})), 1);
+    s.suspend(
+        &mut c.lease,
+        Some((0, &sleep)),
+        Suspend {
+            status: RunStatus::Sleeping,
+            due_in: Some(Duration::from_secs(3600)),
+            wait: None,
+            backoff_on: None,
+            drop_begin: None,
+            queue: None,
+        },
+        ("slept", "nap"),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        s.claim(&t, "w", None, &ServedSpec::any()).await.unwrap(),
+        ClaimOutcome::NotDue(_)
+    ));
+    // Short sleep: due soon, then claimable.
+    let t2 = new_run(&s, json!(null)).await;
+    let mut c2 = claim(&s, &t2, "w").await;
+    s.suspend(
+        &mut c2.lease,
+        Some((0, &sleep)),
+        Suspend {
+            status: RunStatus::Sleeping,
+            due_in: Some(Duration::from_millis(50)),
+            wait: None,
+            backoff_on: None,
+            drop_begin: None,
+            queue: None,
+        },
+        ("slept", "nap"),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    assert!(matches!(
+        s.claim(&t2, "w", None, &ServedSpec::any()).await.unwrap(),
+        ClaimOutcome::Claimed(_)
+    ));
+    // Waiting for an interrupt: resume wakes it; a resume while not waiting is refused.
+    let t3 = new_run(&s, json!(null)).await;
+    assert!(matches!(
+        s.signal(&t3, "interrupt", "", &json!("yes"), None).await.unwrap(),
+        SignalOutcome::NotWaiting(..)
+    ));
+    let mut c3 = claim(&s, &t3, "w").await;
+    let wait = Wait {
+        kind: "interrupt".into(),
+        name: "gate".into(),
+        payload: json!({"q": 1}),
+    };
+    let r = s
+        .suspend(
+            &mut c3.lease,
+            None,
+            Suspend {
+                status: RunStatus::Waiting,
+                due_in: None,
+                wait: Some(&wait),
+                backoff_on: None,
+                drop_begin: None,
+                queue: None,
+            },
+            ("interrupted", "gate"),
+        )
+        .await
+        .unwrap();
+    assert!(!r.woke);
+    assert!(matches!(
+        s.claim(&t3, "w", None, &ServedSpec::any()).await.unwrap(),
+        ClaimOutcome::Waiting
+    ));
+    let h = s.header(&t3).await.unwrap().unwrap();
+    assert_eq!(
+        (h.status, h.wait.clone(), h.due),
+        (RunStatus::Waiting, Some(wait.clone()), None)
+    );
+    assert!(matches!(
+        s.signal(&t3, "interrupt", "", &json!("yes"), None).await.unwrap(),
+        SignalOutcome::Woke(_)
+    ));
+    let mut c3 = claim(&s, &t3, "w").await;
+    assert_eq!(c3.signals.get("i:gate"), Some(&json!("yes")));
+    let answered = Entry::new("gate", EntryKind::Interrupt, Outcome::Ok(json!("yes")), 1);
+    s.commit(
+        &mut c3.lease,
+        0,
+        &answered,
+        ("interrupt_answered", "gate"),
+        Some("i:gate"),
+    )
+    .await
+    .unwrap();
+    // Signals sent early are buffered, in order; a wait for a buffered signal wakes at once.
+    assert_eq!(
+        s.signal(&t3, "signal", "go", &json!(1), None).await.unwrap(),
+        SignalOutcome::Buffered
+    );
+    assert_eq!(
+        s.signal(&t3, "signal", "go", &json!(2), None).await.unwrap(),
+        SignalOutcome::Buffered
+    );
+    let wait_go = Wait {
+        kind: "signal".into(),
+        name: "go".into(),
+        payload: json!(null),
+    };
+    let r = s
+        .suspend(
+            &mut c3.lease,
+            None,
+            Suspend {
+                status: RunStatus::Waiting,
+                due_in: None,
+                wait: Some(&wait_go),
+                backoff_on: None,
+                drop_begin: None,
+                queue: None,
+            },
+            ("waiting_signal", "go"),
+        )
+        .await
+        .unwrap();
+    assert!(r.woke, "the buffered signal must not be stranded");
+    let c4 = claim(&s, &t3, "w").await;
+    let keys: Vec<&String> = c4.signals.keys().collect();
+    assert_eq!(keys.len(), 2);
+    assert!(keys[0] < keys[1] && c4.signals[keys[0]] == json!(1));
+}
+
+async fn finish_cancel_unblock_and_retention(s: ScriptStore) {
+    let t = new_run(&s, json!(null)).await;
+    let mut c = claim(&s, &t, "w").await;
+    s.finish(
+        &mut c.lease,
+        Some((0, &entry("s0"))),
+        Finish::Completed(&json!({"ok": true})),
+        ("completed", ""),
+    )
+    .await
+    .unwrap();
+    let h = s.header(&t).await.unwrap().unwrap();
+    assert_eq!(
+        (h.status, h.steps, h.output.clone()),
+        (RunStatus::Completed, 1, Some(json!({"ok": true})))
+    );
+    let ttl: i64 = s.query(redis::cmd("PTTL").arg(&s.keys().run(&t).run)).await.unwrap();
+    assert!(
+        ttl > 0 && ttl <= s.config().retention.as_millis() as i64,
+        "finished runs expire: ttl {ttl}"
+    );
+    assert!(matches!(
+        s.claim(&t, "w", None, &ServedSpec::any()).await.unwrap(),
+        ClaimOutcome::Terminal(RunStatus::Completed)
+    ));
+    assert_eq!(s.cancel(&t, "x").await.unwrap(), Err(RunStatus::Completed));
+    // Cancel moves the fence: the running worker is refused at its next write.
+    let t2 = new_run(&s, json!(null)).await;
+    let mut c2 = claim(&s, &t2, "w").await;
+    assert_eq!(s.cancel(&t2, "operator").await.unwrap().map(|c| c.settled), Ok(vec![]));
+    assert!(matches!(
+        s.commit(&mut c2.lease, 0, &entry("s0"), ("x", ""), None).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    // Blocked on an effect, then unblocked by an operator.
+    let t3 = new_run(&s, json!(null)).await;
+    let mut c3 = claim(&s, &t3, "w").await;
+    let holder = Holder {
+        thread: t3.to_string(),
+        index: 0,
+        fence: 1,
+    };
+    s.finish(
+        &mut c3.lease,
+        None,
+        Finish::Blocked {
+            reason: "effect k outcome unknown",
+            effect: Some(("k", &holder)),
+        },
+        ("blocked", ""),
+    )
+    .await
+    .unwrap();
+    let ttl: i64 = s.query(redis::cmd("PTTL").arg(&s.keys().run(&t3).run)).await.unwrap();
+    assert_eq!(ttl, -1, "blocked runs wait for an operator and do not expire");
+    assert_eq!(
+        s.unblock(&t3, "other", "").await.unwrap(),
+        Err(("blocked".into(), "k".into()))
+    );
+    assert!(s.unblock(&t3, "k", "applied").await.unwrap().is_ok());
+    let h = s.header(&t3).await.unwrap().unwrap();
+    assert_eq!((h.status, h.reason, h.blocked_effect), (RunStatus::Pending, None, None));
+}
+
+async fn scan_due_hands_each_run_out_once_per_period(s: ScriptStore) {
+    let mut threads = Vec::new();
+    for _ in 0..20 {
+        let t = new_run(&s, json!(null)).await;
+        let mut c = claim(&s, &t, "w").await;
+        s.suspend(
+            &mut c.lease,
+            None,
+            Suspend {
+                status: RunStatus::Sleeping,
+                due_in: Some(Duration::from_millis(1)),
+                wait: None,
+                backoff_on: None,
+                drop_begin: None,
+                queue: None,
+            },
+            ("slept", ""),
+        )
+        .await
+        .unwrap();
+        threads.push(t);
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut seen = Vec::new();
+    for p in 0..s.keys().partitions() {
+        let (_, a) = s.scan_due(p, 1000, Duration::from_secs(60)).await.unwrap();
+        let (_, b) = s.scan_due(p, 1000, Duration::from_secs(60)).await.unwrap();
+        let a: Vec<ThreadId> = a.into_iter().map(|r| r.thread).collect();
+        let b: Vec<ThreadId> = b.into_iter().map(|r| r.thread).collect();
+        assert!(
+            b.iter().all(|t| !a.contains(t)),
+            "a run was handed out twice within one period"
+        );
+        seen.extend(a);
+        seen.extend(b);
+    }
+    seen.sort();
+    threads.sort();
+    let due: Vec<_> = seen.into_iter().filter(|t| threads.contains(t)).collect();
+    assert_eq!(due, threads);
+}
+
+/// Found by the simulator (seed 39517): the scanner rang a running run whose worker was
+/// stalled, its publish was confirmed late, and by then the worker had put the run to sleep;
+/// marking that stale task queued pushed the run's due time out by the queued-redeliver
+/// delay (10 minutes), so its 1-second timer fired 10 minutes late. Every write that starts a
+/// new due regime raises the ring version, so the late mark is refused.
+async fn a_task_published_before_a_suspend_does_not_delay_the_wake_up(s: ScriptStore) {
+    let t = new_run(&s, json!(null)).await;
+    let mut c = claim(&s, &t, "w").await;
+    // A scanner rang the run under this lease (its worker looked stalled) and published a
+    // task: the publisher holds the ring version it read then.
+    let k = s.keys().run(&t);
+    let rv_seen: u64 = s.query(redis::cmd("HGET").arg(&k.run).arg("rv")).await.unwrap();
+    let slept = s
+        .suspend(
+            &mut c.lease,
+            None,
+            Suspend::until(RunStatus::Sleeping, Duration::from_secs(1)),
+            ("slept", ""),
+        )
+        .await
+        .unwrap();
+    let wake = slept.due.expect("a wake time");
+    // The stale confirm arrives now.
+    assert_eq!(
+        s.mark_queued(&[(t.clone(), rv_seen)]).await.unwrap(),
+        0,
+        "a stale task is not marked"
+    );
+    let score: Option<f64> = s.query(redis::cmd("ZSCORE").arg(&k.due).arg(t.as_str())).await.unwrap();
+    assert_eq!(
+        score.map(|x| x as u64),
+        Some(wake),
+        "the wake time stays the run's due time"
+    );
+    // A task published after the suspend (with its rv) is marked as before.
+    assert_eq!(s.mark_queued(&[(t.clone(), slept.rv)]).await.unwrap(), 1);
+}
+
+async fn effect_records_intent_done_release(s: ScriptStore) {
+    let key = EffectKey::new(format!("charge:{}", uuid::Uuid::new_v4())).unwrap();
+    let (t1, t2) = (ThreadId::generate("a"), ThreadId::generate("b"));
+    let h1 = |index: i64, fence: u64| Holder {
+        thread: t1.to_string(),
+        index,
+        fence,
+    };
+    assert_eq!(s.effect_intent(&key, &t1, 3, 1, false).await.unwrap(), EffectClaim::Won);
+    // The intent never expires (an in-doubt effect must not silently become "absent").
+    let ttl: i64 = s.query(redis::cmd("PTTL").arg(s.keys().effect(&key))).await.unwrap();
+    assert_eq!(ttl, -1, "intent records have no TTL");
+    // Same attempt asking again (a lost reply): still ours. Another run: busy. A later
+    // attempt: in doubt, and only a higher fence takes it over.
+    assert_eq!(s.effect_intent(&key, &t1, 3, 1, false).await.unwrap(), EffectClaim::Won);
+    assert_eq!(
+        s.effect_intent(&key, &t2, 0, 1, false).await.unwrap(),
+        EffectClaim::Busy(h1(3, 1))
+    );
+    assert_eq!(
+        s.effect_intent(&key, &t1, 3, 2, false).await.unwrap(),
+        EffectClaim::InDoubt(h1(3, 1))
+    );
+    assert_eq!(s.effect_intent(&key, &t1, 3, 2, true).await.unwrap(), EffectClaim::Won);
+    // The stale attempt (fence 1) can neither take it back nor mark it done nor free it.
+    assert_eq!(
+        s.effect_intent(&key, &t1, 3, 1, true).await.unwrap(),
+        EffectClaim::Stale(2)
+    );
+    assert_eq!(
+        s.effect_done(&key, &t1, 3, 1, &json!("stale")).await.unwrap(),
+        EffectDone::Stale
+    );
+    assert!(matches!(
+        s.effect_release(&key, &t1, 3, 1).await.unwrap(),
+        EffectRelease::NotOwner(_)
+    ));
+    // The same attempt at another index: one key used twice at once.
+    assert_eq!(
+        s.effect_intent(&key, &t1, 5, 2, false).await.unwrap(),
+        EffectClaim::SelfHeld(3)
+    );
+    assert_eq!(
+        s.effect_done(&key, &t2, 0, 1, &json!(1)).await.unwrap(),
+        EffectDone::NotOwner(t1.to_string())
+    );
+    assert_eq!(
+        s.effect_done(&key, &t1, 3, 2, &json!({"id": 7})).await.unwrap(),
+        EffectDone::Recorded
+    );
+    // A retried done (lost reply) answers with the first result.
+    assert_eq!(
+        s.effect_done(&key, &t1, 3, 2, &json!({"id": 8})).await.unwrap(),
+        EffectDone::Already(json!({"id": 7}))
+    );
+    assert_eq!(
+        s.effect_intent(&key, &t2, 0, 1, false).await.unwrap(),
+        EffectClaim::Done(json!({"id": 7}))
+    );
+    assert_eq!(
+        s.effect_release(&key, &t1, 3, 2).await.unwrap(),
+        EffectRelease::Done(json!({"id": 7}))
+    );
+    let key2 = EffectKey::new(format!("mail:{}", uuid::Uuid::new_v4())).unwrap();
+    assert_eq!(
+        s.effect_intent(&key2, &t1, 0, 1, false).await.unwrap(),
+        EffectClaim::Won
+    );
+    assert!(matches!(
+        s.effect_release(&key2, &t2, 0, 1).await.unwrap(),
+        EffectRelease::NotOwner(_)
+    ));
+    assert!(
+        matches!(
+            s.effect_release(&key2, &t1, 0, 9).await.unwrap(),
+            EffectRelease::NotOwner(_)
+        ),
+        "another attempt frees nothing"
+    );
+    assert_eq!(
+        s.effect_release(&key2, &t1, 0, 1).await.unwrap(),
+        EffectRelease::Released
+    );
+    assert_eq!(
+        s.effect_release(&key2, &t1, 0, 1).await.unwrap(),
+        EffectRelease::Absent,
+        "a retried release is harmless"
+    );
+    assert_eq!(
+        s.effect_intent(&key2, &t2, 0, 1, false).await.unwrap(),
+        EffectClaim::Won
+    );
+}
+
+/// An intent whose owner ended becomes an explicit in-doubt record; an operator settles
+/// exactly the record a blocked run names, never a newer one.
+async fn orphaned_intents_and_operator_settlement(s: ScriptStore) {
+    let key = EffectKey::new(format!("charge:{}", uuid::Uuid::new_v4())).unwrap();
+    let (t1, t2) = (ThreadId::generate("a"), ThreadId::generate("b"));
+    assert_eq!(s.effect_intent(&key, &t1, 2, 4, false).await.unwrap(), EffectClaim::Won);
+    assert!(
+        !s.effect_orphan(&key, &t2, 2, "cancelled").await.unwrap(),
+        "not t2's intent"
+    );
+    assert!(
+        !s.effect_orphan(&key, &t1, 9, "cancelled").await.unwrap(),
+        "not that index"
+    );
+    assert!(s.effect_orphan(&key, &t1, 2, "cancelled").await.unwrap());
+    let owner = Holder {
+        thread: t1.to_string(),
+        index: 2,
+        fence: 4,
+    };
+    assert_eq!(
+        s.effect_intent(&key, &t2, 0, 1, false).await.unwrap(),
+        EffectClaim::Orphaned(owner.clone(), "cancelled".into())
+    );
+    // A resolver naming another holder changes nothing.
+    let other = Holder {
+        fence: 5,
+        ..owner.clone()
+    };
+    assert!(matches!(
+        s.settle_released(&key, &t2, Some(&other)).await.unwrap(),
+        EffectRelease::Changed(_)
+    ));
+    assert!(matches!(
+        s.settle_done(&key, &t2, &json!(1), Some(&other)).await.unwrap(),
+        EffectDone::Changed(_)
+    ));
+    assert_eq!(
+        s.settle_released(&key, &t2, Some(&owner)).await.unwrap(),
+        EffectRelease::Released
+    );
+    // The run re-runs and takes a new intent; a second (late) resolver for the old record
+    // must not free it.
+    assert_eq!(s.effect_intent(&key, &t2, 0, 2, false).await.unwrap(), EffectClaim::Won);
+    assert!(matches!(
+        s.settle_released(&key, &t2, Some(&owner)).await.unwrap(),
+        EffectRelease::Changed(_)
+    ));
+    assert_eq!(
+        s.effect_intent(&key, &t2, 0, 2, false).await.unwrap(),
+        EffectClaim::Won,
+        "the live intent survived the late resolver"
+    );
+}
+
+/// A delivered answer that did not decode: `finish` with `Rejected` blocks the run, drops the
+/// answer, keeps the wait and sets no finish time; `signal` takes a new answer for it, which
+/// unblocks it. An operator's result that did not decode is taken back by `effect_reopen`
+/// (only an operator's record), so the run can be resolved again.
+async fn rejected_answers_and_reopened_results(s: ScriptStore) {
+    let t = new_run(&s, json!({})).await;
+    let c = claim(&s, &t, "w1").await;
+    let mut lease = c.lease.clone();
+    let wait = Wait {
+        kind: "interrupt".into(),
+        name: "gate".into(),
+        payload: json!({"q": 1}),
+    };
+    s.suspend(&mut lease, None, Suspend::waiting(&wait), ("interrupted", "gate"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.signal(&t, "interrupt", "", &json!("yes"), None).await.unwrap(),
+        SignalOutcome::Woke(_)
+    ));
+    let c = claim(&s, &t, "w1").await;
+    assert_eq!(c.signals.get("i:gate"), Some(&json!("yes")));
+    let mut lease = c.lease.clone();
+    let how = Finish::Rejected {
+        reason: "the value sent to interrupt \"gate\" does not decode",
+        wait: &wait,
+        consumed: "i:gate",
+    };
+    s.finish(&mut lease, None, how, ("blocked", "bad answer"))
+        .await
+        .unwrap();
+    let h = s.header(&t).await.unwrap().unwrap();
+    assert_eq!(h.status, RunStatus::Blocked);
+    assert_eq!(h.wait.as_ref().map(|w| w.name.as_str()), Some("gate"), "{h:?}");
+    assert_eq!(h.finished_at, None, "a blocked run has not finished");
+    assert!(h.reason.as_deref().unwrap_or("").contains("does not decode"));
+    assert_eq!(s.list(Some(RunStatus::Blocked), 10).await.unwrap().len(), 1);
+    // A signal of another kind is only buffered; the answer unblocks it.
+    assert!(matches!(
+        s.signal(&t, "signal", "other", &json!(1), None).await.unwrap(),
+        SignalOutcome::Buffered
+    ));
+    assert!(matches!(
+        s.signal(&t, "interrupt", "", &json!({"ok": true}), None).await.unwrap(),
+        SignalOutcome::Woke(_)
+    ));
+    let h = s.header(&t).await.unwrap().unwrap();
+    assert_eq!((h.status, h.reason.clone()), (RunStatus::Pending, None), "{h:?}");
+    assert!(s.list(Some(RunStatus::Blocked), 10).await.unwrap().is_empty());
+    let c = claim(&s, &t, "w1").await;
+    assert_eq!(
+        c.signals.get("i:gate"),
+        Some(&json!({"ok": true})),
+        "the rejected answer is gone"
+    );
+
+    let key = EffectKey::new(format!("charge:{}", uuid::Uuid::new_v4())).unwrap();
+    // A worker's done record is not reopened.
+    assert_eq!(s.effect_intent(&key, &t, 3, 5, false).await.unwrap(), EffectClaim::Won);
+    assert_eq!(
+        s.effect_done(&key, &t, 3, 5, &json!({"id": 1})).await.unwrap(),
+        EffectDone::Recorded
+    );
+    assert!(!s.effect_reopen(&key, &t, 3, 6).await.unwrap());
+    // An operator's is: it becomes this run's in-doubt intent, which a resolver naming that
+    // holder settles again.
+    let key = EffectKey::new(format!("charge:{}", uuid::Uuid::new_v4())).unwrap();
+    assert_eq!(s.effect_intent(&key, &t, 3, 5, false).await.unwrap(), EffectClaim::Won);
+    assert_eq!(
+        s.settle_done(&key, &t, &json!({"id": 1}), None).await.unwrap(),
+        EffectDone::Recorded
+    );
+    assert!(s.effect_reopen(&key, &t, 3, 6).await.unwrap());
+    let holder = Holder {
+        thread: t.to_string(),
+        index: 3,
+        fence: 6,
+    };
+    assert_eq!(
+        s.effect_intent(&key, &t, 3, 7, false).await.unwrap(),
+        EffectClaim::InDoubt(holder.clone())
+    );
+    assert_eq!(
+        s.settle_done(&key, &t, &json!({"charge_id": "c"}), Some(&holder))
+            .await
+            .unwrap(),
+        EffectDone::Recorded
+    );
+    assert!(matches!(
+        s.effect_intent(&key, &t, 3, 7, false).await.unwrap(),
+        EffectClaim::Done(v) if v == json!({"charge_id": "c"})
+    ));
+}
+
+/// Rolling deploys: a run records the features it uses, and a claim that does not name one
+/// of them (an older worker) gives the run back untouched, saying which; a fork needs what its
+/// source needs (less the deadline it does not inherit).
+async fn a_run_that_needs_a_feature_the_worker_does_not_know_is_given_back_untouched(s: ScriptStore) {
+    let t = ThreadId::generate("feat");
+    let opts = CreateOptions {
+        timeout: Some(Duration::from_secs(600)),
+        flow: Some(Flow {
+            key: "wf:acme".into(),
+            limit: 2,
+            rate: None,
+        }),
+        ..CreateOptions::default()
+    };
+    let created = s.create_with(&t, "wf", 1, "null", "", &opts).await.unwrap();
+    assert_eq!(created, CreateOutcome::Created);
+    let h = s.header(&t).await.unwrap().unwrap();
+    assert_eq!(h.needs, vec!["deadline".to_owned(), "flow".to_owned()]);
+    let entries = [CatalogEntry {
+        name: "wf".into(),
+        version: 1,
+        min_version: 1,
+    }];
+    let older = ServedSpec::new(&entries).knowing(&["child", "deadline", "queue"]);
+    match s.claim(&t, "old-worker", None, &older).await.unwrap() {
+        ClaimOutcome::Unserved { reason, .. } => assert_eq!(
+            reason, "waiting for a worker that knows the run feature flow (a newer build)",
+            "the reason names the feature"
+        ),
+        other => panic!("an older worker must give the run back, got {other:?}"),
+    }
+    let h = s.header(&t).await.unwrap().unwrap();
+    assert_eq!((h.status, h.fence, h.attempt), (RunStatus::Pending, 0, 0), "untouched");
+    assert!(
+        h.waiting_for.as_deref().is_some_and(|w| w.contains("feature flow")),
+        "{h:?}"
+    );
+    // A run of a newer build names a feature this build has never heard of.
+    let future = new_run(&s, json!(1)).await;
+    let run_key = s.keys().run(&future).run;
+    let _: () = s
+        .query(redis::cmd("HSET").arg(&run_key).arg("needs").arg("flow\u{1f}teleport"))
+        .await
+        .unwrap();
+    match s
+        .claim(&future, "this-build", None, &ServedSpec::new(&entries))
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Unserved { reason, .. } => assert!(reason.contains("feature teleport"), "{reason}"),
+        other => panic!("a run of a newer build must be given back, got {other:?}"),
+    }
+    // This build knows every feature the first run uses: it claims it.
+    let c = match s
+        .claim(&t, "this-build", None, &ServedSpec::new(&entries))
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Claimed(c) => c,
+        other => panic!("expected a claim, got {other:?}"),
+    };
+    assert_eq!(c.lease.fence, 1);
+    let fork = ThreadId::generate("feat-fork");
+    s.fork(&t, 0, &fork, "").await.unwrap();
+    let f = s.header(&fork).await.unwrap().unwrap();
+    assert_eq!(
+        f.needs,
+        vec!["flow".to_owned()],
+        "a fork keeps the flow limit, not the deadline"
+    );
+}
+
+/// An attempt that took an intent and stopped before calling the effect records so when it
+/// cannot free the intent: a block on that holder is refused (the caller takes it over), and
+/// a run that had already blocked on it is pending again. The mark only ever rises.
+async fn an_unused_intent_recorded_by_its_holder_is_not_blocked_on(s: ScriptStore) {
+    let t = new_run(&s, json!(null)).await;
+    let key = EffectKey::new(format!("mail:{}", uuid::Uuid::new_v4())).unwrap();
+    let mut a = claim(&s, &t, "w").await;
+    assert_eq!(s.effect_intent(&key, &t, 0, 1, false).await.unwrap(), EffectClaim::Won);
+    let holder = |fence: u64| Holder {
+        thread: t.to_string(),
+        index: 0,
+        fence,
+    };
+    assert_eq!(s.effect_unused(&t, 0, 1).await.unwrap(), EffectUnused::Recorded);
+    let version = a.lease.version;
+    let refused = s
+        .finish(
+            &mut a.lease,
+            None,
+            Finish::Blocked {
+                reason: "in doubt",
+                effect: Some((key.as_str(), &holder(1))),
+            },
+            ("blocked", "in doubt"),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::UnusedIntent { index: 0, fence: 1 })),
+        "{refused:?}"
+    );
+    assert_eq!(a.lease.version, version, "nothing written");
+    assert_eq!(s.header(&t).await.unwrap().unwrap().status, RunStatus::Running);
+    // A holder that recorded nothing (fence 2: its call may have started) is in doubt.
+    s.finish(
+        &mut a.lease,
+        None,
+        Finish::Blocked {
+            reason: "in doubt",
+            effect: Some((key.as_str(), &holder(2))),
+        },
+        ("blocked", "in doubt"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.header(&t).await.unwrap().unwrap().status, RunStatus::Blocked);
+    // Its holder says, late, that it never called the effect: the run is pending again.
+    assert!(matches!(
+        s.effect_unused(&t, 0, 2).await.unwrap(),
+        EffectUnused::Unblocked(_)
+    ));
+    let h = s.header(&t).await.unwrap().unwrap();
+    assert_eq!((h.status, h.blocked_effect), (RunStatus::Pending, None));
+    // An older attempt's late word does not lower the mark.
+    assert_eq!(s.effect_unused(&t, 0, 1).await.unwrap(), EffectUnused::Recorded);
+    let run_key = s.keys().run(&t).run;
+    let mark: Option<String> = s.query(redis::cmd("HGET").arg(&run_key).arg("u:0")).await.unwrap();
+    assert_eq!(mark.as_deref(), Some("2"));
+    assert_eq!(
+        s.effect_unused(&ThreadId::generate("none"), 0, 1).await.unwrap(),
+        EffectUnused::Missing
+    );
+}
+
+/// Found by the simulator (seed 366023): a worker's lease extension landed between a scanner's
+/// ring of its run (the worker looked stalled) and the mark of that ring's task; the task was
+/// consumed and refused `leased`, and the mark pushed the run's safety net out by the
+/// queued-redeliver delay (10 minutes). The worker then died before its next extension, and
+/// its run sat `running` under an expired lease for those 10 minutes. A leased run's task is
+/// never marked (its holder, not the queue, carries its work), and a claim refused `leased`
+/// raises the ring version (the task is dropped), so a mark after it is refused too.
+async fn a_task_for_a_leased_run_does_not_push_its_safety_net_out(s: ScriptStore) {
+    let t = new_run(&s, json!(null)).await;
+    let c = claim(&s, &t, "w").await;
+    let k = s.keys().run(&t);
+    let rv = |s: &ScriptStore| {
+        let key = k.run.clone();
+        let s = s.clone();
+        async move {
+            let v: u64 = s.query(redis::cmd("HGET").arg(&key).arg("rv")).await.unwrap();
+            v
+        }
+    };
+    let score = |s: &ScriptStore| {
+        let (due, t) = (k.due.clone(), t.clone());
+        let s = s.clone();
+        async move {
+            let v: Option<f64> = s.query(redis::cmd("ZSCORE").arg(&due).arg(t.as_str())).await.unwrap();
+            v.map(|x| x as u64)
+        }
+    };
+    // A scanner rang the run and published a task; the lease is live when the mark arrives.
+    let rv_seen = rv(&s).await;
+    let net = score(&s).await;
+    assert_eq!(
+        net, c.header.due,
+        "a running run's due time is its lease's expiry plus grace"
+    );
+    assert_eq!(
+        s.mark_queued(&[(t.clone(), rv_seen)]).await.unwrap(),
+        0,
+        "a leased run's task is not marked queued"
+    );
+    assert_eq!(score(&s).await, net, "the lease's expiry stays the run's safety net");
+    // Another worker consumed that task: refused, it drops it, and the ring moves on.
+    assert!(matches!(
+        s.claim(&t, "w2", None, &ServedSpec::any()).await.unwrap(),
+        ClaimOutcome::Leased(o) if o == "w"
+    ));
+    assert!(
+        rv(&s).await > rv_seen,
+        "a claim refused as leased raises the ring version"
+    );
+    assert_eq!(s.mark_queued(&[(t.clone(), rv_seen)]).await.unwrap(), 0);
+    assert_eq!(score(&s).await, net);
+}
+
+/// Each contract test, once per backend.
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        #[cfg(feature = "services")]
+        mod on_redis {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(super::redis_store().await).await
+                }
+            )*
+        }
+        mod on_embedded {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(super::embedded_store()).await
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    create_is_idempotent_on_thread_workflow_and_input,
+    claim_outcomes_and_fenced_commits,
+    sleeping_waiting_and_signals,
+    finish_cancel_unblock_and_retention,
+    scan_due_hands_each_run_out_once_per_period,
+    a_task_published_before_a_suspend_does_not_delay_the_wake_up,
+    a_task_for_a_leased_run_does_not_push_its_safety_net_out,
+    effect_records_intent_done_release,
+    rejected_answers_and_reopened_results,
+    orphaned_intents_and_operator_settlement,
+    a_run_that_needs_a_feature_the_worker_does_not_know_is_given_back_untouched,
+    an_unused_intent_recorded_by_its_holder_is_not_blocked_on,
+);
