@@ -97,8 +97,8 @@ run_tests() {
   # The long-poll test watches one Redis with MONITOR, which a cluster spreads over its
   # masters (it runs against the single node in the main suite).
   SAVEPOINT_TEST_REDIS_URL=$url SAVEPOINT_TEST_FORCE_LOCAL=1 \
-    cargo test -p savepoint-integration-tests --test seed --test crash --test delivery --test api \
-    -- --skip result_long_poll_waits_until_the_run_ends
+    cargo test --workspace --all-features --test services --test inproc \
+    -- seed:: crash:: delivery:: http_api:: --skip result_long_poll_waits_until_the_run_ends
   log "keys per master after the run: $(for p in $(seq "$base" $((base + 2))); do
     printf '%s=%s ' "$p" "$(redis-cli -p "$p" dbsize)"; done)"
 }

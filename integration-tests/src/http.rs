@@ -5,7 +5,7 @@ use savepoint::config::Config;
 use serde_json::{json, Value};
 
 use crate::{
-    cleanup, fresh_namespace, register_test_workflow, services, start_scheduler, test_config, SchedulerHandle,
+    backend_ready, cleanup, fresh_namespace, register_test_workflow, start_scheduler, test_config, SchedulerHandle,
 };
 
 /// One test's scheduler, namespace (with workflow `echo` registered) and HTTP client.
@@ -21,7 +21,7 @@ pub struct TestApi {
 impl TestApi {
     /// A fresh namespace `prefix…`, tuned by `tune`, with `echo` registered and a scheduler.
     pub async fn new(prefix: &str, tune: impl FnOnce(&mut Config)) -> Self {
-        services().await;
+        backend_ready().await;
         let mut cfg = test_config(&fresh_namespace(prefix));
         tune(&mut cfg);
         register_test_workflow(&cfg, "echo").await;

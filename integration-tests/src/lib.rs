@@ -165,6 +165,12 @@ const HINT: &str = "Set SAVEPOINT_TEST_AMQP_URL / SAVEPOINT_TEST_REDIS_URL, make
 /// `SAVEPOINT_TEST_FORCE_LOCAL` is set); else the local defaults. Panics with a clear message
 /// when they do not answer.
 pub async fn services() -> &'static Services {
+    if !cfg!(feature = "services") {
+        panic!(
+            "this test needs RabbitMQ and Redis: it belongs to the `services` tier \
+             (cargo test -p savepoint-integration-tests --features services; README \"Tests\")"
+        );
+    }
     SERVICES
         .get_or_init(|| async {
             let (amqp, redis) = (env_url("SAVEPOINT_TEST_AMQP_URL"), env_url("SAVEPOINT_TEST_REDIS_URL"));
@@ -214,15 +220,29 @@ pub fn fresh_namespace(prefix: &str) -> String {
 /// (1.5 s lease, 0.3 s grace, 2 s redelivery), a 100 ms scan interval and an ephemeral HTTP
 /// port. Call [`services`] first (panics otherwise).
 pub fn test_config(ns: &str) -> Config {
-    // `SAVEPOINT_TEST_BACKEND=embedded` runs the in-process suites on the embedded backend
-    // (suites that spawn worker processes need the real services).
-    if std::env::var("SAVEPOINT_TEST_BACKEND").is_ok_and(|b| b == "embedded") {
+    if on_embedded() {
         return embedded_config(ns);
     }
     SERVICES
         .get()
         .expect("call savepoint_integration_tests::services().await before test_config")
         .config(ns)
+}
+
+/// Whether [`test_config`] is on the embedded backend: always without the `services` tier
+/// (plain `cargo test` needs no services), and with it when `SAVEPOINT_TEST_BACKEND=embedded`
+/// (the in-process suites once more on the embedded backend; suites that spawn worker
+/// processes need the real services).
+pub fn on_embedded() -> bool {
+    !cfg!(feature = "services") || std::env::var("SAVEPOINT_TEST_BACKEND").is_ok_and(|b| b == "embedded")
+}
+
+/// Makes the backend of [`test_config`] ready: nothing to do on the embedded backend, else
+/// [`services`] (resolved and checked once).
+pub async fn backend_ready() {
+    if !on_embedded() {
+        services().await;
+    }
 }
 
 /// The test configuration of [`test_config`] on the embedded backend: `mem://<ns>` for both

@@ -9,7 +9,7 @@ use savepoint::ids::ThreadId;
 use savepoint::store::ScriptStore;
 
 use crate::procs::Proc;
-use crate::{fresh_namespace, services, start_scheduler, test_config, SchedulerHandle};
+use crate::{backend_ready, fresh_namespace, start_scheduler, test_config, SchedulerHandle};
 use savepoint_scheduler::loadgen::receiver::{self, Deliveries, ReceiverOptions};
 
 /// One test's world.
@@ -27,7 +27,7 @@ pub struct World {
 impl World {
     /// A world with an in-process scheduler; `tune` may adjust the config first.
     pub async fn new(prefix: &str, tune: impl FnOnce(&mut Config)) -> Self {
-        services().await;
+        backend_ready().await;
         let mut cfg = test_config(&fresh_namespace(prefix));
         tune(&mut cfg);
         let sched = start_scheduler(&cfg).await;

@@ -16,7 +16,9 @@ use savepoint_integration_tests::{embedded_config, fresh_namespace};
 
 #[cfg(feature = "services")]
 async fn redis_store() -> ScriptStore {
-    let cfg = savepoint_integration_tests::services().await.config(&fresh_namespace("st"));
+    let cfg = savepoint_integration_tests::services()
+        .await
+        .config(&fresh_namespace("st"));
     ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
         .await
         .expect("redis")

@@ -1,0 +1,16 @@
+//! The in-process suites: the store, broker and keyspace contracts, the API, the hazards and
+//! the workflow API, each with the scheduler and workers inside this process.
+//!
+//! Without the `services` feature (plain `cargo test`) they run on the embedded backend and
+//! need no services; the contract halves that need Redis or RabbitMQ, and the keyspace
+//! comparison, are left out. With `--features services` they run against the real RabbitMQ
+//! and Redis, and `SAVEPOINT_TEST_BACKEND=embedded` moves them back onto the embedded
+//! backend (README "Tests").
+
+pub mod conformance_broker;
+#[cfg(feature = "services")]
+pub mod conformance_keyspace;
+pub mod conformance_store;
+pub mod hazards;
+pub mod http_api;
+pub mod workflow_api;
