@@ -1,5 +1,5 @@
 //! Savepoint control plane: the HTTP API (start, get, history, export, resume, signal, cancel,
-//! resolve, list), the due scanner, and the `savepoint` CLI (DESIGN §2).
+//! resolve, list), the due scanner, and the `savepoint` CLI (ARCHITECTURE §3, §10).
 //!
 //! Scheduler replicas are all active and stateless: they coordinate only through the atomic
 //! Redis scripts of [`savepoint::store`], so running several of them never double-publishes a

@@ -1,4 +1,4 @@
-//! Marks runs whose task the broker confirmed (the due-time rule, ARCHITECTURE §5b), off the
+//! Marks runs whose task the broker confirmed (the due-time rule, ARCHITECTURE §7b), off the
 //! request path and in batches: an API request answers as soon as its task is confirmed, and
 //! one background task sends the marks, many per round trip. A mark that lands late is
 //! harmless (the store skips runs claimed since), and one that is never sent only means one

@@ -1,6 +1,7 @@
-//! Publishing step tasks: the doorbell that wakes a worker (DESIGN §1.4). A task that is lost
-//! here is harmless — every run with pending work has a due time in Redis and the scanner
-//! rings again — so callers log publish failures instead of failing the request.
+//! Publishing step tasks: the doorbell that wakes a worker (ARCHITECTURE §1, principle 4). A
+//! task that is lost here is harmless — every run with pending work has a due time in Redis
+//! and the scanner rings again — so callers log publish failures instead of failing the
+//! request.
 
 use savepoint::broker::{Broker, BrokerError, Queues};
 use savepoint::failpoints::{Failpoints, Injected};

@@ -1,5 +1,5 @@
-//! The due scanner (DESIGN §2, §5): every tick, hands out the overdue runs of every partition
-//! and publishes a `Due` task for each. `scan_due` moves each handed-out run's due time one
+//! The due scanner (ARCHITECTURE §10, §7b): every tick, hands out the overdue runs of every
+//! partition and publishes a `Due` task for each. `scan_due` moves each handed-out run's due time one
 //! period ahead atomically, so concurrent replicas never publish the same run twice within a
 //! period, and a run whose task is lost is rung again one period later.
 

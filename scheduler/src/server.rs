@@ -60,7 +60,7 @@ pub async fn serve(cfg: Config, listener: TcpListener, shutdown: CancellationTok
     let addr = listener.local_addr()?;
     let readiness = Readiness::default();
     let slot: Arc<OnceLock<Services>> = Arc::new(OnceLock::new());
-    let state = ApiState::new(slot.clone(), &cfg).map_err(ConfigError::Invalid)?;
+    let state = ApiState::new(slot.clone(), &cfg).map_err(ConfigError::Security)?;
     check_bind(&cfg, addr, state.auth.enabled())?;
     let app = api::router(state, readiness.clone());
 

@@ -1,5 +1,5 @@
 //! Configuration: defaults → optional TOML file → `SAVEPOINT_*` environment → CLI flags,
-//! validated at start into typed errors (DESIGN §8). The environment is read through
+//! validated at start into typed errors (ARCHITECTURE §11). The environment is read through
 //! [`Env`] so tests never mutate the process environment.
 
 use serde::Deserialize;
@@ -70,6 +70,9 @@ pub enum ConfigError {
     /// A value is out of range.
     #[error("invalid config: {0}")]
     Invalid(String),
+    /// A security setting was refused: tokens, payload keys or TLS files (README "Security").
+    #[error("invalid config: {0}")]
+    Security(#[from] crate::security::SecurityError),
 }
 
 /// Worker settings (`[worker]` in TOML).
@@ -330,10 +333,10 @@ impl Config {
         env_parse(env, "SAVEPOINT_CHILD_POLL_MS", &mut self.child_poll_ms)?;
         let sec = &mut self.security;
         if let Some(v) = env.get("SAVEPOINT_API_TOKENS") {
-            let specs = TokenSpec::parse_list(&v).map_err(|message| ConfigError::Env {
+            let specs = TokenSpec::parse_list(&v).map_err(|e| ConfigError::Env {
                 var: "SAVEPOINT_API_TOKENS".into(),
                 value: "<not shown>".into(),
-                message,
+                message: e.to_string(),
             })?;
             sec.api_tokens.extend(specs);
         }
@@ -455,18 +458,16 @@ impl Config {
     /// Tokens parse, payload keys parse, TLS files exist and match the URLs' schemes.
     fn validate_security(&self) -> Result<(), ConfigError> {
         let sec = &self.security;
-        sec.tokens().map_err(ConfigError::Invalid)?;
-        sec.codec().map_err(ConfigError::Invalid)?;
+        sec.tokens()?;
+        sec.codec()?;
         if sec.rate_limit_per_sec > 0 && sec.rate_limit_burst == 0 {
             return Err(ConfigError::Invalid(
                 "rate_limit_burst must be at least 1 when rate_limit_per_sec is set".into(),
             ));
         }
         let redis_tls = self.redis_url.starts_with("rediss://") || self.redis_url.starts_with("rediss+cluster://");
-        sec.redis_tls
-            .check("redis_tls", redis_tls)
-            .map_err(ConfigError::Invalid)?;
-        sec.redis_tls.load("redis_tls").map_err(ConfigError::Invalid)?;
+        sec.redis_tls.check("redis_tls", redis_tls)?;
+        sec.redis_tls.load("redis_tls")?;
         let nodes: Vec<&str> = self
             .amqp_url
             .split(',')
@@ -479,10 +480,8 @@ impl Config {
                 "amqp_url mixes amqps:// and amqp:// nodes: every node of a cluster is TLS or none is".into(),
             ));
         }
-        sec.amqp_tls
-            .check("amqp_tls", amqps != 0)
-            .map_err(ConfigError::Invalid)?;
-        sec.amqp_tls.load("amqp_tls").map_err(ConfigError::Invalid)?;
+        sec.amqp_tls.check("amqp_tls", amqps != 0)?;
+        sec.amqp_tls.load("amqp_tls")?;
         Ok(())
     }
 

@@ -1,5 +1,5 @@
-//! Named crash points (DESIGN §8). `SAVEPOINT_FAILPOINTS="name=action;…"` makes a process
-//! abort (as under `kill -9`) or fail with a transient error at a named point.
+//! Named crash points (ARCHITECTURE §12). `SAVEPOINT_FAILPOINTS="name=action;…"` makes a
+//! process abort (as under `kill -9`) or fail with a transient error at a named point.
 //!
 //! Actions: `abort`, `error`, `pause(MS)`, with an optional trigger: `abort@N` fires on the
 //! N-th hit only, `abort%P` fires on each hit with probability P percent. `pause(MS)` stops

@@ -1,5 +1,6 @@
 //! Journal entries: the recorded result of every workflow call, addressed by
-//! `(index, name, kind)` (DESIGN §3). Stored as MessagePack in field `j:<i>` of the run hash.
+//! `(index, name, kind)` (ARCHITECTURE §4). Stored as MessagePack in field `j:<i>` of the run
+//! hash.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

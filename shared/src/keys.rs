@@ -1,4 +1,4 @@
-//! The Redis key layout (DESIGN §4). Every key of one run shares the hash tag `{pNN}` so
+//! The Redis key layout (ARCHITECTURE §5). Every key of one run shares the hash tag `{pNN}` so
 //! each script touches one Redis Cluster slot; global effect keys are spread by their own
 //! hash over `{fxNN}`.
 

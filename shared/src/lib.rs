@@ -1,5 +1,6 @@
 //! Savepoint core library: durable workflows checkpointed in Redis and dispatched over
-//! RabbitMQ. See `docs/ARCHITECTURE.md` for the picture and DESIGN for the contract.
+//! RabbitMQ. See `docs/ARCHITECTURE.md` for how it works: the contract (§1), the crates (§2)
+//! and the design.
 #![forbid(unsafe_code)]
 
 pub mod broker;

@@ -1,5 +1,5 @@
-//! The step-task message (DESIGN §5): a doorbell that tells a worker a run may have work.
-//! Encoded as MessagePack; `v` names the wire version so old messages stay readable.
+//! The step-task message (ARCHITECTURE §7): a doorbell that tells a worker a run may have
+//! work. Encoded as MessagePack; `v` names the wire version so old messages stay readable.
 
 use serde::{Deserialize, Serialize};
 

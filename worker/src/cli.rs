@@ -31,7 +31,7 @@ struct Args {
 /// clean stop, 2 on bad config, 1 on failure.
 pub async fn main_with<F>(make: F) -> std::process::ExitCode
 where
-    F: FnOnce(&ScriptStore) -> Result<savepoint::workflow::Registry, String>,
+    F: FnOnce(&ScriptStore) -> anyhow::Result<savepoint::workflow::Registry>,
 {
     let mut cmd = <Args as clap::CommandFactory>::command();
     // (A user's worker binary shows its own name in --help and errors.)
@@ -48,7 +48,7 @@ where
     let mut cfg = match Config::load(args.config.as_deref(), &ProcessEnv) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("savepoint-worker: {e}");
+            eprintln!("savepoint-worker: {e:#}");
             return std::process::ExitCode::from(2);
         }
     };
@@ -78,7 +78,7 @@ where
     let registry = match make(&store) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("savepoint-worker: {e}");
+            eprintln!("savepoint-worker: {e:#}");
             return std::process::ExitCode::from(2);
         }
     };

@@ -1,4 +1,4 @@
-//! One delivery: decode → claim → ack → execute the slice (DESIGN §5).
+//! One delivery: decode → claim → ack → execute the slice (ARCHITECTURE §7).
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! The Savepoint worker runtime: consumes step tasks, claims runs, replays journals, runs
-//! live steps with a fenced commit each, and finishes, suspends or yields (DESIGN §5).
+//! live steps with a fenced commit each, and finishes, suspends or yields (ARCHITECTURE §7).
 //!
 //! Users build their own worker binary: register workflows in a
 //! [`savepoint::workflow::Registry`] and hand it to [`main`]:
@@ -43,11 +43,11 @@ pub fn main(registry: Registry) -> std::process::ExitCode {
 }
 
 /// [`main`] for workflows that need the connected store to be built (e.g. an effect log in
-/// the same Redis): `make` gets it and returns the registry, or an error printed with exit
-/// code 2.
+/// the same Redis): `make` gets it and returns the registry, or any error (`?` works on
+/// every error type), printed with exit code 2.
 pub fn main_with<F>(make: F) -> std::process::ExitCode
 where
-    F: FnOnce(&ScriptStore) -> Result<Registry, String>,
+    F: FnOnce(&ScriptStore) -> anyhow::Result<Registry>,
 {
     match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt.block_on(cli::main_with(make)),

@@ -62,47 +62,100 @@ pub async fn replay_journal(
 /// The thread id a [`replay_journal`] replay runs as.
 pub const REPLAY_THREAD: &str = "replay-only";
 
+/// Why an export could not be read back into a journal.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExportError {
+    /// No `journal` array.
+    #[error("the export has no `journal` array")]
+    NoJournal,
+    /// No `workflow` name.
+    #[error("the export has no \"workflow\"")]
+    NoWorkflow,
+    /// An entry that does not read back.
+    #[error("journal entry {index}: {problem}")]
+    Entry {
+        /// Its position in the array.
+        index: usize,
+        /// What is wrong with it.
+        problem: EntryProblem,
+    },
+}
+
+/// What is wrong with one exported journal entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntryProblem {
+    /// A field is missing.
+    #[error("missing `{0}`")]
+    Missing(&'static str),
+    /// A field is not a string.
+    #[error("`{0}` is not a string")]
+    NotString(&'static str),
+    /// A field is not a number.
+    #[error("`{0}` is not a number")]
+    NotNumber(&'static str),
+    /// The entries are not in index order.
+    #[error("index {found} out of order (expected {expected})")]
+    OutOfOrder {
+        /// The entry's index.
+        found: u64,
+        /// Its position.
+        expected: usize,
+    },
+    /// A kind this build does not know.
+    #[error("unknown kind {0:?}")]
+    Kind(String),
+    /// An outcome other than `ok` or `error`.
+    #[error("unknown outcome {0:?} (expected \"ok\" or \"error\")")]
+    Outcome(String),
+    /// `attempts` does not fit in 32 bits.
+    #[error("`attempts` is out of range")]
+    Attempts,
+}
+
 /// Rebuilds a journal from an export (`GET /v1/runs/{thread_id}/export`): its `journal`
 /// array of `{index, name, kind, outcome, result, error?, key?, attempts, at}`, in index order.
-pub fn journal_from_export(export: &Value) -> Result<Vec<Entry>, String> {
+pub fn journal_from_export(export: &Value) -> Result<Vec<Entry>, ExportError> {
     let entries = export
         .get("journal")
         .and_then(Value::as_array)
-        .ok_or("the export has no `journal` array")?;
+        .ok_or(ExportError::NoJournal)?;
     entries
         .iter()
         .enumerate()
-        .map(|(i, e)| entry_from_export(i, e).map_err(|msg| format!("journal entry {i}: {msg}")))
+        .map(|(index, e)| entry_from_export(index, e).map_err(|problem| ExportError::Entry { index, problem }))
         .collect()
 }
 
-fn entry_from_export(position: usize, e: &Value) -> Result<Entry, String> {
-    let field = |name: &str| e.get(name).ok_or_else(|| format!("missing `{name}`"));
-    let text = |name: &str| {
+fn entry_from_export(position: usize, e: &Value) -> Result<Entry, EntryProblem> {
+    let field = |name: &'static str| e.get(name).ok_or(EntryProblem::Missing(name));
+    let text = |name: &'static str| {
         field(name)?
             .as_str()
             .map(str::to_owned)
-            .ok_or_else(|| format!("`{name}` is not a string"))
+            .ok_or(EntryProblem::NotString(name))
     };
-    let number = |name: &str| field(name)?.as_u64().ok_or_else(|| format!("`{name}` is not a number"));
+    let number = |name: &'static str| field(name)?.as_u64().ok_or(EntryProblem::NotNumber(name));
     let index = number("index")?;
     if index != position as u64 {
-        return Err(format!("index {index} out of order (expected {position})"));
+        return Err(EntryProblem::OutOfOrder {
+            found: index,
+            expected: position,
+        });
     }
     let kind_name = text("kind")?;
     let kind: EntryKind =
-        serde_json::from_value(Value::String(kind_name.clone())).map_err(|_| format!("unknown kind {kind_name:?}"))?;
+        serde_json::from_value(Value::String(kind_name.clone())).map_err(|_| EntryProblem::Kind(kind_name))?;
     let outcome = match text("outcome")?.as_str() {
         "ok" => Outcome::Ok(e.get("result").cloned().unwrap_or(Value::Null)),
         "error" => Outcome::Err(text("error")?),
-        other => return Err(format!("unknown outcome {other:?} (expected \"ok\" or \"error\")")),
+        other => return Err(EntryProblem::Outcome(other.to_owned())),
     };
     let key = match e.get("key") {
         None | Some(Value::Null) => None,
         Some(Value::String(k)) => Some(k.clone()),
-        Some(_) => return Err("`key` is not a string".into()),
+        Some(_) => return Err(EntryProblem::NotString("key")),
     };
-    let attempts = u32::try_from(number("attempts")?).map_err(|_| "`attempts` is out of range".to_owned())?;
+    let attempts = u32::try_from(number("attempts")?).map_err(|_| EntryProblem::Attempts)?;
     Ok(Entry {
         v: ENTRY_VERSION,
         name: text("name")?,
@@ -229,18 +282,33 @@ mod tests {
 
     #[test]
     fn journal_from_export_rejects_malformed_entries() {
-        let bad = |e: Value| journal_from_export(&json!({ "journal": [e] })).unwrap_err();
+        let bad = |e: Value| match journal_from_export(&json!({ "journal": [e] })).unwrap_err() {
+            ExportError::Entry { index: 0, problem } => problem,
+            other => panic!("expected a problem with entry 0, got {other:?}"),
+        };
         let ok = json!({"index": 0, "name": "x", "kind": "step", "outcome": "ok", "result": 1, "attempts": 1, "at": 0});
         let with = |k: &str, v: Value| {
             let mut e = ok.clone();
             e[k] = v;
             e
         };
-        assert!(journal_from_export(&json!({})).unwrap_err().contains("no `journal`"));
-        assert!(bad(with("kind", json!("teleport"))).contains("unknown kind"));
-        assert!(bad(with("outcome", json!("maybe"))).contains("unknown outcome"));
-        assert!(bad(with("outcome", json!("error"))).contains("missing `error`"));
-        assert!(bad(with("index", json!(3))).contains("out of order"));
-        assert!(bad(with("attempts", json!("1"))).contains("`attempts`"));
+        assert_eq!(journal_from_export(&json!({})).unwrap_err(), ExportError::NoJournal);
+        assert_eq!(
+            bad(with("kind", json!("teleport"))),
+            EntryProblem::Kind("teleport".into())
+        );
+        assert_eq!(
+            bad(with("outcome", json!("maybe"))),
+            EntryProblem::Outcome("maybe".into())
+        );
+        assert_eq!(bad(with("outcome", json!("error"))), EntryProblem::Missing("error"));
+        assert_eq!(
+            bad(with("index", json!(3))),
+            EntryProblem::OutOfOrder { found: 3, expected: 0 }
+        );
+        assert_eq!(bad(with("attempts", json!("1"))), EntryProblem::NotNumber("attempts"));
+        // The message still names the entry and the problem.
+        let e = journal_from_export(&json!({ "journal": [with("kind", json!("teleport"))] })).unwrap_err();
+        assert_eq!(e.to_string(), "journal entry 0: unknown kind \"teleport\"");
     }
 }

@@ -98,6 +98,9 @@ pub enum TestError {
     /// A bad failpoint spec.
     #[error("bad failpoint spec: {0}")]
     Failpoint(String),
+    /// An exported history that does not read back (`replay_export`).
+    #[error("{0}")]
+    Export(#[from] crate::replay::ExportError),
 }
 
 /// A run as the kit saw it when it settled.
@@ -419,8 +422,8 @@ impl TestEnv {
 pub async fn replay_export(registry: &Registry, export: &Value) -> Result<ReplayReport, TestError> {
     let workflow = export["workflow"]
         .as_str()
-        .ok_or_else(|| TestError::NotDelivered("the export has no \"workflow\"".into()))?;
-    let journal = crate::replay::journal_from_export(export).map_err(TestError::NotDelivered)?;
+        .ok_or(TestError::Export(crate::replay::ExportError::NoWorkflow))?;
+    let journal = crate::replay::journal_from_export(export)?;
     let url = format!("{}{}", savepoint::embedded::SCHEME, instance_name());
     let cfg = Config {
         redis_url: url.clone(),

@@ -33,7 +33,7 @@ pub(crate) struct Auth {
 
 impl Auth {
     /// From `[security]`: the tokens, and the rate limit if one is set.
-    pub(crate) fn from_config(cfg: &Config) -> Result<Self, String> {
+    pub(crate) fn from_config(cfg: &Config) -> Result<Self, savepoint::security::SecurityError> {
         let sec = &cfg.security;
         let limiter = NonZeroU32::new(sec.rate_limit_per_sec).map(|rate| {
             let burst = NonZeroU32::new(sec.rate_limit_burst).unwrap_or(rate);

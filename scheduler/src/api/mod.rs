@@ -71,7 +71,10 @@ pub(crate) struct ApiState {
 
 impl ApiState {
     /// State whose services are filled in once connected; limits and tokens from `cfg`.
-    pub(crate) fn new(services: Arc<OnceLock<Services>>, cfg: &savepoint::config::Config) -> Result<Self, String> {
+    pub(crate) fn new(
+        services: Arc<OnceLock<Services>>,
+        cfg: &savepoint::config::Config,
+    ) -> Result<Self, savepoint::security::SecurityError> {
         Ok(Self {
             services,
             max_body: cfg.scheduler.max_input_bytes,

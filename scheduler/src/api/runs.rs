@@ -123,7 +123,8 @@ pub(crate) async fn start(
         }
     };
     if let Some(q) = &req.queue {
-        savepoint::broker::valid_queue(q).map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e))?;
+        savepoint::broker::valid_queue(q)
+            .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
     }
     let flow = match &req.flow {
         Some(f) => Some(flow_of(f, &req.workflow, &req.input)?),

@@ -630,7 +630,7 @@ fn token_command(cmd: TokenCmd) -> anyhow::Result<()> {
         anyhow::bail!("--role must be read, operate or admin, got {role:?}");
     }
     let spec = format!("{name}:{role}:{}", token_digest(&token));
-    TokenSpec::parse_line(&spec).map_err(anyhow::Error::msg)?;
+    TokenSpec::parse_line(&spec)?;
     if fresh {
         eprintln!("token (give it to {name}; it is not stored anywhere):");
         println!("{token}");

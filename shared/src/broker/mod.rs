@@ -25,7 +25,7 @@ pub use backend::{Broker, Consumer};
 pub use consumer::SHUTDOWN_GRACE;
 pub use delivery::Delivery;
 pub use error::BrokerError;
-pub use queues::{valid_queue, Queues};
+pub use queues::{valid_queue, InvalidQueue, Queues};
 pub use topology::Topology;
 
 use std::time::Duration;

@@ -12,8 +12,13 @@ use super::{Broker, BrokerConfig, BrokerError, Topology};
 /// run's due time then has the scanner publish it again).
 const CONNECT_DEADLINE: Duration = Duration::from_secs(10);
 
+/// A task queue name that is not 1–64 characters of `a-z 0-9 _ -`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid task queue {0:?}: use 1-64 characters from a-z 0-9 _ -")]
+pub struct InvalidQueue(pub String);
+
 /// Checks a task queue name: 1–64 characters of `a-z 0-9 _ -`.
-pub fn valid_queue(name: &str) -> Result<(), String> {
+pub fn valid_queue(name: &str) -> Result<(), InvalidQueue> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name
@@ -22,9 +27,7 @@ pub fn valid_queue(name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "invalid task queue {name:?}: use 1-64 characters from a-z 0-9 _ -"
-        ))
+        Err(InvalidQueue(name.to_owned()))
     }
 }
 
@@ -67,9 +70,9 @@ impl Queues {
         if let Some(b) = self.opened(name) {
             return Ok(b);
         }
-        valid_queue(name).map_err(|reason| BrokerError::InvalidName {
+        valid_queue(name).map_err(|e| BrokerError::InvalidName {
             name: name.to_owned(),
-            reason,
+            reason: e.to_string(),
         })?;
         let topology = Topology {
             queue: name.to_owned(),

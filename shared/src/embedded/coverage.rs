@@ -56,9 +56,20 @@ impl ScriptCoverage {
     }
 }
 
+/// A script whose lines of code could not be read: it does not compile here, or its
+/// bytecode is not what this reader expects.
+#[derive(Debug, thiserror::Error)]
+#[error("{script}: {reason}")]
+pub struct CoverageError {
+    /// The script.
+    pub script: String,
+    /// What failed.
+    pub reason: String,
+}
+
 /// The coverage so far of every script of the store (the prelude, which every script
 /// carries, counted once under `_prelude`).
-pub fn report() -> Result<Vec<ScriptCoverage>, String> {
+pub fn report() -> Result<Vec<ScriptCoverage>, CoverageError> {
     let hits = HITS.lock().map(|h| h.clone()).unwrap_or_default();
     let scripts = crate::store::script_sources();
     let prelude_lines = crate::store::prelude_lines();
@@ -74,8 +85,14 @@ pub fn report() -> Result<Vec<ScriptCoverage>, String> {
             .load(body)
             .set_name(format!("@{name}.lua"))
             .into_function()
-            .map_err(|e| format!("{name}: {e}"))?;
-        let code = code_lines(&f.dump(false)).ok_or_else(|| format!("{name}: unreadable bytecode"))?;
+            .map_err(|e| CoverageError {
+                script: name.to_string(),
+                reason: e.to_string(),
+            })?;
+        let code = code_lines(&f.dump(false)).ok_or_else(|| CoverageError {
+            script: name.to_string(),
+            reason: "unreadable bytecode".into(),
+        })?;
         let hit = hits.get(name).cloned().unwrap_or_default();
         let mut own = ScriptCoverage {
             name: name.to_owned(),

@@ -167,6 +167,11 @@ fn bulk(v: &[u8]) -> Value {
     Value::BulkString(v.to_vec())
 }
 
+/// The error reply to a command the embedded store does not know.
+fn unknown(verb: &str) -> String {
+    format!("ERR unknown command '{verb}' (not supported by the embedded store)")
+}
+
 fn arity(args: &[Vec<u8>], min: usize) -> Result<(), String> {
     if args.len() < min {
         Err(format!(
@@ -296,11 +301,23 @@ impl Keyspace {
         };
         let verb = text(verb).to_ascii_uppercase();
         match verb.as_str() {
-            "PING" => Ok(Value::SimpleString("PONG".into())),
-            "TIME" => Ok(Value::Array(vec![
-                bulk((now_us / 1_000_000).to_string().as_bytes()),
-                bulk((now_us % 1_000_000).to_string().as_bytes()),
-            ])),
+            "GET" | "SET" | "DEL" | "UNLINK" | "EXISTS" | "PEXPIRE" | "PERSIST" | "PTTL" => {
+                self.keys_command(&verb, args, now_ms)
+            }
+            "HSET" | "HSETNX" | "HGET" | "HMGET" | "HGETALL" | "HKEYS" | "HLEN" | "HDEL" | "HEXISTS" | "HINCRBY" => {
+                self.hash_command(&verb, args, now_ms)
+            }
+            "ZADD" | "ZREM" | "ZSCORE" | "ZRANK" | "ZCARD" | "ZRANGEBYSCORE" | "ZREVRANGEBYSCORE"
+            | "ZREMRANGEBYSCORE" | "ZRANGE" | "ZREVRANGE" => self.zset_command(&verb, args, now_ms),
+            "RPUSH" | "LTRIM" | "LRANGE" | "LLEN" => self.list_command(&verb, args, now_ms),
+            "PING" | "TIME" | "SCAN" | "KEYS" | "DBSIZE" | "MEMORY" => self.server_command(&verb, args, now_ms, now_us),
+            other => Err(unknown(other)),
+        }
+    }
+
+    /// Strings and keys: `GET`, `SET`, `DEL`/`UNLINK`, `EXISTS`, `PEXPIRE`, `PERSIST`, `PTTL`.
+    fn keys_command(&mut self, verb: &str, args: &[Vec<u8>], now_ms: u64) -> CmdResult {
+        match verb {
             "GET" => {
                 arity(args, 2)?;
                 self.expire_if_due(&args[1], now_ms);
@@ -358,6 +375,13 @@ impl Keyspace {
                         .unwrap_or(-1),
                 ))
             }
+            other => Err(unknown(other)),
+        }
+    }
+
+    /// Hashes: `HSET`, `HSETNX`, `HGET`, `HMGET`, `HGETALL`/`HKEYS`/`HLEN`, `HDEL`, `HEXISTS`, `HINCRBY`.
+    fn hash_command(&mut self, verb: &str, args: &[Vec<u8>], now_ms: u64) -> CmdResult {
+        match verb {
             "HSET" => {
                 if args.len() < 4 || !args.len().is_multiple_of(2) {
                     return Err("ERR wrong number of arguments for 'hset' command".into());
@@ -405,7 +429,7 @@ impl Keyspace {
                         Value::Array(vec![])
                     });
                 };
-                Ok(match verb.as_str() {
+                Ok(match verb {
                     "HLEN" => Value::Int(h.len() as i64),
                     "HKEYS" => Value::Array(h.keys().map(|k| bulk(k)).collect()),
                     _ => Value::Array(h.iter().flat_map(|(k, v)| [bulk(k), bulk(v)]).collect()),
@@ -438,6 +462,13 @@ impl Keyspace {
                 h.insert(args[2].clone(), next.to_string().into_bytes());
                 Ok(Value::Int(next))
             }
+            other => Err(unknown(other)),
+        }
+    }
+
+    /// Sorted sets: `ZADD`, `ZREM`, `ZSCORE`, `ZRANK`, `ZCARD`, `ZRANGEBYSCORE` and its reverse, `ZREMRANGEBYSCORE`, `ZRANGE` and its reverse.
+    fn zset_command(&mut self, verb: &str, args: &[Vec<u8>], now_ms: u64) -> CmdResult {
+        match verb {
             "ZADD" => {
                 if args.len() < 4 || !args.len().is_multiple_of(2) {
                     return Err("ERR wrong number of arguments for 'zadd' command".into());
@@ -535,6 +566,13 @@ impl Keyspace {
                 };
                 Ok(members(items[s..=e].iter().copied(), with))
             }
+            other => Err(unknown(other)),
+        }
+    }
+
+    /// Lists: `RPUSH`, `LTRIM`, `LRANGE`, `LLEN`.
+    fn list_command(&mut self, verb: &str, args: &[Vec<u8>], now_ms: u64) -> CmdResult {
+        match verb {
             "RPUSH" => {
                 arity(args, 3)?;
                 self.expire_if_due(&args[1], now_ms);
@@ -579,6 +617,18 @@ impl Keyspace {
                 arity(args, 2)?;
                 Ok(Value::Int(self.list(&args[1], now_ms)?.map_or(0, |l| l.len()) as i64))
             }
+            other => Err(unknown(other)),
+        }
+    }
+
+    /// Server commands: `PING`, `TIME`, `SCAN`, `KEYS`, `DBSIZE`, `MEMORY USAGE`.
+    fn server_command(&mut self, verb: &str, args: &[Vec<u8>], now_ms: u64, now_us: u64) -> CmdResult {
+        match verb {
+            "PING" => Ok(Value::SimpleString("PONG".into())),
+            "TIME" => Ok(Value::Array(vec![
+                bulk((now_us / 1_000_000).to_string().as_bytes()),
+                bulk((now_us % 1_000_000).to_string().as_bytes()),
+            ])),
             "SCAN" | "KEYS" => {
                 arity(args, 2)?;
                 self.sweep(now_ms);
@@ -615,9 +665,7 @@ impl Keyspace {
                     None => Value::Nil,
                 })
             }
-            other => Err(format!(
-                "ERR unknown command '{other}' (not supported by the embedded store)"
-            )),
+            other => Err(unknown(other)),
         }
     }
 

@@ -3,11 +3,13 @@
 //! that are never shown.
 
 pub mod codec;
+mod error;
 mod secret;
 pub mod tls;
 pub mod tokens;
 
 pub use codec::{Binding, CodecError, PayloadCodec};
+pub use error::SecurityError;
 pub use secret::{redact_secrets, shown, Secret, SECRET_MARKER};
 pub use tls::{TlsFiles, TlsMaterial};
 pub use tokens::{Principal, Role, TokenSet, TokenSpec};
@@ -56,22 +58,31 @@ impl std::fmt::Debug for Redacted {
 
 impl SecuritySection {
     /// The configured tokens (inline and from the file).
-    pub fn tokens(&self) -> Result<TokenSet, String> {
+    pub fn tokens(&self) -> Result<TokenSet, SecurityError> {
         let mut specs = self.api_tokens.clone();
         if !self.api_tokens_file.is_empty() {
-            let text = std::fs::read_to_string(&self.api_tokens_file)
-                .map_err(|e| format!("api_tokens_file {}: {e}", self.api_tokens_file))?;
-            specs.extend(TokenSpec::parse_list(&text).map_err(|e| format!("api_tokens_file: {e}"))?);
+            let text = std::fs::read_to_string(&self.api_tokens_file).map_err(|source| SecurityError::File {
+                setting: "api_tokens_file".into(),
+                path: self.api_tokens_file.clone(),
+                source,
+            })?;
+            specs.extend(TokenSpec::parse_list(&text).map_err(|e| SecurityError::InFile {
+                setting: "api_tokens_file",
+                source: Box::new(e),
+            })?);
         }
         TokenSet::new(&specs)
     }
 
     /// The payload codec, if keys are configured.
-    pub fn codec(&self) -> Result<Option<PayloadCodec>, String> {
+    pub fn codec(&self) -> Result<Option<PayloadCodec>, SecurityError> {
         let mut spec = self.payload_keys.0.clone();
         if !self.payload_keys_file.is_empty() {
-            let text = std::fs::read_to_string(&self.payload_keys_file)
-                .map_err(|e| format!("payload_keys_file {}: {e}", self.payload_keys_file))?;
+            let text = std::fs::read_to_string(&self.payload_keys_file).map_err(|source| SecurityError::File {
+                setting: "payload_keys_file".into(),
+                path: self.payload_keys_file.clone(),
+                source,
+            })?;
             if !spec.is_empty() {
                 spec.push('\n');
             }
@@ -80,6 +91,6 @@ impl SecuritySection {
         if spec.trim().is_empty() {
             return Ok(None);
         }
-        PayloadCodec::parse(&spec).map(Some).map_err(|e| e.to_string())
+        Ok(Some(PayloadCodec::parse(&spec)?))
     }
 }

@@ -5,6 +5,8 @@
 
 use serde::Deserialize;
 
+use super::SecurityError;
+
 /// PEM files for one TLS client (`[security.redis_tls]`, `[security.amqp_tls]`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -42,28 +44,36 @@ impl TlsFiles {
     }
 
     /// Checks the combination against the URL's scheme (`what` names the setting in errors).
-    pub fn check(&self, what: &str, url_is_tls: bool) -> Result<(), String> {
+    pub fn check(&self, what: &str, url_is_tls: bool) -> Result<(), SecurityError> {
         if self.cert.is_empty() != self.key.is_empty() {
-            return Err(format!("{what}: a client certificate needs both cert and key"));
+            return Err(SecurityError::HalfIdentity {
+                setting: what.to_owned(),
+            });
         }
         if !self.is_empty() && !url_is_tls {
-            return Err(format!(
-                "{what} is set but the URL is not a TLS URL (rediss:// or amqps://): \
-                 refusing to connect in plaintext"
-            ));
+            return Err(SecurityError::PlaintextUrl {
+                setting: what.to_owned(),
+            });
         }
         Ok(())
     }
 
     /// Reads the files.
-    pub fn load(&self, what: &str) -> Result<TlsMaterial, String> {
-        let read = |path: &str, part: &str| -> Result<Option<Vec<u8>>, String> {
+    pub fn load(&self, what: &str) -> Result<TlsMaterial, SecurityError> {
+        let read = |path: &str, part: &str| -> Result<Option<Vec<u8>>, SecurityError> {
             if path.is_empty() {
                 return Ok(None);
             }
-            let bytes = std::fs::read(path).map_err(|e| format!("{what} {part} {path}: {e}"))?;
+            let bytes = std::fs::read(path).map_err(|source| SecurityError::File {
+                setting: format!("{what} {part}"),
+                path: path.to_owned(),
+                source,
+            })?;
             if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
-                return Err(format!("{what} {part} {path}: not a PEM file"));
+                return Err(SecurityError::NotPem {
+                    setting: format!("{what} {part}"),
+                    path: path.to_owned(),
+                });
             }
             Ok(Some(bytes))
         };

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use super::SecurityError;
+
 /// What a token may do. Each role includes the ones before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -55,12 +57,12 @@ pub struct TokenSpec {
 
 impl TokenSpec {
     /// Parses `name:role:sha256hex` (the env and file form; `sha256:` may prefix the digest).
-    pub fn parse_line(line: &str) -> Result<Self, String> {
+    pub fn parse_line(line: &str) -> Result<Self, SecurityError> {
         let mut parts = line.trim().splitn(3, ':');
         let (Some(name), Some(role), Some(digest)) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(format!("{line:?}: expected name:role:sha256"));
+            return Err(SecurityError::TokenShape { line: line.to_owned() });
         };
-        let role = Role::parse(role.trim()).ok_or_else(|| format!("{line:?}: role must be read, operate or admin"))?;
+        let role = Role::parse(role.trim()).ok_or_else(|| SecurityError::TokenRole { line: line.to_owned() })?;
         let spec = TokenSpec {
             name: name.trim().to_owned(),
             role,
@@ -72,7 +74,7 @@ impl TokenSpec {
 
     /// Parses a list: entries separated by commas, semicolons or newlines; `#` starts a comment
     /// that runs to the end of its line.
-    pub fn parse_list(text: &str) -> Result<Vec<Self>, String> {
+    pub fn parse_list(text: &str) -> Result<Vec<Self>, SecurityError> {
         text.lines()
             .map(|line| line.split('#').next().unwrap_or_default())
             .flat_map(|line| line.split([',', ';']))
@@ -82,7 +84,7 @@ impl TokenSpec {
             .collect()
     }
 
-    fn digest(&self) -> Result<[u8; 32], String> {
+    fn digest(&self) -> Result<[u8; 32], SecurityError> {
         let ok_name = !self.name.is_empty()
             && self.name.len() <= 64
             && self
@@ -90,18 +92,14 @@ impl TokenSpec {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"_-.@".contains(&b));
         if !ok_name {
-            return Err(format!(
-                "token name {:?} must be 1-64 characters of A-Z a-z 0-9 _ - . @",
-                self.name
-            ));
+            return Err(SecurityError::TokenName {
+                name: self.name.clone(),
+            });
         }
         let hex_digest = self.sha256.strip_prefix("sha256:").unwrap_or(&self.sha256);
         let mut out = [0u8; 32];
-        hex::decode_to_slice(hex_digest, &mut out).map_err(|_| {
-            format!(
-                "token {:?}: sha256 must be 64 hex digits (make one with `savepoint token new`)",
-                self.name
-            )
+        hex::decode_to_slice(hex_digest, &mut out).map_err(|_| SecurityError::TokenDigest {
+            name: self.name.clone(),
         })?;
         Ok(out)
     }
@@ -136,12 +134,12 @@ pub struct TokenSet {
 
 impl TokenSet {
     /// Checks and collects `specs` (names must be unique).
-    pub fn new(specs: &[TokenSpec]) -> Result<Self, String> {
+    pub fn new(specs: &[TokenSpec]) -> Result<Self, SecurityError> {
         let mut entries: Vec<(Principal, [u8; 32])> = Vec::with_capacity(specs.len());
         for s in specs {
             let digest = s.digest()?;
             if entries.iter().any(|(p, _)| p.name == s.name) {
-                return Err(format!("token name {:?} is configured twice", s.name));
+                return Err(SecurityError::TokenTwice { name: s.name.clone() });
             }
             entries.push((
                 Principal {

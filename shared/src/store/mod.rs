@@ -1,4 +1,4 @@
-//! The checkpoint store: run headers, journals, due times, effect records (DESIGN §4).
+//! The checkpoint store: run headers, journals, due times, effect records (ARCHITECTURE §5).
 //!
 //! The data model lives here as plain types. [`ScriptStore`] is the store: every state change
 //! is one Lua script that validates before it writes, and every script and read runs on an
@@ -25,12 +25,21 @@ pub use model::{
 };
 pub(crate) use script::scripts::{prelude_lines, sources as script_sources};
 
-/// Errors of the store.
-#[derive(Debug, thiserror::Error)]
+/// Errors of the store. Plain data (no client library's type), so a result that holds one can
+/// be cloned and kept.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
-    /// Redis could not be reached or answered with an error.
-    #[error("redis: {0}")]
-    Redis(#[from] ::redis::RedisError),
+    /// Redis could not be reached or answered with an error. Classified when it was read
+    /// (`From<redis::RedisError>`), so the contract carries no Redis type.
+    #[error("redis: {message}")]
+    Backend {
+        /// What Redis or the connection said.
+        message: String,
+        /// Retrying later may succeed: Redis unreachable, a timeout, a dropped connection, a
+        /// server still loading, or on a cluster a slot moving or a failover under way. A TLS
+        /// handshake refused on a certificate is not: it does not heal by retrying.
+        transient: bool,
+    },
     /// The caller no longer holds the run's lease: another worker claimed it, or it was
     /// cancelled. Nothing was written.
     #[error("lease lost on run {thread}: status {status}, owner {owner:?}, fence {fence}")]
@@ -122,27 +131,7 @@ impl StoreError {
     /// on a cluster a slot moving or a failover the client's own retries did not outlast).
     pub fn is_transient(&self) -> bool {
         match self {
-            // A certificate the client refuses, or a handshake the server refuses, does not
-            // heal by retrying: start-up fails at once with the reason.
-            StoreError::Redis(e) if tls_refused(&e.to_string()) => false,
-            StoreError::Redis(e) => {
-                use ::redis::ErrorKind;
-                e.is_io_error()
-                    || e.is_timeout()
-                    || e.is_connection_dropped()
-                    || e.is_connection_refusal()
-                    || matches!(
-                        e.kind(),
-                        ErrorKind::Server(
-                            ::redis::ServerErrorKind::BusyLoading
-                                | ::redis::ServerErrorKind::TryAgain
-                                | ::redis::ServerErrorKind::Moved
-                                | ::redis::ServerErrorKind::Ask
-                                | ::redis::ServerErrorKind::ClusterDown
-                                | ::redis::ServerErrorKind::MasterDown
-                        )
-                    )
-            }
+            StoreError::Backend { transient, .. } => *transient,
             StoreError::Unavailable(_) | StoreError::NotReplicated { .. } => true,
             _ => false,
         }
@@ -157,9 +146,56 @@ impl StoreError {
     }
 }
 
-/// True for a TLS handshake that failed on a certificate (ours or the server's).
-fn tls_refused(text: &str) -> bool {
-    text.contains("invalid peer certificate") || text.contains("received fatal alert")
+impl From<::redis::RedisError> for StoreError {
+    fn from(e: ::redis::RedisError) -> Self {
+        StoreError::Backend {
+            transient: !tls_refused(&e) && redis_transient(&e),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Whether retrying `e` later may succeed, by its kind (see [`StoreError::Backend`]).
+fn redis_transient(e: &::redis::RedisError) -> bool {
+    use ::redis::{ErrorKind, ServerErrorKind};
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || matches!(
+            e.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::Moved
+                    | ServerErrorKind::Ask
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+            )
+        )
+}
+
+/// True for a TLS handshake that failed on a certificate, ours or the server's: a
+/// [`rustls::Error`] anywhere in the error's sources (an I/O error carries it as its inner
+/// error) saying the peer's certificate is invalid or the peer sent an alert.
+fn tls_refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        let inner = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .map(|i| i as &(dyn std::error::Error + 'static));
+        for candidate in [Some(err), inner].into_iter().flatten() {
+            if let Some(r) = candidate.downcast_ref::<rustls::Error>() {
+                return matches!(
+                    r,
+                    rustls::Error::InvalidCertificate(_) | rustls::Error::AlertReceived(_)
+                );
+            }
+        }
+        next = inner.and_then(|i| i.source()).or_else(|| err.source());
+    }
+    false
 }
 
 /// Runs a store operation until it succeeds, retrying transient errors (Redis unreachable,

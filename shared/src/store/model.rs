@@ -410,7 +410,7 @@ pub struct Claimed {
     /// The header after the claim.
     pub header: RunHeader,
     /// The journal (or the reason it cannot be read).
-    pub journal: Result<Vec<Entry>, String>,
+    pub journal: Result<Vec<Entry>, StoreError>,
     /// Buffered signal fields (`i:<name>`, `s:<name>:<seq>`) → JSON values.
     pub signals: BTreeMap<String, Value>,
     /// Failed attempts recorded so far by journal index (`t:<index>`), for calls a previous

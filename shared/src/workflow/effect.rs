@@ -1,4 +1,4 @@
-//! `effect`: exactly-once effects by idempotency key (DESIGN §6).
+//! `effect`: exactly-once effects by idempotency key (ARCHITECTURE §8).
 //!
 //! Order: begin (the key recorded in the run at this index) → intent (SET NX, fenced) →
 //! perform → mark the key done with the result → journal. Marking the key first means a

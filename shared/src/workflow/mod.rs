@@ -1,4 +1,4 @@
-//! The workflow API (DESIGN §3): a workflow is an ordinary async function over a [`Ctx`]
+//! The workflow API (ARCHITECTURE §4): a workflow is an ordinary async function over a [`Ctx`]
 //! whose every call is journaled, so a resumed run replays recorded results instead of
 //! repeating work.
 

@@ -79,10 +79,27 @@ impl EffectLog {
     }
 }
 
+/// Why a demo registry spec (`name[@version[:min]],…`) was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// A version that is not a number.
+    #[error("bad version in {item:?}: use name[@version[:min]]")]
+    Version {
+        /// The item.
+        item: String,
+    },
+    /// A name that is not a demo workflow.
+    #[error("unknown demo workflow {name:?}: invoice, approval, webhook, chain, fanout, family, kid, routed, metered")]
+    Unknown {
+        /// The name.
+        name: String,
+    },
+}
+
 /// A registry of the demo workflows named in `spec`: comma-separated `name[@version[:min]]`
 /// (e.g. `invoice,chain@2:1`), each serving the recorded versions `min..=version` (default:
 /// its own constants). Used to stand up workers of different builds side by side.
-pub fn registry_from_spec(store: &ScriptStore, spec: &str) -> Result<Registry, String> {
+pub fn registry_from_spec(store: &ScriptStore, spec: &str) -> Result<Registry, SpecError> {
     let log = EffectLog::new(store);
     let mut r = Registry::new();
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -92,7 +109,7 @@ pub fn registry_from_spec(store: &ScriptStore, spec: &str) -> Result<Registry, S
             None => (versions.parse().ok(), None),
         };
         if !versions.is_empty() && v.is_none() {
-            return Err(format!("bad version in {item:?}: use name[@version[:min]]"));
+            return Err(SpecError::Version { item: item.to_owned() });
         }
         let v = v.unwrap_or(1);
         let min = min.unwrap_or(1);
@@ -106,11 +123,7 @@ pub fn registry_from_spec(store: &ScriptStore, spec: &str) -> Result<Registry, S
             "kid" => r.register_versions(Kid::new(log.clone()), v, min),
             "routed" => r.register_versions(Routed, v, min),
             "metered" => r.register_versions(Metered::new(store), v, min),
-            other => {
-                return Err(format!(
-                    "unknown demo workflow {other:?}: invoice, approval, webhook, chain, fanout, family, kid, routed, metered"
-                ))
-            }
+            other => return Err(SpecError::Unknown { name: other.to_owned() }),
         };
     }
     Ok(r)

@@ -1,5 +1,5 @@
-//! Effect dedup records (DESIGN §6): begin (the key recorded in the run) → intent → done +
-//! recorded result, each write fenced by the attempt that took the intent.
+//! Effect dedup records (ARCHITECTURE §8): begin (the key recorded in the run) → intent →
+//! done + recorded result, each write fenced by the attempt that took the intent.
 
 use serde_json::Value;
 

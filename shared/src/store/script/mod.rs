@@ -380,7 +380,7 @@ impl ScriptStore {
         }
     }
 
-    /// Claims the run's lease for `owner` (DESIGN §5 step 2). A worker passes what it
+    /// Claims the run's lease for `owner` (ARCHITECTURE §7, step 3). A worker passes what it
     /// serves, so a run it cannot execute is given back untouched (`Unserved`) in the same
     /// atomic step instead of being claimed and blocked.
     pub async fn claim(
@@ -417,7 +417,7 @@ impl ScriptStore {
                 let mut fields = r.map(2);
                 self.open_fields(thread, &mut fields)?;
                 let header = RunHeader::from_fields(thread, &fields)?;
-                let journal = journal_from_fields(&header, &fields).map_err(|e| e.to_string());
+                let journal = journal_from_fields(&header, &fields);
                 let mut signals = r.map(3);
                 signals.retain(|f, _| f.starts_with("i:") || f.starts_with("s:"));
                 self.open_fields(thread, &mut signals)?;
