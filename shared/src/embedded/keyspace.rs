@@ -419,22 +419,7 @@ impl Keyspace {
                         .collect(),
                 ))
             }
-            "HGETALL" | "HKEYS" | "HLEN" => {
-                arity(args, 2)?;
-                let h = self.hash(&args[1], now_ms)?;
-                let Some(h) = h else {
-                    return Ok(if verb == "HLEN" {
-                        Value::Int(0)
-                    } else {
-                        Value::Array(vec![])
-                    });
-                };
-                Ok(match verb {
-                    "HLEN" => Value::Int(h.len() as i64),
-                    "HKEYS" => Value::Array(h.keys().map(|k| bulk(k)).collect()),
-                    _ => Value::Array(h.iter().flat_map(|(k, v)| [bulk(k), bulk(v)]).collect()),
-                })
-            }
+            "HGETALL" | "HKEYS" | "HLEN" => self.hash_read(verb, args, now_ms),
             "HDEL" => {
                 arity(args, 3)?;
                 let n = match self.hash(&args[1], now_ms)? {
@@ -524,50 +509,74 @@ impl Keyspace {
             }
             "ZRANGEBYSCORE" => self.zrangebyscore(args, now_ms, false),
             "ZREVRANGEBYSCORE" => self.zrangebyscore(args, now_ms, true),
-            "ZREMRANGEBYSCORE" => {
-                arity(args, 4)?;
-                let (lo, hi) = (bound(&args[2])?, bound(&args[3])?);
-                let n = match self.zset(&args[1], now_ms)? {
-                    Some(z) => {
-                        let gone: Vec<Vec<u8>> = z
-                            .order
-                            .iter()
-                            .filter(|(s, _)| above(s.0, lo) && below(s.0, hi))
-                            .map(|(_, m)| m.clone())
-                            .collect();
-                        for m in &gone {
-                            z.remove(m);
-                        }
-                        gone.len()
-                    }
-                    None => 0,
-                };
-                self.drop_if_empty(&args[1]);
-                Ok(Value::Int(n as i64))
-            }
-            "ZRANGE" | "ZREVRANGE" => {
-                arity(args, 4)?;
-                let (start, stop) = (int(&args[2])?, int(&args[3])?);
-                let with = match args.get(4) {
-                    None => false,
-                    Some(a) if text(a).eq_ignore_ascii_case("WITHSCORES") && args.len() == 5 => true,
-                    Some(_) => return Err("ERR syntax error".into()),
-                };
-                let Some(z) = self.zset(&args[1], now_ms)? else {
-                    return Ok(Value::Array(vec![]));
-                };
-                let items: Vec<&(Score, Vec<u8>)> = if verb == "ZREVRANGE" {
-                    z.order.iter().rev().collect()
-                } else {
-                    z.order.iter().collect()
-                };
-                let Some((s, e)) = span(start, stop, items.len()) else {
-                    return Ok(Value::Array(vec![]));
-                };
-                Ok(members(items[s..=e].iter().copied(), with))
-            }
+            "ZREMRANGEBYSCORE" => self.zremrangebyscore(args, now_ms),
+            "ZRANGE" | "ZREVRANGE" => self.zrange(verb, args, now_ms),
             other => Err(unknown(other)),
         }
+    }
+
+    /// `ZRANGE` and `ZREVRANGE` (with `WITHSCORES`).
+    fn zrange(&mut self, verb: &str, args: &[Vec<u8>], now_ms: u64) -> CmdResult {
+        arity(args, 4)?;
+        let (start, stop) = (int(&args[2])?, int(&args[3])?);
+        let with = match args.get(4) {
+            None => false,
+            Some(a) if text(a).eq_ignore_ascii_case("WITHSCORES") && args.len() == 5 => true,
+            Some(_) => return Err("ERR syntax error".into()),
+        };
+        let Some(z) = self.zset(&args[1], now_ms)? else {
+            return Ok(Value::Array(vec![]));
+        };
+        let items: Vec<&(Score, Vec<u8>)> = if verb == "ZREVRANGE" {
+            z.order.iter().rev().collect()
+        } else {
+            z.order.iter().collect()
+        };
+        let Some((s, e)) = span(start, stop, items.len()) else {
+            return Ok(Value::Array(vec![]));
+        };
+        Ok(members(items[s..=e].iter().copied(), with))
+    }
+
+    /// `ZREMRANGEBYSCORE`.
+    fn zremrangebyscore(&mut self, args: &[Vec<u8>], now_ms: u64) -> CmdResult {
+        arity(args, 4)?;
+        let (lo, hi) = (bound(&args[2])?, bound(&args[3])?);
+        let n = match self.zset(&args[1], now_ms)? {
+            Some(z) => {
+                let gone: Vec<Vec<u8>> = z
+                    .order
+                    .iter()
+                    .filter(|(s, _)| above(s.0, lo) && below(s.0, hi))
+                    .map(|(_, m)| m.clone())
+                    .collect();
+                for m in &gone {
+                    z.remove(m);
+                }
+                gone.len()
+            }
+            None => 0,
+        };
+        self.drop_if_empty(&args[1]);
+        Ok(Value::Int(n as i64))
+    }
+
+    /// `HGETALL`, `HKEYS` and `HLEN`.
+    fn hash_read(&mut self, verb: &str, args: &[Vec<u8>], now_ms: u64) -> CmdResult {
+        arity(args, 2)?;
+        let h = self.hash(&args[1], now_ms)?;
+        let Some(h) = h else {
+            return Ok(if verb == "HLEN" {
+                Value::Int(0)
+            } else {
+                Value::Array(vec![])
+            });
+        };
+        Ok(match verb {
+            "HLEN" => Value::Int(h.len() as i64),
+            "HKEYS" => Value::Array(h.keys().map(|k| bulk(k)).collect()),
+            _ => Value::Array(h.iter().flat_map(|(k, v)| [bulk(k), bulk(v)]).collect()),
+        })
     }
 
     /// Lists: `RPUSH`, `LTRIM`, `LRANGE`, `LLEN`.
