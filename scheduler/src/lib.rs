@@ -14,11 +14,15 @@ pub mod cli;
 pub mod client;
 mod console;
 pub mod dev;
+mod fmt;
+mod http;
 pub mod loadgen;
 mod marker;
 pub mod process;
 mod publish;
 mod scanner;
+#[doc(hidden)]
+pub mod schema;
 mod server;
 pub mod sim;
 

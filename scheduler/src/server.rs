@@ -62,7 +62,7 @@ pub async fn serve(cfg: Config, listener: TcpListener, shutdown: CancellationTok
     let slot: Arc<OnceLock<Services>> = Arc::new(OnceLock::new());
     let state = ApiState::new(slot.clone(), &cfg).map_err(ConfigError::Security)?;
     check_bind(&cfg, addr, state.auth.enabled())?;
-    let app = api::router(state, readiness.clone());
+    let app = crate::http::router(state, readiness.clone());
 
     let stop = shutdown.child_token();
     let server = tokio::spawn(

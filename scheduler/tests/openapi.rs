@@ -51,7 +51,7 @@ fn param_schema(spec: &Value, path: &str, name: &str) -> Value {
 }
 
 fn matches(schema: &Value, s: &str) -> bool {
-    savepoint::workflow::schema::validate(schema, &json!(s)).is_ok()
+    savepoint_scheduler::schema::validate(schema, &json!(s)).is_ok()
 }
 
 /// Samples at the edges of each rule: allowed characters, one past the length, others.

@@ -19,9 +19,9 @@ use savepoint::ids::EffectKey;
 use savepoint::journal::{Entry, EntryKind};
 use savepoint::store::{EffectRecord, Holder, RunEvent, RunHeader, RunStatus, WorkerInfo};
 
+use super::extract::thread_id;
 use super::extract::ApiPath;
 use super::model::{EventView, Status};
-use super::runs::thread_id;
 use super::views::OVERDUE_AFTER_MS;
 use super::{ApiError, ApiState, Reply, Services};
 
@@ -209,7 +209,7 @@ pub(crate) struct Facts {
 
 /// A store time (ms) as RFC 3339, UTC.
 pub(crate) fn at(ms: u64) -> String {
-    crate::cli::render::timestamp(ms)
+    crate::fmt::timestamp(ms)
 }
 
 /// A span of milliseconds, readably (`850 ms`, `4.2 s`, `3 min 5 s`, `2 h 10 min`).
@@ -264,7 +264,7 @@ fn sh(arg: &str) -> String {
 }
 
 fn run_path(thread: &str, tail: &str) -> String {
-    format!("/v1/runs/{}/{tail}", crate::cli::client::encode(thread))
+    format!("/v1/runs/{}/{tail}", crate::fmt::encode(thread))
 }
 
 fn api_action(label: String, command: String, method: &str, path: String, body: Option<Value>) -> Action {
@@ -588,8 +588,8 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
                 (Case::BlockedInDoubt, Some(key)) => {
                     let path = format!(
                         "/v1/runs/{}/effects/{}/resolve",
-                        crate::cli::client::encode(thread),
-                        crate::cli::client::encode(key)
+                        crate::fmt::encode(thread),
+                        crate::fmt::encode(key)
                     );
                     actions.push(Action {
                         dangerous: true,

@@ -8,7 +8,14 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
+use savepoint::ids::ThreadId;
+
 use super::{ApiError, ApiState};
+
+/// Validates a thread id from a path or body (400 with the allowed characters).
+pub(crate) fn thread_id(raw: String) -> Result<ThreadId, ApiError> {
+    ThreadId::new(raw).map_err(ApiError::bad_request)
+}
 
 /// A JSON request body: requires a JSON content type, enforces the body size limit
 /// (`scheduler.max_input_bytes`, 413) and reports parse errors (400) with serde's message.

@@ -11,9 +11,10 @@ use savepoint::ids::{EffectKey, ThreadId};
 
 use super::control::valid_signal_name;
 use super::extract::parse_object;
+use super::extract::thread_id;
 use super::model::{CancelBody, ResolveBody, StartRequest, ValueBody};
 use super::result::ResultQuery;
-use super::runs::{thread_id, ListQuery};
+use super::runs::ListQuery;
 use super::ApiError;
 
 /// The request a fuzz input is parsed as (the first byte of the input, modulo the count).

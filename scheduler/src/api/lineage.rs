@@ -11,10 +11,10 @@ use savepoint::protocol::TaskReason;
 use savepoint::store::{ForkOutcome, RestartOutcome, StoreError};
 use tracing::info;
 
-use super::control::ring;
+use super::checks::ring;
+use super::extract::thread_id;
 use super::extract::{ApiJson, ApiPath};
 use super::model::{Accepted, ErrorBody, ForkBody, ForkReply, Lineage, RestartBody, Status};
-use super::runs::thread_id;
 use super::{ApiError, ApiState, Reply};
 
 /// Failpoint: a fork or restart written (its run may start at its due time), before the

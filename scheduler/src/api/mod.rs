@@ -10,7 +10,8 @@
 //! the routes that exist.
 
 pub(crate) mod auth;
-mod body;
+pub(crate) mod body;
+mod checks;
 mod control;
 pub(crate) mod doctor;
 mod error;
@@ -23,7 +24,7 @@ mod ops;
 mod result;
 mod runs;
 pub(crate) mod schedules;
-mod spec;
+pub(crate) mod spec;
 mod views;
 
 pub(crate) use error::ApiError;
@@ -32,12 +33,7 @@ pub(crate) use error::ApiError;
 pub(crate) type Reply<T> = Result<(StatusCode, axum::Json<T>), ApiError>;
 pub use spec::openapi_json;
 
-use axum::extract::{MatchedPath, Request};
-use axum::http::{Method, StatusCode, Uri};
-use axum::middleware::{self, Next};
-use axum::response::Response;
-use axum::Router;
-use savepoint::metrics::{inc, metrics, Readiness};
+use axum::http::StatusCode;
 use savepoint::store::ScriptStore;
 use std::sync::{Arc, OnceLock};
 
@@ -54,7 +50,7 @@ pub(crate) struct Services {
     /// The fleet's catalog, read at most once a second.
     pub catalog: runs::CatalogCache,
     /// Published schemas, read at most every two seconds per workflow version.
-    pub schemas: control::SchemaCache,
+    pub schemas: checks::SchemaCache,
 }
 
 /// Shared state of the API handlers.
@@ -132,59 +128,4 @@ fn api_routes() -> utoipa_axum::router::OpenApiRouter<ApiState> {
         .routes(routes!(schedules::pause))
         .routes(routes!(schedules::resume))
         .routes(routes!(schedules::trigger))
-}
-
-/// The whole HTTP surface of the scheduler.
-pub(crate) fn router(state: ApiState, readiness: Readiness) -> Router {
-    let max_body = state.max_body;
-    let (api, ops, doc) = spec::parts(max_body);
-    api.with_state(state.clone())
-        .merge(ops.with_state(readiness))
-        .method_not_allowed_fallback(method_not_allowed)
-        .merge(spec::docs_router(doc))
-        .merge(crate::console::routes(state.clone()))
-        .route(
-            "/ui/login",
-            axum::routing::get(auth::login_page)
-                .post(auth::login)
-                .with_state(state.clone()),
-        )
-        .route("/ui/logout", axum::routing::post(auth::logout))
-        .fallback(not_found)
-        .layer(middleware::from_fn_with_state(max_body, body::read_whole))
-        .layer(middleware::from_fn_with_state(state.clone(), auth::guard))
-        .layer(middleware::from_fn(count_requests))
-}
-
-async fn not_found(method: Method, uri: Uri) -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, format!("no route for {method} {}", uri.path()))
-}
-
-async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        format!("method {method} is not allowed on {}", uri.path()),
-    )
-}
-
-/// Counts requests by route template (never the raw path: bounded label values) and status.
-async fn count_requests(req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".into());
-    let method = req.method().as_str().to_owned();
-    // One span per request: the root of a new run's trace (`POST /v1/runs`).
-    let span = tracing::info_span!("api.request", http.method = %method, http.route = %route);
-    let resp = tracing::Instrument::instrument(next.run(req), span).await;
-    inc(
-        &metrics().http_requests,
-        &[
-            ("route", &route),
-            ("method", &method),
-            ("status", resp.status().as_str()),
-        ],
-    );
-    resp
 }

@@ -9,9 +9,9 @@ use serde::Deserialize;
 use std::time::Duration;
 use tokio::time::Instant;
 
+use super::extract::thread_id;
 use super::extract::{ApiPath, ApiQuery};
 use super::model::RunView;
-use super::runs::thread_id;
 use super::{ApiError, ApiState, Reply};
 use savepoint::store::RunStatus;
 

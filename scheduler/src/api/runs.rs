@@ -11,7 +11,7 @@ use savepoint::store::{RunHeader, RunStatus, ScriptStore, StoreError};
 use serde::Deserialize;
 use tracing::info;
 
-use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::extract::{thread_id, ApiJson, ApiPath, ApiQuery};
 use super::model::{ErrorBody, ExportView, HistoryView, RunList, RunView, StartReply, StartRequest, Status};
 use super::{views, ApiError, ApiState, Reply};
 use crate::publish::new_traceparent;
@@ -22,11 +22,6 @@ const MAX_LIST: usize = 1000;
 const DEFAULT_LIST: usize = 50;
 /// Events returned by history.
 const HISTORY_EVENTS: usize = 1000;
-
-/// Validates a thread id from a path or body (400 with the allowed characters).
-pub(crate) fn thread_id(raw: String) -> Result<ThreadId, ApiError> {
-    ThreadId::new(raw).map_err(ApiError::bad_request)
-}
 
 async fn catalog_names(store: &ScriptStore) -> Result<Vec<String>, StoreError> {
     Ok(store.catalog().await?.into_keys().collect())
@@ -145,9 +140,9 @@ pub(crate) async fn start(
             ),
         ));
     }
-    let what = super::control::Expects::Input;
-    let schema = super::control::schema_for(svc, &req.workflow, entry.version, what).await?;
-    if let Err(e) = super::control::check_value(schema.as_ref(), &req.input, what, &req.workflow) {
+    let what = super::checks::Expects::Input;
+    let schema = super::checks::schema_for(svc, &req.workflow, entry.version, what).await?;
+    if let Err(e) = super::checks::check_value(schema.as_ref(), &req.input, what, &req.workflow) {
         inc(&metrics().runs_started, &[("outcome", "invalid_input")]);
         return Err(e);
     }
@@ -180,7 +175,7 @@ pub(crate) async fn start(
             // A failed publish is only logged: the run has a due time and the scanner starts
             // it after the redelivery delay.
             let q = req.queue.as_deref();
-            super::control::ring_on(svc, q, &thread, Some(0), TaskReason::Start, Some(&trace), 0).await;
+            super::checks::ring_on(svc, q, &thread, Some(0), TaskReason::Start, Some(&trace), 0).await;
             Ok((
                 StatusCode::CREATED,
                 Json(StartReply {

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use utoipa::ToSchema;
 
-use super::control::ring_on;
+use super::checks::ring_on;
 use super::extract::{ApiJson, ApiPath};
 use super::model::ErrorBody;
 use super::{ApiError, ApiState, Reply, Services};
@@ -372,9 +372,9 @@ pub(crate) async fn create(State(st): State<ApiState>, ApiJson(body): ApiJson<Sc
             body.workflow
         )));
     };
-    let what = super::control::Expects::Input;
-    let schema = super::control::schema_for(svc, &body.workflow, entry.version, what).await?;
-    super::control::check_value(schema.as_ref(), &body.input, what, &body.workflow)?;
+    let what = super::checks::Expects::Input;
+    let schema = super::checks::schema_for(svc, &body.workflow, entry.version, what).await?;
+    super::checks::check_value(schema.as_ref(), &body.input, what, &body.workflow)?;
     let now = svc.store.server_time().await?;
     let first = timing
         .after(now)

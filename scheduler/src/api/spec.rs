@@ -74,7 +74,7 @@ const ERRORS: [(&str, &str, &str); 9] = [
 ];
 
 /// The routers and the finished document (as JSON), built from the same route lists.
-pub(super) fn parts(max_body: usize) -> (Router<ApiState>, Router<Readiness>, Value) {
+pub(crate) fn parts(max_body: usize) -> (Router<ApiState>, Router<Readiness>, Value) {
     let (api, mut doc) = super::api_routes().split_for_parts();
     let (ops, ops_doc) = super::ops::routes().split_for_parts();
     doc.merge(ops_doc);
@@ -191,7 +191,7 @@ pub fn openapi_json(max_body: usize) -> String {
 }
 
 /// `GET /openapi.json` and the reference page at `/docs`.
-pub(super) fn docs_router(doc: Value) -> Router {
+pub(crate) fn docs_router(doc: Value) -> Router {
     utoipa_swagger_ui::SwaggerUi::new("/docs")
         .external_url_unchecked("/openapi.json", doc)
         .into()

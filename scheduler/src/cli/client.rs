@@ -81,18 +81,7 @@ impl ClientError {
     }
 }
 
-/// Percent-encodes one path segment or query value (everything but RFC 3986 unreserved).
-pub fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+pub use crate::fmt::encode;
 
 /// A client of one scheduler. Cheap to clone.
 #[derive(Debug, Clone)]

@@ -607,7 +607,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
             stop.clone(),
         ));
     }
-    let router = api::router(
+    let router = crate::http::router(
         ApiState::new(slot, &cfg).expect("the simulator's config has no tokens to parse"),
         Readiness::default(),
     );

@@ -1,0 +1,120 @@
+//! The checks and the ring shared by the handlers that start or answer runs: a value
+//! against its workflow's published schema, and the task that wakes a worker afterwards.
+
+use savepoint::ids::ThreadId;
+use savepoint::protocol::TaskReason;
+use savepoint::store::{ScriptStore, StoreError};
+use savepoint::workflow::Schemas;
+use serde_json::Value;
+use tracing::warn;
+
+use super::{ApiError, Services};
+
+/// Rings a worker after a state change made the run runnable, then has the marker tell the
+/// store that the broker carries the task (ring version `rv`). A failed publish is only
+/// logged: the change gave the run a due time, so the scanner rings it later.
+pub(crate) async fn ring(
+    svc: &Services,
+    thread: &ThreadId,
+    step: Option<u32>,
+    reason: TaskReason,
+    trace: Option<&str>,
+    rv: u64,
+) {
+    // To the run's task queue (one read; if it fails, the default queue's worker forwards it).
+    let queue = svc.store.run_queue(thread).await.ok().flatten();
+    ring_on(svc, queue.as_deref(), thread, step, reason, trace, rv).await
+}
+
+/// [`ring`] on a known task queue (`None`: the default queue).
+pub(crate) async fn ring_on(
+    svc: &Services,
+    queue: Option<&str>,
+    thread: &ThreadId,
+    step: Option<u32>,
+    reason: TaskReason,
+    trace: Option<&str>,
+    rv: u64,
+) {
+    match svc.publisher.publish_on(queue, thread, step, reason, trace).await {
+        Ok(()) if reason == TaskReason::Start => svc.marker.started(thread.clone()),
+        Ok(()) => svc.marker.mark(thread.clone(), rv),
+        Err(e) => warn!(thread.id = %thread, error = %e, "publishing a task failed; the due scanner will retry"),
+    }
+}
+
+/// What a value is checked against: a workflow's published schema of one kind and name.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Expects<'a> {
+    Input,
+    Interrupt(&'a str),
+    Signal(&'a str),
+    Effect(&'a str),
+}
+
+/// The schemas workers published, as the API last read them: a start or an answer reads
+/// Redis at most every [`SCHEMAS_FRESH`] per workflow version, not once per request. (A
+/// worker publishes before it registers, and the API starts only registered workflows, so a
+/// new version's schemas are never missed; a changed schema under the same version is seen
+/// within that time.)
+#[derive(Default)]
+pub(crate) struct SchemaCache(std::sync::Mutex<SchemaMap>);
+
+type SchemaMap = std::collections::HashMap<(String, u32), (tokio::time::Instant, Option<Schemas>)>;
+
+/// How long the API trusts its copy of a workflow version's schemas.
+const SCHEMAS_FRESH: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl SchemaCache {
+    async fn get(&self, store: &ScriptStore, workflow: &str, version: u32) -> Result<Option<Schemas>, StoreError> {
+        let at = (workflow.to_owned(), version);
+        if let Some((read, s)) = self.0.lock().unwrap_or_else(|p| p.into_inner()).get(&at) {
+            if read.elapsed() < SCHEMAS_FRESH {
+                return Ok(s.clone());
+            }
+        }
+        let s = store.schemas(workflow, version).await?;
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.insert(at, (tokio::time::Instant::now(), s.clone()));
+        Ok(s)
+    }
+}
+
+/// The schema the workflow `workflow` at `version` published for `what`, if any.
+pub(crate) async fn schema_for(
+    svc: &Services,
+    workflow: &str,
+    version: u32,
+    what: Expects<'_>,
+) -> Result<Option<Value>, ApiError> {
+    let Some(s) = svc.schemas.get(&svc.store, workflow, version).await? else {
+        return Ok(None);
+    };
+    Ok(match what {
+        Expects::Input => s.input,
+        Expects::Interrupt(n) => s.interrupts.get(n).cloned(),
+        Expects::Signal(n) => s.signals.get(n).cloned(),
+        Expects::Effect(n) => s.effects.get(n).cloned(),
+    })
+}
+
+/// Refuses (422, nothing changed) a value that breaks its published schema.
+pub(crate) fn check_value(
+    schema: Option<&Value>,
+    value: &Value,
+    what: Expects<'_>,
+    workflow: &str,
+) -> Result<(), ApiError> {
+    let Some(schema) = schema else { return Ok(()) };
+    crate::schema::validate(schema, value).map_err(|e| {
+        let of = match what {
+            Expects::Input => "the input".to_owned(),
+            Expects::Interrupt(n) => format!("the answer to interrupt {n:?}"),
+            Expects::Signal(n) => format!("signal {n:?}"),
+            Expects::Effect(n) => format!("the result of effect {n:?}"),
+        };
+        ApiError::unprocessable(format!(
+            "{of} does not match the schema {workflow} published: {e}; nothing was changed"
+        ))
+    })
+}
