@@ -25,6 +25,7 @@ mod handle;
 mod heartbeat;
 pub mod replay;
 mod runtime;
+mod shared;
 pub mod signals;
 mod slice;
 pub mod testing;

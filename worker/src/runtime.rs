@@ -16,7 +16,8 @@ use savepoint::store::{until_ok, ScriptStore, StoreError};
 use savepoint::store::{ServedSpec, WorkerInfo};
 use savepoint::workflow::Registry;
 
-use crate::handle::{handle_delivery, Shared};
+use crate::handle::handle_delivery;
+use crate::shared::Shared;
 
 /// Why a worker stopped with an error.
 #[derive(Debug, thiserror::Error)]

@@ -25,8 +25,8 @@ use savepoint::workflow::{
     busy_backoff, key_still_held, Ctx, CtxParts, Routing, RunError, SliceExit, TaskSink, WorkflowError,
 };
 
-use crate::handle::Shared;
 use crate::heartbeat::Heartbeat;
+use crate::shared::Shared;
 
 /// Why this worker cannot run a claimed run, if it cannot. (Workflow, version and schema are
 /// checked by the claim itself, which gives such runs back untouched.)

@@ -1,0 +1,71 @@
+//! What every delivery handler and slice of one worker shares: the connections, the
+//! registry, the limits and the fleet as last read.
+
+use std::time::Duration;
+
+use savepoint::broker::{Broker, Queues};
+use savepoint::failpoints::Failpoints;
+use savepoint::ids::Incarnation;
+use savepoint::store::{ScriptStore, ServedSpec, WorkerInfo};
+use savepoint::workflow::{Registry, SliceLimits};
+use tokio_util::sync::CancellationToken;
+
+/// What every delivery handler shares.
+pub(crate) struct Shared {
+    pub store: ScriptStore,
+    pub broker: Broker,
+    /// Every task queue by name (publishing to the queue a run is routed to).
+    pub queues: Queues,
+    /// The task queues this worker consumes.
+    pub served_queues: std::sync::Arc<[String]>,
+    /// Publishes the start tasks of child runs (one for every slice).
+    pub child_starter: std::sync::Arc<dyn savepoint::workflow::TaskSink>,
+    pub registry: Registry,
+    pub failpoints: Failpoints,
+    pub incarnation: Incarnation,
+    pub limits: SliceLimits,
+    pub slices_stop: CancellationToken,
+    /// What this worker serves, checked by the claim itself.
+    pub served: ServedSpec,
+    /// The live fleet as last read (refreshed with this worker's registration, and on demand).
+    pub fleet: std::sync::RwLock<Vec<WorkerInfo>>,
+    /// When `fleet` was last read on demand.
+    pub fleet_read: std::sync::Mutex<tokio::time::Instant>,
+    /// Test doubles (the test kit).
+    pub stubs: Option<savepoint::workflow::Stubs>,
+    /// Runs executing now (reported in the registration).
+    pub in_flight: std::sync::atomic::AtomicU32,
+    /// Journal entries committed by this worker's slices (reported in the registration).
+    pub steps: std::sync::atomic::AtomicU64,
+}
+
+/// Shortest time between two on-demand reads of the fleet.
+const FLEET_REREAD: Duration = Duration::from_millis(250);
+
+impl Shared {
+    fn known_elsewhere(&self, workflow: &str, version: u32) -> bool {
+        let fleet = self.fleet.read().unwrap_or_else(|p| p.into_inner());
+        fleet
+            .iter()
+            .any(|w| w.id != self.incarnation.as_str() && w.serves(workflow, version))
+    }
+
+    /// True when another live worker serves `workflow` at `version`. A worker that joined
+    /// since the last read is found by reading the fleet again (at most every 250 ms).
+    pub(crate) async fn served_elsewhere(&self, workflow: &str, version: u32) -> bool {
+        if self.known_elsewhere(workflow, version) {
+            return true;
+        }
+        {
+            let mut at = self.fleet_read.lock().unwrap_or_else(|p| p.into_inner());
+            if at.elapsed() < FLEET_REREAD {
+                return false;
+            }
+            *at = tokio::time::Instant::now();
+        }
+        if let Ok(live) = self.store.live_workers().await {
+            *self.fleet.write().unwrap_or_else(|p| p.into_inner()) = live;
+        }
+        self.known_elsewhere(workflow, version)
+    }
+}
