@@ -4,16 +4,11 @@
 #![forbid(unsafe_code)]
 
 pub mod broker;
+// The vocabulary shared with the engine crates, at the paths authors and the engine used.
+pub use savepoint_core::{entropy, failpoints, ids, journal, keys, lease, protocol};
 pub mod config;
 pub mod embedded;
-pub mod entropy;
-pub mod failpoints;
-pub mod ids;
-pub mod journal;
-pub mod keys;
-pub mod lease;
 pub mod metrics;
-pub mod protocol;
 pub mod security;
 pub mod store;
 pub mod telemetry;

@@ -4,13 +4,12 @@
 
 pub mod codec;
 mod error;
-mod secret;
 pub mod tls;
 pub mod tokens;
 
 pub use codec::{Binding, CodecError, PayloadCodec};
 pub use error::SecurityError;
-pub use secret::{redact_secrets, shown, Secret, SECRET_MARKER};
+pub use savepoint_core::secret::{redact_secrets, shown, Secret, SECRET_MARKER};
 pub use tls::{TlsFiles, TlsMaterial};
 pub use tokens::{Principal, Role, TokenSet, TokenSpec};
 

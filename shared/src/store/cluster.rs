@@ -10,6 +10,7 @@
 //! backend, so a script that would fail with `CROSSSLOT` on a cluster fails on the embedded
 //! engine and a single Redis too.
 
+use crate::store::RedisResultExt;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
@@ -81,8 +82,9 @@ async fn connect(
         .max_retry_wait(2000)
         .connection_timeout(command_timeout.max(Duration::from_millis(500)))
         .response_timeout(command_timeout)
-        .build()?;
-    Ok(client.get_async_connection().await?)
+        .build()
+        .store()?;
+    Ok(client.get_async_connection().await.store()?)
 }
 
 /// The store's cluster connection, rebuilt from the seeds when a node is lost.

@@ -6,6 +6,7 @@
 //! in-memory keyspace. Argument building and reply parsing are shared, so the two backends can
 //! only differ in the command semantics themselves, which the conformance suite pins down.
 
+use crate::store::RedisResultExt;
 use redis::aio::ConnectionManager;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo};
 use redis::{FromRedisValue, ToRedisArgs, Value};
@@ -149,18 +150,20 @@ impl Engine {
         let out = match &self.conn {
             Conn::Redis(conn) => {
                 let mut conn = conn.clone();
-                let out = invocation().invoke_async(&mut conn).await?;
+                let out = invocation().invoke_async(&mut conn).await.store()?;
                 if let Some(a) = ack {
-                    let acked: u32 = wait(a).query_async(&mut conn).await?;
+                    let acked: u32 = wait(a).query_async(&mut conn).await.store()?;
                     check_acked(a, acked)?;
                 }
                 out
             }
             Conn::Cluster(c) => {
                 let mut conn = c.get();
-                let out = c.seen(invocation().invoke_async(&mut conn).await)?;
+                let out = c.seen(invocation().invoke_async(&mut conn).await).store()?;
                 if let (Some(a), Some(key)) = (ack, inv.keys.first()) {
-                    let acked = c.seen(conn.route_command(wait(a), cluster::master_of(key)).await)?;
+                    let acked = c
+                        .seen(conn.route_command(wait(a), cluster::master_of(key)).await)
+                        .store()?;
                     check_acked(a, reply(acked)?)?;
                 }
                 out
@@ -178,8 +181,8 @@ impl Engine {
     /// Runs one plain command and converts its reply.
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
         match &self.conn {
-            Conn::Redis(conn) => Ok(cmd.query_async(&mut conn.clone()).await?),
-            Conn::Cluster(c) => Ok(c.seen(cmd.query_async(&mut c.get()).await)?),
+            Conn::Redis(conn) => Ok(cmd.query_async(&mut conn.clone()).await.store()?),
+            Conn::Cluster(c) => Ok(c.seen(cmd.query_async(&mut c.get()).await).store()?),
             Conn::Mem(m) => reply(m.command(&raw_args(cmd)).await?),
         }
     }
@@ -197,7 +200,7 @@ impl Engine {
                     host: host.to_owned(),
                     port,
                 });
-                reply(c.seen(c.get().route_command(cmd.clone(), route).await)?)
+                reply(c.seen(c.get().route_command(cmd.clone(), route).await).store()?)
             }
             _ => self.query(cmd).await,
         }
@@ -209,7 +212,7 @@ impl Engine {
     /// command's reply is returned.)
     pub(crate) async fn pipeline<T: FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T, StoreError> {
         match &self.conn {
-            Conn::Redis(conn) => Ok(pipe.query_async(&mut conn.clone()).await?),
+            Conn::Redis(conn) => Ok(pipe.query_async(&mut conn.clone()).await.store()?),
             Conn::Cluster(c) => {
                 let mut groups: HashMap<Route, (redis::Pipeline, Vec<usize>)> = HashMap::new();
                 for (i, c) in pipe.cmd_iter().enumerate() {
@@ -222,7 +225,7 @@ impl Engine {
                 let sent = groups.into_values().map(|(p, at)| {
                     let mut conn = c.get();
                     async move {
-                        let replies: Vec<Value> = c.seen(p.query_async(&mut conn).await)?;
+                        let replies: Vec<Value> = c.seen(p.query_async(&mut conn).await).store()?;
                         Ok::<_, StoreError>((at, replies))
                     }
                 });

@@ -59,30 +59,7 @@ pub enum SliceExit {
     WouldRunLive(String),
 }
 
-/// Budgets of one slice and of one run.
-#[derive(Debug, Clone)]
-pub struct SliceLimits {
-    /// Live calls per slice before yielding to a continuation task.
-    pub max_steps: u32,
-    /// Wall time per slice before yielding.
-    pub max_time: Duration,
-    /// Journal entries per run; a run that would exceed it fails.
-    pub max_entries: u32,
-    /// Journal bytes per run (entries' MessagePack, before sealing); a run whose next entry
-    /// would exceed it fails with the reason instead of growing its hash without bound.
-    pub max_journal_bytes: u64,
-}
-
-impl Default for SliceLimits {
-    fn default() -> Self {
-        Self {
-            max_steps: 64,
-            max_time: Duration::from_secs(10),
-            max_entries: 10_000,
-            max_journal_bytes: 16 * 1024 * 1024,
-        }
-    }
-}
+pub use savepoint_core::model::SliceLimits;
 
 /// What the runtime hands a context.
 pub struct CtxParts {

@@ -4,13 +4,11 @@
 
 mod child;
 mod ctx;
-pub mod decide;
 mod effect;
 mod error;
 mod group;
 mod registry;
 mod retry;
-pub mod schema;
 mod stubs;
 mod wait;
 
@@ -23,7 +21,8 @@ pub use error::{StepError, StepResult, WorkflowError};
 pub use group::{Call, Selected};
 pub use registry::{DynWorkflow, Registry, RunError};
 pub use retry::RetryPolicy;
-pub use schema::Schemas;
+pub use savepoint_core::decide;
+pub use savepoint_core::schemas::{self as schema, Schemas};
 pub use stubs::{StubFn, Stubs};
 
 use serde::de::DeserializeOwned;

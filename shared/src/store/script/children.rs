@@ -7,61 +7,10 @@
 //! parent early. A parent that waits re-reads the child whenever its poll interval passes
 //! (`StoreConfig::child_poll`), so a word lost to a crash delays it and loses nothing.
 
-use serde_json::{json, Value};
-
 use super::{Rerun, ScriptStore, SignalOutcome};
 use crate::ids::ThreadId;
-use crate::store::{Lease, ParentCancel, ParentLink, RunHeader, RunStatus, StoreError};
-
-/// How a child run ended, as its parent sees it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ChildResult {
-    /// It completed with this output.
-    Completed(Value),
-    /// It failed with this error.
-    Failed(String),
-    /// It was cancelled, with this reason.
-    Cancelled(String),
-}
-
-impl ChildResult {
-    /// The result of a run that has ended (completed, failed or cancelled); `None` while it
-    /// can still go on (a blocked run can be resolved).
-    pub fn of(h: &RunHeader) -> Option<Self> {
-        match h.status {
-            RunStatus::Completed => Some(Self::Completed(h.output.clone().unwrap_or(Value::Null))),
-            RunStatus::Failed => Some(Self::Failed(h.error.clone().unwrap_or_default())),
-            RunStatus::Cancelled => Some(Self::Cancelled(h.reason.clone().unwrap_or_default())),
-            _ => None,
-        }
-    }
-
-    /// The value sent to the parent.
-    pub fn to_value(&self) -> Value {
-        match self {
-            Self::Completed(v) => json!({"status": "completed", "output": v}),
-            Self::Failed(e) => json!({"status": "failed", "error": e}),
-            Self::Cancelled(r) => json!({"status": "cancelled", "error": r}),
-        }
-    }
-
-    /// Reads a value sent to the parent.
-    pub fn from_value(v: &Value) -> Option<Self> {
-        let error = || v["error"].as_str().unwrap_or_default().to_owned();
-        match v["status"].as_str()? {
-            "completed" => Some(Self::Completed(v["output"].clone())),
-            "failed" => Some(Self::Failed(error())),
-            "cancelled" => Some(Self::Cancelled(error())),
-            _ => None,
-        }
-    }
-}
-
-/// The signal name a child's word to its parent goes under (`:` is not allowed in the names
-/// the API takes, so no client can forge one).
-pub fn child_signal(index: u32) -> String {
-    format!("child:{index}")
-}
+use crate::store::{Lease, ParentCancel, ParentLink, StoreError};
+use savepoint_core::outcome::{child_signal, ChildResult};
 
 /// A cancel's reach beyond the run itself.
 #[derive(Debug, Clone, Default, PartialEq)]

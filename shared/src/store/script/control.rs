@@ -5,23 +5,13 @@ use serde_json::Value;
 use super::{ms, ScriptStore};
 use crate::ids::{EffectKey, ThreadId};
 use crate::store::{needs_field, RunStatus, StoreError};
+use savepoint_core::outcome::Rerun;
 
-/// A run made runnable again by an operator or client action: what the caller needs to
-/// publish its task (the run's trace) and then mark it queued (its ring version).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Rerun {
-    /// The run's ring version.
-    pub rv: u64,
-    /// The run's W3C trace context, if any.
-    pub trace: Option<String>,
-}
-
-impl Rerun {
-    pub(super) fn from_reply(r: &super::reply::Reply, at: usize) -> Self {
-        Self {
-            rv: r.num(at),
-            trace: Some(r.text(at + 1)).filter(|t| !t.is_empty()),
-        }
+/// Reads a [`Rerun`] from a script reply: the ring version at `at`, the trace after it.
+pub(super) fn rerun_at(r: &super::reply::Reply, at: usize) -> Rerun {
+    Rerun {
+        rv: r.num(at),
+        trace: Some(r.text(at + 1)).filter(|t| !t.is_empty()),
     }
 }
 
@@ -88,7 +78,7 @@ impl ScriptStore {
             .arg(self.cfg.max_buffered_signals);
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
-            "woke" => SignalOutcome::Woke(Rerun::from_reply(&r, 2)),
+            "woke" => SignalOutcome::Woke(rerun_at(&r, 2)),
             "buffered" => SignalOutcome::Buffered,
             "duplicate" => SignalOutcome::Duplicate,
             "missing" => SignalOutcome::Missing,
@@ -190,7 +180,7 @@ impl ScriptStore {
         inv.arg(self.cfg.event_cap).arg(detail);
         let r = self.invoke(&inv).await?;
         match r.tag().as_str() {
-            "ok" => Ok(Ok(Rerun::from_reply(&r, 1))),
+            "ok" => Ok(Ok(rerun_at(&r, 1))),
             "not_blocked" => Ok(Err((r.text(1), r.text(2)))),
             "missing" => Err(StoreError::Missing(thread.to_string())),
             other => Err(StoreError::Reply(format!("unblock: {other}"))),
@@ -209,7 +199,7 @@ impl ScriptStore {
             .arg(detail);
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
-            "ok" => RetryOutcome::Queued(Rerun::from_reply(&r, 1)),
+            "ok" => RetryOutcome::Queued(rerun_at(&r, 1)),
             "not_blocked" => RetryOutcome::NotBlocked(RunStatus::parse(&r.text(1)).unwrap_or(RunStatus::Pending)),
             "effect" => RetryOutcome::OnEffect(r.text(1)),
             "missing" => return Err(StoreError::Missing(thread.to_string())),
@@ -277,7 +267,7 @@ impl ScriptStore {
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
             "ok" => RestartOutcome::Queued(
-                Rerun::from_reply(&r, 1),
+                rerun_at(&r, 1),
                 RunStatus::parse(&r.text(3)).unwrap_or(RunStatus::Failed),
             ),
             "status" => RestartOutcome::NotRestartable(RunStatus::parse(&r.text(1)).unwrap_or(RunStatus::Running)),

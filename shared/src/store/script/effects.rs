@@ -6,61 +6,7 @@ use serde_json::Value;
 use super::{ms, ScriptStore};
 use crate::ids::{EffectKey, ThreadId};
 use crate::store::{EffectClaim, Holder, Lease, StoreError};
-
-/// Outcome of marking an effect done.
-#[derive(Debug, Clone, PartialEq)]
-pub enum EffectDone {
-    /// Recorded.
-    Recorded,
-    /// It had been marked done before; the first result stands.
-    Already(Value),
-    /// Another run (or another index) holds the intent.
-    NotOwner(String),
-    /// A newer attempt of this run holds the intent: this attempt is fenced out.
-    Stale,
-    /// (Operator) the record is no longer the one the caller named: nothing changed.
-    Changed(String),
-}
-
-/// Outcome of releasing an intent.
-#[derive(Debug, Clone, PartialEq)]
-pub enum EffectRelease {
-    /// Released: the effect may run again.
-    Released,
-    /// There was no record.
-    Absent,
-    /// It is done (applied): nothing released; the recorded result.
-    Done(Value),
-    /// Someone else holds it.
-    NotOwner(String),
-    /// (Operator) the record is no longer the one the caller named: nothing changed.
-    Changed(String),
-}
-
-/// Outcome of recording that an attempt never called the effect whose intent it took.
-#[derive(Debug, Clone, PartialEq)]
-pub enum EffectUnused {
-    /// Recorded in the run (or the index is journaled already: nothing left to prove).
-    Recorded,
-    /// Recorded, and the run, which had blocked on that very intent as in doubt, is pending
-    /// again (due after the redelivery delay: the scanner publishes its task).
-    Unblocked(super::control::Rerun),
-    /// The run does not exist any more.
-    Missing,
-    /// The run ended (its status): nothing to record.
-    Ended(String),
-}
-
-/// What an effect key's record says (for the API, the doctor and back-off decisions).
-#[derive(Debug, Clone, PartialEq)]
-pub enum EffectRecord {
-    /// An attempt recorded the intent and has not settled it.
-    Intent(Holder),
-    /// Its owner ended without settling it: in doubt until an operator resolves it.
-    Orphaned(Holder, String),
-    /// Applied, with the recorded result.
-    Done(Holder, Value),
-}
+use savepoint_core::outcome::{EffectDone, EffectRecord, EffectRelease, EffectUnused};
 
 fn index_arg(index: Option<u32>) -> String {
     index.map(|i| i.to_string()).unwrap_or_default()
@@ -262,7 +208,7 @@ impl ScriptStore {
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
             "ok" => EffectUnused::Recorded,
-            "unblocked" => EffectUnused::Unblocked(super::control::Rerun::from_reply(&r, 1)),
+            "unblocked" => EffectUnused::Unblocked(super::control::rerun_at(&r, 1)),
             "missing" => EffectUnused::Missing,
             "ended" => EffectUnused::Ended(r.text(1)),
             other => return Err(StoreError::Reply(format!("effect_unused: {other}"))),

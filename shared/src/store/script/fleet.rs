@@ -7,17 +7,7 @@ use std::time::Duration;
 
 use super::{ms, ScriptStore};
 use crate::store::{StoreError, FEATURES};
-
-/// A workflow as served: its name and version range.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CatalogEntry {
-    /// Workflow name.
-    pub name: String,
-    /// Newest version served (new runs start at it).
-    pub version: u32,
-    /// Oldest version still served.
-    pub min_version: u32,
-}
+use savepoint_core::outcome::CatalogEntry;
 
 /// One live worker's registration.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -8,22 +8,12 @@ use std::time::Duration;
 use super::{ms, ScriptStore};
 use crate::ids::ThreadId;
 use crate::store::StoreError;
+use savepoint_core::outcome::Flow;
 
 /// A waiting run not seen again for this long (it ended while in line) leaves the line.
 const FLOW_STALE: Duration = Duration::from_secs(30);
 /// How long a run that waits for a slot sleeps before it looks again, if no release wakes it.
 pub const FLOW_PARK: Duration = Duration::from_secs(10);
-
-/// A run's flow control, as started (`fck`, `fcl`, `fcr`, `prio` in its hash).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Flow {
-    /// The key (`<workflow>:<key>`): the runs that share a limit.
-    pub key: String,
-    /// Most runs of the key holding a slot at once.
-    pub limit: u32,
-    /// Starts per second of the key, if limited.
-    pub rate: Option<f64>,
-}
 
 /// What taking a slot answered.
 #[derive(Debug, Clone, PartialEq)]

@@ -13,6 +13,7 @@ mod schedules;
 pub(crate) mod scripts;
 mod seal;
 
+use crate::store::RedisResultExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::sync::Arc;
 
@@ -22,7 +23,7 @@ use crate::embedded::{self, MemEngine};
 use std::time::Duration;
 
 use super::model::{
-    journal_from_fields, needs_field, ClaimOutcome, Claimed, CreateOptions, Finish, Lease, RunHeader, RunStatus, Wait,
+    journal_from_fields, needs_field, ClaimOutcome, Claimed, CreateOptions, Finish, Lease, RunHeader, RunStatus,
 };
 use super::StoreError;
 use crate::ids::ThreadId;
@@ -31,11 +32,16 @@ use crate::keys::Keys;
 use reply::Reply;
 use scripts::Scripts;
 
-pub use children::{child_signal, Cascade, ChildResult};
-pub use control::{Cancelled, ForkOutcome, Rerun, RestartOutcome, RetryOutcome, SignalOutcome};
-pub use effects::{EffectDone, EffectRecord, EffectRelease, EffectUnused};
-pub use fleet::{owns_partition, CatalogEntry, ServedSpec, WorkerInfo};
-pub use flow::{Acquired, Flow, FLOW_PARK};
+// The outcome types the scripts answer with live in the core crate (plain data).
+pub use savepoint_core::outcome::{
+    child_signal, CatalogEntry, ChildResult, CreateOutcome, EffectDone, EffectRecord, EffectRelease, EffectUnused,
+    Flow, Rerun, Suspend, Suspended,
+};
+
+pub use children::Cascade;
+pub use control::{Cancelled, ForkOutcome, RestartOutcome, RetryOutcome, SignalOutcome};
+pub use fleet::{owns_partition, ServedSpec, WorkerInfo};
+pub use flow::{Acquired, FLOW_PARK};
 pub use query::{ListFilter, PageCursor, RunEvent};
 pub use scan::Rung;
 pub use schedules::{Advance, Resealed, SchedulePut, ScheduleRecord};
@@ -108,73 +114,6 @@ impl Default for StoreConfig {
     }
 }
 
-/// Outcome of creating a run.
-#[derive(Debug, Clone, PartialEq)]
-pub enum CreateOutcome {
-    /// A new run.
-    Created,
-    /// The same thread id, workflow and input already exist.
-    Exists(RunStatus),
-    /// The thread id is taken by a different workflow or input.
-    Conflict(String),
-}
-
-/// Outcome of a suspend.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Suspended {
-    /// The awaited value had already arrived: the run is pending again and needs a task.
-    pub woke: bool,
-    /// The run's new due time (server ms), if any.
-    pub due: Option<u64>,
-    /// The run's ring version: present it to [`ScriptStore::mark_queued`] after publishing
-    /// the run's next task.
-    pub rv: u64,
-}
-
-/// A suspension of the slice, for [`ScriptStore::suspend`].
-#[derive(Debug, Clone, Copy)]
-pub struct Suspend<'a> {
-    /// `sleeping`, `waiting` or `pending`.
-    pub status: RunStatus,
-    /// Due time from server now (`None`: no due time, e.g. waiting for a signal).
-    pub due_in: Option<Duration>,
-    /// What a waiting run waits for.
-    pub wait: Option<&'a Wait>,
-    /// The effect key a run backs off on and the back-off count, for a busy effect.
-    pub backoff_on: Option<(&'a str, u32)>,
-    /// The journal index whose begin record (`x:<index>`) to drop: the run backing off never
-    /// took that key's intent.
-    pub drop_begin: Option<u32>,
-    /// Route the run's next task to this task queue (`q`): a yield to a call routed elsewhere.
-    pub queue: Option<&'a str>,
-}
-
-impl<'a> Suspend<'a> {
-    /// Pending (yield, retry later) or sleeping, due in `due_in`.
-    pub fn until(status: RunStatus, due_in: Duration) -> Self {
-        Self {
-            status,
-            due_in: Some(due_in),
-            wait: None,
-            backoff_on: None,
-            drop_begin: None,
-            queue: None,
-        }
-    }
-
-    /// Waiting for an interrupt answer or a signal.
-    pub fn waiting(wait: &'a Wait) -> Self {
-        Self {
-            status: RunStatus::Waiting,
-            due_in: None,
-            wait: Some(wait),
-            backoff_on: None,
-            drop_begin: None,
-            queue: None,
-        }
-    }
-}
-
 /// The checkpoint store. Cheap to clone. On Redis: one multiplexed, auto-reconnecting
 /// connection; embedded: a shared handle on the in-process engine.
 #[derive(Clone)]
@@ -204,9 +143,9 @@ impl ScriptStore {
             None => {
                 let client = if url.starts_with("rediss://") {
                     crate::security::tls::install_crypto_provider();
-                    redis::Client::build_with_tls(url, cfg.tls.redis_certs())?
+                    redis::Client::build_with_tls(url, cfg.tls.redis_certs()).store()?
                 } else {
-                    redis::Client::open(url)?
+                    redis::Client::open(url).store()?
                 };
                 let mcfg = ConnectionManagerConfig::new()
                     .set_min_delay(Duration::from_millis(50))
@@ -214,7 +153,7 @@ impl ScriptStore {
                     .set_number_of_retries(6)
                     .set_connection_timeout(Some(cfg.command_timeout.max(Duration::from_millis(500))))
                     .set_response_timeout(Some(cfg.command_timeout));
-                Conn::Redis(ConnectionManager::new_with_config(client, mcfg).await?)
+                Conn::Redis(ConnectionManager::new_with_config(client, mcfg).await.store()?)
             }
         };
         Ok(Self::on(conn, keys, cfg))

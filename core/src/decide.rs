@@ -1,6 +1,6 @@
 //! The engine's decisions as pure functions over data: what replay returns for a call,
 //! whether a live call may start, what an intent reply means under each policy, and what a
-//! slice ends with. [`Ctx`](super::Ctx) and the worker's slice runner gather the facts, call
+//! slice ends with. `Ctx` and the worker's slice runner gather the facts, call
 //! these, and carry the answer out (store writes, stops); so each rule is unit-tested here
 //! without any I/O, and the simulator exercises the carrying out.
 
@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::time::Duration;
 
 use crate::journal::{Entry, EntryKind};
-use crate::store::{EffectClaim, Holder};
+use crate::model::{EffectClaim, Holder};
 
 /// What replay returns for a call at the cursor.
 #[derive(Debug, Clone, PartialEq)]

@@ -3,8 +3,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use super::StoreError;
+use crate::error::StoreError;
 use crate::ids::ThreadId;
 use crate::journal::Entry;
 use crate::keys::RunKeys;
@@ -154,7 +155,7 @@ pub struct RunHeader {
     /// The task queue it was started on (`hq`): where its calls run unless routed elsewhere.
     pub home_queue: Option<String>,
     /// Its flow control (`fck`, `fcl`, `fcr`): the key whose slots it takes.
-    pub flow: Option<super::Flow>,
+    pub flow: Option<crate::outcome::Flow>,
     /// Its priority in a flow key's waiting line (`prio`, 0–9, higher first).
     pub priority: u8,
     /// The run features a worker must know to claim it (`needs`, see [`FEATURES`]).
@@ -241,7 +242,7 @@ impl RunHeader {
             children: children_of(map),
             queue: text(map, "q").filter(|q| !q.is_empty()),
             home_queue: text(map, "hq").filter(|q| !q.is_empty()),
-            flow: text(map, "fck").map(|key| super::Flow {
+            flow: text(map, "fck").map(|key| crate::outcome::Flow {
                 key,
                 limit: num(map, "fcl").unwrap_or(1),
                 rate: num(map, "fcr"),
@@ -296,7 +297,7 @@ pub struct CreateOptions {
     /// The task queue it runs on (`None`: the deployment's default queue).
     pub queue: Option<String>,
     /// Its flow control: a limit of runs of a key at once, a start rate.
-    pub flow: Option<super::Flow>,
+    pub flow: Option<crate::outcome::Flow>,
     /// Its priority in a flow key's waiting line (0–9, higher first).
     pub priority: u8,
 }
@@ -562,4 +563,29 @@ pub enum EffectClaim {
     Orphaned(Holder, String),
     /// Another run holds the intent right now: back off.
     Busy(Holder),
+}
+
+/// Budgets of one slice and of one run.
+#[derive(Debug, Clone)]
+pub struct SliceLimits {
+    /// Live calls per slice before yielding to a continuation task.
+    pub max_steps: u32,
+    /// Wall time per slice before yielding.
+    pub max_time: Duration,
+    /// Journal entries per run; a run that would exceed it fails.
+    pub max_entries: u32,
+    /// Journal bytes per run (entries' MessagePack, before sealing); a run whose next entry
+    /// would exceed it fails with the reason instead of growing its hash without bound.
+    pub max_journal_bytes: u64,
+}
+
+impl Default for SliceLimits {
+    fn default() -> Self {
+        Self {
+            max_steps: 64,
+            max_time: Duration::from_secs(10),
+            max_entries: 10_000,
+            max_journal_bytes: 16 * 1024 * 1024,
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! JSON Schemas of what a workflow takes from outside: its input, each interrupt's answer,
 //! each signal's value and each effect's result (what an operator's `resolve` records).
 //!
-//! A workflow declares them in [`super::Workflow::schemas`] from its Rust types (derive
+//! A workflow declares them in `Workflow::schemas` from its Rust types (derive
 //! `schemars::JsonSchema`); the worker publishes them with its registration, and the API
 //! validates every start, resume, signal and resolve against them, answering 422 with the
 //! schema error and changing nothing. Where no schema is declared, a value that does not

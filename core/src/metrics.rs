@@ -1,0 +1,160 @@
+//! Prometheus metrics (OpenTelemetry-style names), one registry per process. The process
+//! runtime serves them at `/metrics`; every crate of the engine counts into the same registry.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::sync::OnceLock;
+
+type Labels = Vec<(&'static str, String)>;
+
+/// Every metric of a process.
+pub struct Metrics {
+    registry: Registry,
+    /// Journal calls committed, by workflow, kind and outcome (`ok`, `error`, `skipped`).
+    pub steps: Family<Labels, Counter>,
+    /// Live step duration (seconds), including retries.
+    pub step_seconds: Family<Labels, Histogram, fn() -> Histogram>,
+    /// Commit script round trip (seconds).
+    pub commit_seconds: Histogram,
+    /// Claims by outcome (`claimed`, `takeover`, `stale`, `leased`, `terminal`, …).
+    pub claims: Family<Labels, Counter>,
+    /// Effects by outcome (`applied`, `skipped`, `in_doubt`, `busy`, `failed`).
+    pub effects: Family<Labels, Counter>,
+    /// Slices ended, by how (`completed`, `failed`, `suspended`, `yielded`, `blocked`, `lease_lost`, `transient`).
+    pub slices: Family<Labels, Counter>,
+    /// Tasks published, by reason.
+    pub published: Family<Labels, Counter>,
+    /// Messages dead-lettered, by reason class.
+    pub dead_lettered: Family<Labels, Counter>,
+    /// Runs started via the API, by outcome.
+    pub runs_started: Family<Labels, Counter>,
+    /// How late overdue runs were when the scanner handed them out (seconds).
+    pub due_lag_seconds: Histogram,
+    /// Runs handed out by the scanner.
+    pub scanned: Counter,
+    /// Duration of one due-scanner tick over the partitions this replica owns (seconds).
+    pub scan_tick_seconds: Histogram,
+    /// Partitions this scheduler replica's due scanner owns.
+    pub scan_partitions: Gauge,
+    /// Runs in flight in this worker.
+    pub inflight: Gauge,
+    /// Broker reconnects.
+    pub reconnects: Gauge,
+    /// HTTP requests by route and status.
+    pub http_requests: Family<Labels, Counter>,
+    /// Runs blocked, by reason class (`poison`, `effect_in_doubt`, `non_determinism`, …).
+    pub blocks: Family<Labels, Counter>,
+    /// Runs a worker gave back because it does not serve their workflow version.
+    pub unserved: Family<Labels, Counter>,
+    /// Runs whose safety-net due time moved out because the broker confirmed their task.
+    pub queue_marked: Counter,
+}
+
+fn latency() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("savepoint");
+        let m = Self {
+            steps: Family::default(),
+            step_seconds: Family::new_with_constructor(latency as fn() -> Histogram),
+            commit_seconds: latency(),
+            claims: Family::default(),
+            effects: Family::default(),
+            slices: Family::default(),
+            published: Family::default(),
+            dead_lettered: Family::default(),
+            runs_started: Family::default(),
+            due_lag_seconds: latency(),
+            scanned: Counter::default(),
+            scan_tick_seconds: latency(),
+            scan_partitions: Gauge::default(),
+            inflight: Gauge::default(),
+            reconnects: Gauge::default(),
+            http_requests: Family::default(),
+            blocks: Family::default(),
+            unserved: Family::default(),
+            queue_marked: Counter::default(),
+            registry: Registry::default(),
+        };
+        registry.register("steps", "Journal calls committed", m.steps.clone());
+        registry.register("step_duration_seconds", "Live step duration", m.step_seconds.clone());
+        registry.register(
+            "commit_duration_seconds",
+            "Commit script round trip",
+            m.commit_seconds.clone(),
+        );
+        registry.register("claims", "Claims by outcome", m.claims.clone());
+        registry.register("effects", "Effects by outcome", m.effects.clone());
+        registry.register("slices", "Slices ended, by how", m.slices.clone());
+        registry.register("tasks_published", "Tasks published, by reason", m.published.clone());
+        registry.register("dead_lettered", "Messages dead-lettered", m.dead_lettered.clone());
+        registry.register("runs_started", "Runs started via the API", m.runs_started.clone());
+        registry.register(
+            "due_lag_seconds",
+            "Lateness of overdue runs when handed out",
+            m.due_lag_seconds.clone(),
+        );
+        registry.register(
+            "scanner_handed_out",
+            "Runs handed out by the due scanner",
+            m.scanned.clone(),
+        );
+        registry.register(
+            "scanner_tick_seconds",
+            "Duration of one due-scanner tick over the partitions this replica owns",
+            m.scan_tick_seconds.clone(),
+        );
+        registry.register(
+            "scanner_partitions",
+            "Partitions this scheduler replica's due scanner owns",
+            m.scan_partitions.clone(),
+        );
+        registry.register("runs_inflight", "Runs executing in this worker", m.inflight.clone());
+        registry.register("broker_reconnects", "Broker reconnects", m.reconnects.clone());
+        registry.register("http_requests", "HTTP requests", m.http_requests.clone());
+        registry.register("runs_blocked", "Runs blocked, by reason class", m.blocks.clone());
+        registry.register(
+            "runs_unserved",
+            "Runs given back because this worker does not serve their workflow version",
+            m.unserved.clone(),
+        );
+        registry.register(
+            "tasks_marked_queued",
+            "Runs left to their confirmed queued task by the safety net",
+            m.queue_marked.clone(),
+        );
+        Self { registry, ..m }
+    }
+
+    /// Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+/// The process-wide metrics.
+pub fn metrics() -> &'static Metrics {
+    static M: OnceLock<Metrics> = OnceLock::new();
+    M.get_or_init(Metrics::new)
+}
+
+/// Label helper: `labels(&[("workflow", "invoice")])`.
+pub fn labels(pairs: &[(&'static str, &str)]) -> Labels {
+    pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect()
+}
+
+/// Increments a labelled counter.
+pub fn inc(f: &Family<Labels, Counter>, pairs: &[(&'static str, &str)]) {
+    f.get_or_create(&labels(pairs)).inc();
+}
