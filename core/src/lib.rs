@@ -16,6 +16,7 @@ pub mod model;
 pub mod outcome;
 pub mod protocol;
 pub mod schemas;
+pub mod seam;
 pub mod secret;
 
 pub use error::StoreError;

@@ -5,6 +5,9 @@
 
 pub mod broker;
 // The vocabulary shared with the engine crates, at the paths authors and the engine used.
+/// The core crate, for the engine-facing parts of the API (`CtxParts`: `Lease`, the clocks,
+/// `Failpoints`, the store seam `RunStore`).
+pub use savepoint_core as core;
 pub use savepoint_core::{entropy, failpoints, ids, journal, keys, lease, protocol};
 pub mod config;
 pub mod embedded;

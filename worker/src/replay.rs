@@ -192,7 +192,7 @@ pub(crate) async fn replay_as(
         ..SliceLimits::default()
     };
     let mut ctx = Ctx::new(CtxParts {
-        store: store.clone(),
+        store: std::sync::Arc::new(store.clone()),
         lease,
         journal,
         signals: BTreeMap::new(),
@@ -216,6 +216,7 @@ pub(crate) async fn replay_as(
         tasks: None,
         routing: None,
         server_clock: savepoint::lease::ServerClock::fixed(savepoint::journal::now_ms()),
+        traceparent: || None,
     });
     let stopped = ctx.exit_signal();
     let result = {

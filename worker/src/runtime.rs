@@ -220,6 +220,7 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
         queues: queues.clone(),
     });
     let shared = Arc::new(Shared {
+        run_store: Arc::new(store.clone()),
         store,
         broker: broker.clone(),
         queues: queues.clone(),

@@ -13,6 +13,8 @@ use tokio_util::sync::CancellationToken;
 /// What every delivery handler shares.
 pub(crate) struct Shared {
     pub store: ScriptStore,
+    /// The same store as a workflow context holds it (built once, shared by every slice).
+    pub run_store: std::sync::Arc<dyn savepoint::core::seam::RunStore>,
     pub broker: Broker,
     /// Every task queue by name (publishing to the queue a run is routed to).
     pub queues: Queues,

@@ -307,7 +307,7 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         flow.clone(),
     );
     let mut ctx = Ctx::new(CtxParts {
-        store: shared.store.clone(),
+        store: shared.run_store.clone(),
         lease,
         journal,
         signals: c.signals.clone(),
@@ -334,6 +334,7 @@ async fn run_slice(shared: &Shared, c: Claimed) {
                 .unwrap_or_else(|| shared.queues.home_name().to_owned()),
         }),
         server_clock: c.server_clock(),
+        traceparent: savepoint::telemetry::current_traceparent,
     });
     let stopped = ctx.exit_signal();
     let result = {

@@ -10,6 +10,7 @@
 pub mod cluster;
 mod engine;
 mod script;
+mod seam;
 
 pub use savepoint_core::model;
 pub use savepoint_core::StoreError;

@@ -187,7 +187,7 @@ impl Ctx {
             flow: None,
             priority: 0,
         };
-        let trace = crate::telemetry::current_traceparent().unwrap_or_default();
+        let trace = (self.p.traceparent)().unwrap_or_default();
         let created = self
             .p
             .store
@@ -276,7 +276,7 @@ impl Ctx {
             payload: json!({"thread_id": child, "workflow": workflow, "call": name}),
         };
         let how = Suspend {
-            due_in: Some(self.p.store.config().child_poll),
+            due_in: Some(self.p.store.timings().child_poll),
             ..Suspend::waiting(&wait)
         };
         let r = self

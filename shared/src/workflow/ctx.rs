@@ -22,7 +22,8 @@ use crate::journal::{Entry, EntryKind, Outcome};
 use crate::lease::LeaseClock;
 use crate::metrics::{inc, labels, metrics};
 use crate::store::Suspend;
-use crate::store::{Finish, Holder, Lease, RunStatus, ScriptStore, StoreError};
+use crate::store::{Finish, Holder, Lease, RunStatus, StoreError};
+use savepoint_core::seam::RunStore;
 
 /// Why a slice of a run ended without the workflow returning. The runtime acts on it.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,8 +64,8 @@ pub use savepoint_core::model::SliceLimits;
 
 /// What the runtime hands a context.
 pub struct CtxParts {
-    /// The store to commit to.
-    pub store: ScriptStore,
+    /// The store to commit to (the seam: the SDK never names the store's engine).
+    pub store: Arc<dyn RunStore>,
     /// The lease from the claim.
     pub lease: Lease,
     /// Recorded entries.
@@ -111,6 +112,9 @@ pub struct CtxParts {
     /// clock. Its latest reading decides whether a call may start before the run's deadline,
     /// its earliest when a run may be failed for it.
     pub server_clock: crate::lease::ServerClock,
+    /// The W3C `traceparent` of the current span, if tracing exports (a child run's start
+    /// carries it); the process runtime hands its telemetry's, the test kit `|| None`.
+    pub traceparent: fn() -> Option<String>,
 }
 
 /// What a worker serves and where a run belongs, for routing calls to task queues.
@@ -217,11 +221,6 @@ impl Ctx {
         &self.p.lease
     }
 
-    /// The store.
-    pub fn store(&self) -> &ScriptStore {
-        &self.p.store
-    }
-
     /// Why the slice stopped, once it has (taken by the runtime).
     pub fn take_exit(&mut self) -> Option<SliceExit> {
         self.exit.take()
@@ -257,7 +256,7 @@ impl Ctx {
             if !self.p.replay_only {
                 let (thread, fence) = (&self.p.lease.thread, self.p.lease.fence);
                 let r = tokio::time::timeout(
-                    self.p.store.config().command_timeout,
+                    self.p.store.timings().command_timeout,
                     self.p.store.effect_release(&h.key, thread, h.index, fence),
                 )
                 .await;
@@ -376,7 +375,7 @@ impl Ctx {
             .finish(&mut self.p.lease, None, how, ("blocked", reason))
             .await?;
         // (The task span carries the thread and worker ids, unless a filter disabled it.)
-        if crate::telemetry::outside_spans() {
+        if tracing::Span::current().is_disabled() {
             let (thread, worker) = (&self.p.lease.thread, &self.p.lease.owner);
             tracing::warn!(thread.id = %thread, worker.id = %worker, %reason, "run blocked");
         } else {
@@ -420,7 +419,7 @@ impl Ctx {
                     .await;
             }
             super::decide::Gate::Yield => {
-                let redeliver = self.p.store.config().redeliver;
+                let redeliver = self.p.store.timings().redeliver;
                 let how = Suspend::until(RunStatus::Pending, redeliver);
                 let r = self
                     .p
@@ -463,7 +462,7 @@ impl Ctx {
     /// name` runs (event `routed`).
     async fn yield_to_queue(&mut self, index: u32, name: &str, target: String) {
         self.failpoint("route.before_yield").await;
-        let redeliver = self.p.store.config().redeliver;
+        let redeliver = self.p.store.timings().redeliver;
         let how = Suspend {
             queue: Some(&target),
             ..Suspend::until(RunStatus::Pending, redeliver)
@@ -735,7 +734,7 @@ impl Ctx {
 /// The store and lease a call's attempts record their retries with (a retry event is fenced
 /// by owner and fence, which no commit of the slice changes).
 pub(super) struct CallTools {
-    pub store: ScriptStore,
+    pub store: Arc<dyn RunStore>,
     pub lease: Lease,
     /// Failed attempts recorded by earlier slices, by journal index.
     pub tries: BTreeMap<u32, u32>,

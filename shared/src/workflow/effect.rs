@@ -25,7 +25,8 @@ use crate::ids::{EffectKey, ThreadId};
 use crate::journal::{Entry, EntryKind, Outcome};
 use crate::metrics::{inc, metrics};
 use crate::store::{EffectClaim, Holder, RunStatus, StoreError};
-use crate::store::{EffectDone, EffectRecord, EffectRelease, Finish, ScriptStore, Suspend};
+use crate::store::{EffectDone, EffectRecord, EffectRelease, Finish, Suspend};
+use savepoint_core::seam::RunStore;
 
 /// Asks the provider whether the effect with this key happened: `Some(result)` if it did,
 /// `None` if it did not.
@@ -378,7 +379,10 @@ impl Ctx {
                 }
                 Intent::Busy(holder) => {
                     inc(&metrics().effects, &[("outcome", "busy")]);
-                    if orphan_if_owner_ended(&store, key, &holder).await.unwrap_or(false) {
+                    if orphan_if_owner_ended(store.as_ref(), key, &holder)
+                        .await
+                        .unwrap_or(false)
+                    {
                         continue;
                     }
                     let tries = self.p.busy_tries;
@@ -640,7 +644,7 @@ const UNUSED_SETTLE_FOR: Duration = Duration::from_secs(3600);
 /// background, until it is heard: record the fact in the run ([`ScriptStore::effect_unused`](crate::store::ScriptStore::effect_unused), which also
 /// unblocks a run already blocked on it) and free the intent.
 pub(super) fn settle_unused_later(
-    store: ScriptStore,
+    store: Arc<dyn RunStore>,
     key: EffectKey,
     thread: ThreadId,
     (index, fence): (u32, u64),
@@ -691,11 +695,7 @@ pub(super) fn settle_unused_later(
 /// If the run holding a key's intent has ended (cancelled, expired, failed) without
 /// settling it, turns the intent into an explicit "in doubt, owner ended" record. True when
 /// it did (the caller looks at the key again).
-pub async fn orphan_if_owner_ended(
-    store: &crate::store::ScriptStore,
-    key: &EffectKey,
-    holder: &Holder,
-) -> Result<bool, StoreError> {
+pub async fn orphan_if_owner_ended(store: &dyn RunStore, key: &EffectKey, holder: &Holder) -> Result<bool, StoreError> {
     let Ok(owner) = ThreadId::new(holder.thread.clone()) else {
         return Ok(false);
     };
@@ -713,7 +713,7 @@ pub async fn orphan_if_owner_ended(
 /// Whether a run backing off on `key` should try again now: true unless another live run
 /// still holds the key's intent.
 pub async fn key_still_held(
-    store: &crate::store::ScriptStore,
+    store: &dyn RunStore,
     key: &EffectKey,
     me: &ThreadId,
 ) -> Result<Option<Holder>, StoreError> {
