@@ -61,6 +61,10 @@ pub enum StoreError {
     /// The namespace was created with another key layout than this process is configured for.
     #[error("{0}")]
     Layout(String),
+    /// The store URL asks for something this build leaves out (the embedded engine without
+    /// the store's `embedded` feature). Not transient: retrying cannot help.
+    #[error("{0}")]
+    Unsupported(String),
     /// The store could not be reached (the embedded engine's injected faults): transient.
     #[error("store unavailable: {0}")]
     Unavailable(String),

@@ -11,6 +11,7 @@ pub mod ids;
 pub mod journal;
 pub mod keys;
 pub mod lease;
+pub mod mem;
 pub mod metrics;
 pub mod model;
 pub mod outcome;
@@ -18,6 +19,7 @@ pub mod protocol;
 pub mod schemas;
 pub mod seam;
 pub mod secret;
+pub mod tls;
 
 pub use error::StoreError;
 pub use schemas::Schemas;

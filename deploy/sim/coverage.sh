@@ -22,8 +22,8 @@ LLVM_PROFILE_FILE="$PROF/sim-%p-%m.profraw" "$CARGO_TARGET_DIR/debug/savepoint" 
 "$TOOLS/llvm-profdata" merge -sparse "$PROF"/*.profraw -o "$PROF/sim.profdata"
 COV=("$TOOLS/llvm-cov" report "$CARGO_TARGET_DIR/debug/savepoint" -instr-profile="$PROF/sim.profdata")
 echo "== the decision functions (pure: what to do with a reply, a gate, a slice's end)"
-"${COV[@]}" shared/src/workflow/decide.rs shared/src/lease.rs
-echo "== the engine's code the simulation runs (shared/src/workflow, shared/src/store, worker/src)"
-"${COV[@]}" shared/src/workflow shared/src/store worker/src | tail -1
+"${COV[@]}" core/src/decide.rs core/src/lease.rs
+echo "== the engine's code the simulation runs (shared/src/workflow, store/src, worker/src)"
+"${COV[@]}" shared/src/workflow store/src worker/src | tail -1
 echo "(per line: ${TOOLS}/llvm-cov show $CARGO_TARGET_DIR/debug/savepoint -instr-profile=$PROF/sim.profdata <file>)"
 exit "$status"

@@ -1,7 +1,7 @@
 //! [`TestApi`]: one test's namespace, in-process scheduler and HTTP client, with helpers that
 //! return `(status, JSON body)` and panic on a non-JSON answer.
 
-use savepoint::config::Config;
+use savepoint_runtime::config::Config;
 use serde_json::{json, Value};
 
 use crate::{

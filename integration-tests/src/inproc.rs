@@ -5,9 +5,9 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use savepoint::config::Config;
-use savepoint::failpoints::Failpoints;
 use savepoint::workflow::Registry;
+use savepoint_core::failpoints::Failpoints;
+use savepoint_runtime::config::Config;
 use savepoint_worker::WorkerOptions;
 
 /// A worker running in this process; [`InProc::stop`] stops it gracefully.

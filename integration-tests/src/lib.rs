@@ -23,11 +23,11 @@ pub mod redis_cluster;
 pub mod scenario;
 pub mod tasks;
 
-use savepoint::broker::Broker;
-use savepoint::config::Config;
-use savepoint::store::ScriptStore;
-use savepoint::store::{CatalogEntry, WorkerInfo};
+use savepoint_broker::Broker;
+use savepoint_runtime::config::Config;
 use savepoint_scheduler::SchedulerError;
+use savepoint_store::ScriptStore;
+use savepoint_store::{CatalogEntry, WorkerInfo};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -248,7 +248,7 @@ pub async fn backend_ready() {
 /// The test configuration of [`test_config`] on the embedded backend: `mem://<ns>` for both
 /// the store and the broker (a fresh in-process instance per namespace). Needs no services.
 pub fn embedded_config(ns: &str) -> Config {
-    let url = format!("{}{ns}", savepoint::embedded::SCHEME);
+    let url = format!("{}{ns}", savepoint_core::mem::SCHEME);
     config_on(&url, &url, ns)
 }
 
@@ -373,7 +373,7 @@ pub async fn register_test_workflow_version(cfg: &Config, name: &str, version: u
 /// Deletes the namespace's Redis keys (`SCAN MATCH <ns>:*`) and its exchanges and queues.
 /// Call it at the end of a test; panics on failure.
 pub async fn cleanup(cfg: &Config) {
-    let store = savepoint::store::ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
+    let store = savepoint_store::ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
         .await
         .expect("connect redis");
     store.purge_namespace().await.expect("delete the namespace's keys");
@@ -391,7 +391,7 @@ mod tests {
     fn namespaces_are_fresh_and_valid() {
         let a = fresh_namespace("API-Tests with spaces and a very long prefix");
         assert!(a.len() <= 32, "{a}");
-        assert!(savepoint::ids::Namespace::new(a.clone()).is_ok(), "{a}");
+        assert!(savepoint_core::ids::Namespace::new(a.clone()).is_ok(), "{a}");
         assert_ne!(fresh_namespace("x"), fresh_namespace("x"));
         assert!(fresh_namespace("api").starts_with("tapi"));
     }

@@ -6,7 +6,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 use tokio::process::{Child, Command};
 
-use savepoint::config::Config;
+use savepoint_runtime::config::Config;
 
 /// A running Savepoint process.
 pub struct Proc {

@@ -4,9 +4,9 @@
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-use savepoint::config::Config;
-use savepoint::ids::ThreadId;
-use savepoint::store::ScriptStore;
+use savepoint_core::ids::ThreadId;
+use savepoint_runtime::config::Config;
+use savepoint_store::ScriptStore;
 
 use crate::procs::Proc;
 use crate::{backend_ready, fresh_namespace, start_scheduler, test_config, SchedulerHandle};

@@ -1,8 +1,8 @@
 //! Reading the task queue directly, to check what the scheduler published.
 
-use savepoint::broker::Broker;
-use savepoint::config::Config;
-use savepoint::protocol::Task;
+use savepoint_broker::Broker;
+use savepoint_core::protocol::Task;
+use savepoint_runtime::config::Config;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;

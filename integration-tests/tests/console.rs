@@ -155,19 +155,19 @@ async fn the_runs_list_pages_past_a_thousand_runs_and_filters() {
     let w = World::new("console-pages", |c| c.partitions = 1).await;
     let mut bulk = Vec::new();
     for i in 0..1_050 {
-        let t = savepoint::ids::ThreadId::new(format!("bulk-{i:05}")).unwrap();
+        let t = savepoint_core::ids::ThreadId::new(format!("bulk-{i:05}")).unwrap();
         w.store.create(&t, "bulk", 1, "{}", "").await.expect("create");
         bulk.push(t.as_str().to_owned());
     }
     for i in 0..60 {
-        let t = savepoint::ids::ThreadId::new(format!("oth-{i:03}")).unwrap();
+        let t = savepoint_core::ids::ThreadId::new(format!("oth-{i:03}")).unwrap();
         w.store.create(&t, "other", 1, "{}", "").await.expect("create");
     }
     // Every bulk run indexed at the same millisecond: pages must break ties by thread id, not
     // skip or repeat them.
     let tied = w.store.server_time().await.unwrap();
     for t in &bulk {
-        let t = savepoint::ids::ThreadId::new(t.clone()).unwrap();
+        let t = savepoint_core::ids::ThreadId::new(t.clone()).unwrap();
         let index = w.store.keys().index(w.store.keys().partition(&t));
         let _: i64 = w
             .store

@@ -187,7 +187,7 @@ async fn a_client_generated_from_the_spec_answers_the_approval_example() {
     assert_eq!(seen["status"], "completed");
     assert_eq!(seen["output"], serde_json::json!({"log": ["first", "gate=yes"]}));
     // The server's record agrees.
-    let run = w.run(&savepoint::ids::ThreadId::new(thread).unwrap()).await;
+    let run = w.run(&savepoint_core::ids::ThreadId::new(thread).unwrap()).await;
     assert_eq!(run["status"], "completed", "{run}");
     let _ = std::fs::remove_dir_all(&out_dir);
     w.sched.stop().await.expect("scheduler stopped");

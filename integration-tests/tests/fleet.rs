@@ -43,7 +43,7 @@ struct BrokerUnderTest {
 
 /// Connects to `cfg.amqp_url`, declares a probe queue there and checks that `rabbitmqctl`
 /// sees it; panics if it does not (rabbitmqctl would restart some other broker).
-async fn broker_under_test(cfg: &savepoint::config::Config) -> BrokerUnderTest {
+async fn broker_under_test(cfg: &savepoint_runtime::config::Config) -> BrokerUnderTest {
     let uri: lapin::uri::AMQPUri = cfg.amqp_url.parse().expect("the test's AMQP URL parses");
     let conn = lapin::Connection::connect(&cfg.amqp_url, lapin::ConnectionProperties::default())
         .await

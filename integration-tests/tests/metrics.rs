@@ -49,7 +49,7 @@ async fn worker_serves_health_readiness_and_metrics() {
         let t = w.start("invoice", json!({"invoice_id": "INV-M"})).await;
         w.wait_status(&t, &["completed"], LONG).await;
     }
-    let broker = savepoint::broker::Broker::connect(w.cfg.broker(), LONG).await.unwrap();
+    let broker = savepoint_broker::Broker::connect(w.cfg.broker(), LONG).await.unwrap();
     broker.publish(b"garbage", &[]).await.unwrap();
     let deadline = Instant::now() + LONG;
     while broker.dlq_depth().await.unwrap() < 1 {

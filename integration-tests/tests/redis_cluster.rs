@@ -77,7 +77,7 @@ async fn a_master_killed_under_load_fails_over_and_nothing_is_lost_or_repeated()
     if std::env::var("SAVEPOINT_TEST_CLUSTER_DEBUG").is_ok() {
         let mut last = Vec::new();
         for i in 0..RUNS {
-            let t = savepoint::ids::ThreadId::new(format!("fo-{i}")).unwrap();
+            let t = savepoint_core::ids::ThreadId::new(format!("fo-{i}")).unwrap();
             let ev = w.store.events(&t, 1000).await.unwrap();
             let span = ev.last().map(|e| e.at).unwrap_or(0) - ev.first().map(|e| e.at).unwrap_or(0);
             last.push((span, t, ev));

@@ -11,7 +11,7 @@ use serde_json::json;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use savepoint::ids::ThreadId;
+use savepoint_core::ids::ThreadId;
 use savepoint_integration_tests::procs::Proc;
 use savepoint_integration_tests::scenario::World;
 
@@ -90,7 +90,7 @@ async fn replicas_split_the_partitions_and_take_over_a_dead_ones() {
     // Three replicas: the world's in-process scheduler (its gauge is this process's) and
     // the two processes. Together they scan every partition exactly once, each some.
     let http = reqwest::Client::new();
-    let local = || savepoint::metrics::metrics().scan_partitions.get();
+    let local = || savepoint_core::metrics::metrics().scan_partitions.get();
     let deadline = Instant::now() + Duration::from_secs(30);
     let (a, b) = loop {
         let a = gauge(&http, &addrs[0], "savepoint_scanner_partitions")

@@ -7,9 +7,9 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use savepoint::store::ScriptStore;
 use savepoint_integration_tests::procs::{free_port, Proc};
 use savepoint_integration_tests::{fresh_namespace, services, test_config};
+use savepoint_store::ScriptStore;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_it-worker");
 

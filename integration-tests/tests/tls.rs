@@ -4,11 +4,11 @@
 //! a wrong CA, a wrong host name and a missing client certificate fail with a clear error,
 //! and a CA configured for a plaintext URL is refused before anything connects.
 
-use savepoint::broker::Broker;
-use savepoint::config::Config;
-use savepoint::ids::ThreadId;
-use savepoint::store::ScriptStore;
+use savepoint_broker::Broker;
+use savepoint_core::ids::ThreadId;
 use savepoint_integration_tests::scenario::World;
+use savepoint_runtime::config::Config;
+use savepoint_store::ScriptStore;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,16 +3,25 @@
 //! and the design.
 #![forbid(unsafe_code)]
 
-pub mod broker;
-// The vocabulary shared with the engine crates, at the paths authors and the engine used.
+pub mod embedded;
+pub mod workflow;
+
 /// The core crate, for the engine-facing parts of the API (`CtxParts`: `Lease`, the clocks,
 /// `Failpoints`, the store seam `RunStore`).
 pub use savepoint_core as core;
+// The vocabulary shared with the engine crates, at the paths authors and the engine used.
 pub use savepoint_core::{entropy, failpoints, ids, journal, keys, lease, protocol};
-pub mod config;
-pub mod embedded;
-pub mod metrics;
-pub mod security;
-pub mod store;
-pub mod telemetry;
-pub mod workflow;
+
+// The engine crates, re-exported at the paths the engine used (until its callers name them).
+/// The task transport.
+pub use savepoint_broker as broker;
+/// Configuration, telemetry and security settings of a process.
+pub use savepoint_runtime::{config, security, telemetry};
+/// The checkpoint store.
+pub use savepoint_store as store;
+
+/// The metric registry and the ops endpoints.
+pub mod metrics {
+    pub use savepoint_core::metrics::*;
+    pub use savepoint_runtime::ops::*;
+}

@@ -26,7 +26,7 @@ mod heartbeat;
 pub mod replay;
 mod runtime;
 mod shared;
-pub mod signals;
+pub use savepoint_runtime::signals;
 mod slice;
 pub mod testing;
 

@@ -10,7 +10,7 @@
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-use savepoint::broker::{Broker, BrokerConfig, Topology};
+use savepoint_broker::{Broker, BrokerConfig, Topology};
 use savepoint_integration_tests::fresh_namespace;
 
 const STEP: Duration = Duration::from_secs(10);
@@ -38,7 +38,7 @@ async fn rabbitmq(delivery_limit: u32) -> Broker {
 
 async fn embedded(delivery_limit: u32) -> Broker {
     let ns = fresh_namespace("bc");
-    let url = format!("{}{ns}", savepoint::embedded::SCHEME);
+    let url = format!("{}{ns}", savepoint_core::mem::SCHEME);
     Broker::connect(config(&url, &ns, delivery_limit), STEP)
         .await
         .expect("embedded broker")

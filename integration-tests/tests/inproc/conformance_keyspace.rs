@@ -7,9 +7,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::Value;
 
-use savepoint::embedded::MemEngine;
-use savepoint::store::ScriptStore;
 use savepoint_integration_tests::{embedded_config, fresh_namespace, services};
+use savepoint_store::mem::MemEngine;
+use savepoint_store::ScriptStore;
 
 /// A reply in a comparable form: field/value replies of hashes sorted (Redis returns a small
 /// hash in insertion order, a large one in hash order: callers never rely on it), TTLs

@@ -6,13 +6,13 @@
 use serde_json::json;
 use std::time::Duration;
 
-use savepoint::embedded::MemEngine;
-use savepoint::ids::{EffectKey, ThreadId};
-use savepoint::journal::{Entry, EntryKind, Outcome};
-use savepoint::store::{CatalogEntry, CreateOptions, Flow};
-use savepoint::store::{ClaimOutcome, EffectClaim, Finish, Holder, RunStatus, ScriptStore, StoreError, Wait};
-use savepoint::store::{CreateOutcome, EffectDone, EffectRelease, EffectUnused, ServedSpec, SignalOutcome, Suspend};
+use savepoint_core::ids::{EffectKey, ThreadId};
+use savepoint_core::journal::{Entry, EntryKind, Outcome};
 use savepoint_integration_tests::{embedded_config, fresh_namespace};
+use savepoint_store::mem::MemEngine;
+use savepoint_store::{CatalogEntry, CreateOptions, Flow};
+use savepoint_store::{ClaimOutcome, EffectClaim, Finish, Holder, RunStatus, ScriptStore, StoreError, Wait};
+use savepoint_store::{CreateOutcome, EffectDone, EffectRelease, EffectUnused, ServedSpec, SignalOutcome, Suspend};
 
 #[cfg(feature = "services")]
 async fn redis_store() -> ScriptStore {
@@ -42,7 +42,7 @@ async fn new_run(s: &ScriptStore, input: serde_json::Value) -> ThreadId {
     t
 }
 
-async fn claim(s: &ScriptStore, t: &ThreadId, owner: &str) -> savepoint::store::Claimed {
+async fn claim(s: &ScriptStore, t: &ThreadId, owner: &str) -> savepoint_store::Claimed {
     match s.claim(t, owner, None, &ServedSpec::any()).await.unwrap() {
         ClaimOutcome::Claimed(c) => *c,
         other => panic!("expected a claim, got {other:?}"),

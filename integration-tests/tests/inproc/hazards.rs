@@ -10,12 +10,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use savepoint::ids::{EffectKey, ThreadId};
-use savepoint::store::{EffectClaim, ScriptStore};
 use savepoint::workflow::{Ctx, EffectCtx, EffectOptions, Registry, RetryPolicy, StepError, Workflow, WorkflowError};
+use savepoint_core::ids::{EffectKey, ThreadId};
 use savepoint_integration_tests::inproc::InProc;
 use savepoint_integration_tests::scenario::World;
 use savepoint_integration_tests::{cleanup, wait_until};
+use savepoint_store::{EffectClaim, ScriptStore};
 
 const LONG: Duration = Duration::from_secs(20);
 

@@ -2,7 +2,7 @@
 //! with a JSON message, the happy path has the documented shapes, and the due scanner of two
 //! replicas publishes each overdue run exactly once per period.
 
-use savepoint::protocol::TaskReason;
+use savepoint_core::protocol::TaskReason;
 use savepoint_integration_tests::http::{assert_error, TestApi};
 use savepoint_integration_tests::tasks::collect_tasks;
 use savepoint_integration_tests::{register_test_workflow, register_test_workflow_version, start_scheduler};
@@ -397,7 +397,7 @@ async fn two_replicas_publish_each_due_run_once() {
     const RUNS: usize = 50;
     let api = TestApi::new("scan", |_| {}).await;
     let second = start_scheduler(&api.cfg).await;
-    let store = savepoint::store::ScriptStore::connect(&api.cfg.redis_url, api.cfg.keys(), api.cfg.store())
+    let store = savepoint_store::ScriptStore::connect(&api.cfg.redis_url, api.cfg.keys(), api.cfg.store())
         .await
         .unwrap();
     let redeliver = Duration::from_millis(api.cfg.redeliver_ms);
@@ -405,7 +405,7 @@ async fn two_replicas_publish_each_due_run_once() {
     // Created without a start task (as if every start publish had failed): only the due
     // scanners of the two replicas can ring them, once their redelivery delay passes.
     for i in 0..RUNS {
-        let t = savepoint::ids::ThreadId::new(format!("due-{i}")).unwrap();
+        let t = savepoint_core::ids::ThreadId::new(format!("due-{i}")).unwrap();
         store.create(&t, "echo", 1, "null", "").await.unwrap();
         threads.push(t.to_string());
     }
@@ -457,7 +457,7 @@ async fn result_long_poll_waits_until_the_run_ends() {
     // Ends while a poll waits: the poll answers 200 soon after. Watch Redis (MONITOR) for
     // the handler's header reads of this run, so the test knows the poll is in its waiting
     // loop (it read the pending run several times without answering) before cancelling.
-    let thread = savepoint::ids::ThreadId::new("lp-1").unwrap();
+    let thread = savepoint_core::ids::ThreadId::new("lp-1").unwrap();
     let needle = format!("\"HMGET\" \"{}\"", api.cfg.keys().run(&thread).run);
     let client = redis::Client::open(api.cfg.redis_url.as_str()).unwrap();
     let mut reads = client.get_async_monitor().await.unwrap().into_on_message::<String>();

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use savepoint::ids::ThreadId;
 use savepoint::workflow::{Ctx, Registry, RetryPolicy, StepError, Workflow, WorkflowError};
+use savepoint_core::ids::ThreadId;
 use savepoint_integration_tests::inproc::InProc;
 use savepoint_integration_tests::scenario::World;
 use savepoint_worker::replay::{replay, ReplayReport};

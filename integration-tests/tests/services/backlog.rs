@@ -9,8 +9,8 @@ use serde_json::json;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use savepoint::broker::Broker;
-use savepoint::ids::ThreadId;
+use savepoint_broker::Broker;
+use savepoint_core::ids::ThreadId;
 use savepoint_integration_tests::scenario::World;
 use savepoint_integration_tests::{cleanup, register_test_workflow};
 

@@ -194,7 +194,7 @@ async fn scheduler_abort_before_publish() {
         "the scheduler should have died before answering"
     );
     assert!(killed_by_signal(&s.wait_exit(LONG).await));
-    let t = savepoint::ids::ThreadId::new(thread).unwrap();
+    let t = savepoint_core::ids::ThreadId::new(thread).unwrap();
     let run = w.wait_status(&t, &["completed"], LONG).await;
     assert_eq!(run["step"], 4);
     assert_eq!(w.effect_counts().await.values().sum::<usize>(), 2);

@@ -7,7 +7,7 @@
 use serde_json::json;
 use std::time::Duration;
 
-use savepoint::ids::ThreadId;
+use savepoint_core::ids::ThreadId;
 use savepoint_integration_tests::procs::{killed_by_signal, Proc};
 use savepoint_integration_tests::scenario::World;
 

@@ -4,9 +4,9 @@ use lapin::options::BasicGetOptions;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-use savepoint::broker::Broker;
-use savepoint::ids::ThreadId;
-use savepoint::protocol::{Task, TaskReason};
+use savepoint_broker::Broker;
+use savepoint_core::ids::ThreadId;
+use savepoint_core::protocol::{Task, TaskReason};
 use savepoint_integration_tests::scenario::World;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_it-worker");
@@ -98,5 +98,5 @@ async fn malformed_messages_are_dead_lettered_with_a_reason() {
 }
 
 fn broker_dlq(w: &World) -> String {
-    savepoint::broker::Topology::new(&w.cfg.namespace, &w.cfg.queue).dlq()
+    savepoint_broker::Topology::new(&w.cfg.namespace, &w.cfg.queue).dlq()
 }

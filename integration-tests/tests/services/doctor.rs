@@ -6,8 +6,8 @@
 use serde_json::{json, Value};
 use std::time::Duration;
 
-use savepoint::ids::ThreadId;
 use savepoint::workflow::{Ctx, Registry, StepError, Workflow, WorkflowError};
+use savepoint_core::ids::ThreadId;
 use savepoint_integration_tests::inproc::InProc;
 use savepoint_integration_tests::procs::{free_port, killed_by_signal};
 use savepoint_integration_tests::scenario::World;

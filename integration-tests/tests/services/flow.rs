@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-use savepoint::ids::ThreadId;
+use savepoint_core::ids::ThreadId;
 use savepoint_integration_tests::cleanup;
 use savepoint_integration_tests::procs::killed_by_signal;
 use savepoint_integration_tests::scenario::World;

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use savepoint::ids::ThreadId;
 use savepoint::workflow::{Ctx, Registry, StepError, Workflow, WorkflowError};
+use savepoint_core::ids::ThreadId;
 use savepoint_integration_tests::cleanup;
 use savepoint_integration_tests::inproc::InProc;
 use savepoint_integration_tests::procs::{killed_by_signal, Proc};

@@ -45,7 +45,7 @@ async fn a_middle_step_runs_on_a_second_queue_served_by_another_worker_process()
         )
         .await;
     assert_eq!(code, 201, "{body}");
-    let t = savepoint::ids::ThreadId::new(body["thread_id"].as_str().unwrap().to_owned()).unwrap();
+    let t = savepoint_core::ids::ThreadId::new(body["thread_id"].as_str().unwrap().to_owned()).unwrap();
     let run = w.wait_status(&t, &["completed", "failed"], LONG).await;
     assert_eq!(
         run["output"],
@@ -56,7 +56,7 @@ async fn a_middle_step_runs_on_a_second_queue_served_by_another_worker_process()
     // A fork of it runs where it ran: its home queue is kept.
     let (code, body) = w.post(&format!("/v1/runs/{t}/fork"), json!({"from_step": 1})).await;
     assert_eq!(code, 201, "{body}");
-    let f = savepoint::ids::ThreadId::new(body["thread_id"].as_str().unwrap().to_owned()).unwrap();
+    let f = savepoint_core::ids::ThreadId::new(body["thread_id"].as_str().unwrap().to_owned()).unwrap();
     let run = w.wait_status(&f, &["completed", "failed"], LONG).await;
     assert_eq!(
         run["output"],

@@ -6,7 +6,7 @@ use serde_json::json;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use savepoint::ids::ThreadId;
+use savepoint_core::ids::ThreadId;
 use savepoint_integration_tests::procs::Proc;
 use savepoint_integration_tests::scenario::World;
 

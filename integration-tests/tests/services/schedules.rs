@@ -8,14 +8,14 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use chrono::NaiveDateTime;
-use savepoint::ids::ThreadId;
-use savepoint::security::{PayloadCodec, Redacted};
-use savepoint::store::ScriptStore;
 use savepoint::workflow::{Ctx, Registry, StepError, Workflow, WorkflowError};
+use savepoint_core::ids::ThreadId;
 use savepoint_integration_tests::inproc::InProc;
 use savepoint_integration_tests::procs::{killed_by_signal, Proc};
 use savepoint_integration_tests::scenario::World;
 use savepoint_integration_tests::{cleanup, wait_until};
+use savepoint_runtime::security::{PayloadCodec, Redacted};
+use savepoint_store::ScriptStore;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_it-worker");
 const SCHEDULER: &str = env!("CARGO_BIN_EXE_it-scheduler");
@@ -54,7 +54,7 @@ async fn spawn_replica(w: &World, name: &str, failpoints: &str) -> (Proc, String
 }
 
 /// A scheduler process on `cfg`, once it is ready.
-async fn spawn_with(w: &World, name: &str, cfg: &savepoint::config::Config) -> (Proc, String) {
+async fn spawn_with(w: &World, name: &str, cfg: &savepoint_runtime::config::Config) -> (Proc, String) {
     w.scheduler_proc(SCHEDULER, name, cfg).await
 }
 
@@ -330,7 +330,7 @@ async fn a_held_buffer_one_firing_starts_before_any_later_firing() {
         )
         .await;
     assert_eq!(code, 201, "{body}");
-    let prev = savepoint::ids::ThreadId::new("held-prev".to_owned()).unwrap();
+    let prev = savepoint_core::ids::ThreadId::new("held-prev".to_owned()).unwrap();
     w.wait_status(&prev, &["completed"], LONG).await;
     let cmds = [
         redis::cmd("HSET")

@@ -5,12 +5,12 @@
 //! shown, and the limits that protect Redis from one client.
 
 use reqwest::StatusCode;
-use savepoint::config::Config;
-use savepoint::ids::ThreadId;
-use savepoint::security::tokens::token_digest;
-use savepoint::security::{PayloadCodec, Redacted, Role, TokenSpec};
-use savepoint::store::{ScriptStore, StoreError};
+use savepoint_core::ids::ThreadId;
 use savepoint_integration_tests::scenario::World;
+use savepoint_runtime::config::Config;
+use savepoint_runtime::security::tokens::token_digest;
+use savepoint_runtime::security::{PayloadCodec, Redacted, Role, TokenSpec};
+use savepoint_store::{ScriptStore, StoreError};
 use serde_json::{json, Value};
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-use savepoint::protocol::{Task, TaskReason};
+use savepoint_core::protocol::{Task, TaskReason};
 use savepoint_integration_tests::procs::{killed_by_signal, Proc};
 use savepoint_integration_tests::scenario::World;
 use savepoint_worker::replay::{journal_from_export, replay, replay_journal, ReplayReport};
@@ -88,7 +88,7 @@ async fn worker_metrics(w: &World, addr: &str) -> String {
     }
 }
 
-async fn crash_after_two_steps(w: &World) -> (savepoint::ids::ThreadId, String) {
+async fn crash_after_two_steps(w: &World) -> (savepoint_core::ids::ThreadId, String) {
     let mut a = w.worker(WORKER, "wa", "step.after_commit=abort@2");
     w.wait_registered("invoice").await;
     let inv = invoice_id();
@@ -138,7 +138,7 @@ async fn ex4_resume_sends_the_email_once_and_replay_sends_nothing() {
     assert_eq!(report, ReplayReport::Finished(Ok(run["output"].clone())));
     // Redeliver the run's task three more times: the run is terminal, nothing happens. Wait
     // for the queue to be empty first so the claim counts below are the redeliveries'.
-    let broker = savepoint::broker::Broker::connect(w.cfg.broker(), LONG).await.unwrap();
+    let broker = savepoint_broker::Broker::connect(w.cfg.broker(), LONG).await.unwrap();
     let deadline = Instant::now() + LONG;
     while broker.queue_depth().await.unwrap() > 0 {
         assert!(Instant::now() < deadline, "the task queue never drained");

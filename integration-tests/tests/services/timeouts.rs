@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use savepoint::ids::ThreadId;
 use savepoint::workflow::{
     Ctx, EffectOptions, EffectPolicy, Registry, RetryPolicy, StepError, Workflow, WorkflowError,
 };
+use savepoint_core::ids::ThreadId;
 use savepoint_integration_tests::cleanup;
 use savepoint_integration_tests::inproc::InProc;
 use savepoint_integration_tests::scenario::World;

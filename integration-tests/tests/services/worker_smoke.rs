@@ -5,11 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use savepoint::broker::Broker;
-use savepoint::config::{Config, MapEnv};
-use savepoint::ids::ThreadId;
-use savepoint::protocol::{Task, TaskReason};
-use savepoint::store::{RunStatus, ScriptStore};
+use savepoint_broker::Broker;
+use savepoint_core::ids::ThreadId;
+use savepoint_core::protocol::{Task, TaskReason};
+use savepoint_runtime::config::{Config, MapEnv};
+use savepoint_store::{RunStatus, ScriptStore};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -40,7 +40,7 @@ async fn start(store: &ScriptStore, broker: &Broker, wf: &str, input: serde_json
     t
 }
 
-async fn wait_status(store: &ScriptStore, t: &ThreadId, want: RunStatus) -> savepoint::store::RunHeader {
+async fn wait_status(store: &ScriptStore, t: &ThreadId, want: RunStatus) -> savepoint_store::RunHeader {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let h = store.header(t).await.unwrap().unwrap();
@@ -82,7 +82,7 @@ async fn demo_workflows_run_end_to_end() {
     let h = wait_status(&store, &appr, RunStatus::Waiting).await;
     assert_eq!(h.wait.unwrap().name, "gate");
     let woke = store.signal(&appr, "interrupt", "", &json!("yes"), None).await.unwrap();
-    assert!(matches!(woke, savepoint::store::SignalOutcome::Woke(_)), "{woke:?}");
+    assert!(matches!(woke, savepoint_store::SignalOutcome::Woke(_)), "{woke:?}");
     let task = Task::new(appr.clone(), store.keys().partition(&appr), None, TaskReason::Signal);
     broker.publish(&task.encode(), &[]).await.unwrap();
     let h = wait_status(&store, &appr, RunStatus::Completed).await;
