@@ -49,10 +49,14 @@ def load_docs(path: str | Path) -> list[dict]:
 
 
 # ------------------------------------------------------------------------ source facts
+# The crates whose sources the binaries are built from (their src/ folders).
+ENGINE_CRATES = ("core", "store", "broker", "runtime", "shared", "worker", "scheduler")
+
+
 def known_env_names() -> set[str]:
     """Every SAVEPOINT_* name a savepoint binary reads (string literals in the Rust sources)."""
     names: set[str] = set()
-    for crate in ("shared", "worker", "scheduler"):
+    for crate in ENGINE_CRATES:
         for rs in (ROOT / crate / "src").rglob("*.rs"):
             names.update(re.findall(r'"(SAVEPOINT_[A-Z0-9_]+)"', rs.read_text()))
     return names
@@ -64,7 +68,7 @@ def rust_structs() -> dict[str, dict[str, dict]]:
     Defaults come from `impl Default` bodies (simple literals and products of integers) or, for
     `#[derive(Default)]` structs, from the field type; None where the value is not a literal.
     """
-    sources = [ROOT / "shared/src/config.rs", ROOT / "shared/src/security/mod.rs", ROOT / "shared/src/security/tls.rs"]
+    sources = [ROOT / "runtime/src/config.rs", ROOT / "runtime/src/security.rs", ROOT / "runtime/src/security/tls.rs"]
     structs: dict[str, dict[str, dict]] = {}
     derived: set[str] = set()
     for src in sources:
@@ -95,7 +99,7 @@ def rust_structs() -> dict[str, dict[str, dict]]:
                 elif value in ("true", "false"):
                     structs[name][field]["default"] = value == "true"
                 elif re.fullmatch(r"[A-Z][A-Z0-9_]+", value):
-                    for rs in (ROOT / "shared/src").rglob("*.rs"):
+                    for rs in (rs for c in ENGINE_CRATES for rs in (ROOT / c / "src").rglob("*.rs")):
                         if c := re.search(rf"pub const {value}: \w+ = ([\d_]+);", rs.read_text()):
                             structs[name][field]["default"] = int(c.group(1).replace("_", ""))
     zero = {"String": "", "bool": False}
@@ -107,8 +111,8 @@ def rust_structs() -> dict[str, dict[str, dict]]:
 
 
 def exported_metrics() -> dict[str, str]:
-    """Prometheus series names exposed by shared/src/metrics.rs -> metric type."""
-    src = (ROOT / "shared/src/metrics.rs").read_text()
+    """Prometheus series names exposed by core/src/metrics.rs -> metric type."""
+    src = (ROOT / "core/src/metrics.rs").read_text()
     prefix = re.search(r'Registry::with_prefix\("(\w+)"\)', src).group(1)
     field_types = {}
     struct = re.search(r"pub struct Metrics \{(.*?)\n\}", src, re.S).group(1)
@@ -686,7 +690,7 @@ def cmd_example_config(path: str) -> None:
         if set(t) != {"name", "role", "sha256"} or t.get("role") not in ("read", "operate", "admin") \
                 or not re.fullmatch(r"(sha256:)?[0-9a-fA-F]{64}", str(t.get("sha256"))):
             problems.append(f"security.api_tokens entry {t}: needs name, role (read|operate|admin), sha256 (64 hex)")
-    apply_env = re.search(r"pub fn apply_env\(.*?\n    \}\n", (ROOT / "shared/src/config.rs").read_text(), re.S).group(0)
+    apply_env = re.search(r"pub fn apply_env\(.*?\n    \}\n", (ROOT / "runtime/src/config.rs").read_text(), re.S).group(0)
     read = set(re.findall(r'"(SAVEPOINT_[A-Z0-9_]+)"', apply_env))
     named = set(re.findall(r"\bSAVEPOINT_[A-Z0-9_]+\b", text))
     problems += [f"env {v} (read by apply_env) not mentioned" for v in sorted(read - named)]
@@ -795,7 +799,7 @@ def cmd_dashboard() -> None:
             for m in re.findall(r"\b(savepoint_[a-z_]+)\b", t["expr"]):
                 used.add(m)
                 if m not in series:
-                    problems.append(f"panel {p['title']!r}: {m} is not exported by shared/src/metrics.rs")
+                    problems.append(f"panel {p['title']!r}: {m} is not exported by core/src/metrics.rs")
             if t["expr"].count("(") != t["expr"].count(")"):
                 problems.append(f"panel {p['title']!r}: unbalanced parentheses")
     for v in dash.get("templating", {}).get("list", []):

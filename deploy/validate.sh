@@ -16,7 +16,7 @@
 #   5. validates deploy/compose.yaml against the official Compose Specification schema
 #      (vendored in check-jsonschema) and parses it with compose-spec;
 #   6. yaml-parses and checks the observability configs, JSON-parses and checks the
-#      Grafana dashboard (metric names against shared/src/metrics.rs), and checks
+#      Grafana dashboard (metric names against core/src/metrics.rs), and checks
 #      deploy/savepoint.example.toml against the config structs of the Rust sources;
 #   7. lints deploy/docker/Dockerfile with hadolint and this script with shellcheck.
 # Prints a summary; exits 1 if any check failed (SKIPs do not fail), 2 on a setup error.

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use savepoint::ids::ThreadId;
-use savepoint::journal::{Entry, EntryKind, Outcome};
-use savepoint::store::{ClaimOutcome, RunStatus, ScriptStore, ServedSpec, Suspend};
+use savepoint_core::ids::ThreadId;
+use savepoint_core::journal::{Entry, EntryKind, Outcome};
+use savepoint_store::{ClaimOutcome, RunStatus, ScriptStore, ServedSpec, Suspend};
 
 /// Creates run `thread` (workflow `chain`), claims it, journals one step and suspends it as
 /// `sleeping` for `nap`: four scripts, as a worker would run them.

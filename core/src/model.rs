@@ -155,7 +155,7 @@ pub struct RunHeader {
     /// The task queue it was started on (`hq`): where its calls run unless routed elsewhere.
     pub home_queue: Option<String>,
     /// Its flow control (`fck`, `fcl`, `fcr`): the key whose slots it takes.
-    pub flow: Option<crate::outcome::Flow>,
+    pub flow: Option<Flow>,
     /// Its priority in a flow key's waiting line (`prio`, 0–9, higher first).
     pub priority: u8,
     /// The run features a worker must know to claim it (`needs`, see [`FEATURES`]).
@@ -242,7 +242,7 @@ impl RunHeader {
             children: children_of(map),
             queue: text(map, "q").filter(|q| !q.is_empty()),
             home_queue: text(map, "hq").filter(|q| !q.is_empty()),
-            flow: text(map, "fck").map(|key| crate::outcome::Flow {
+            flow: text(map, "fck").map(|key| Flow {
                 key,
                 limit: num(map, "fcl").unwrap_or(1),
                 rate: num(map, "fcr"),
@@ -297,7 +297,7 @@ pub struct CreateOptions {
     /// The task queue it runs on (`None`: the deployment's default queue).
     pub queue: Option<String>,
     /// Its flow control: a limit of runs of a key at once, a start rate.
-    pub flow: Option<crate::outcome::Flow>,
+    pub flow: Option<Flow>,
     /// Its priority in a flow key's waiting line (0–9, higher first).
     pub priority: u8,
 }
@@ -588,4 +588,15 @@ impl Default for SliceLimits {
             max_journal_bytes: 16 * 1024 * 1024,
         }
     }
+}
+
+/// A run's flow control, as started (`fck`, `fcl`, `fcr`, `prio` in its hash).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Flow {
+    /// The key (`<workflow>:<key>`): the runs that share a limit.
+    pub key: String,
+    /// Most runs of the key holding a slot at once.
+    pub limit: u32,
+    /// Starts per second of the key, if limited.
+    pub rate: Option<f64>,
 }

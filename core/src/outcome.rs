@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::time::Duration;
 
+pub use crate::model::Flow;
 use crate::model::{Holder, RunHeader, RunStatus, Wait};
 
 /// Outcome of creating a run.
@@ -187,17 +188,6 @@ impl ChildResult {
 /// the API takes, so no client can forge one).
 pub fn child_signal(index: u32) -> String {
     format!("child:{index}")
-}
-
-/// A run's flow control, as started (`fck`, `fcl`, `fcr`, `prio` in its hash).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Flow {
-    /// The key (`<workflow>:<key>`): the runs that share a limit.
-    pub key: String,
-    /// Most runs of the key holding a slot at once.
-    pub limit: u32,
-    /// Starts per second of the key, if limited.
-    pub rate: Option<f64>,
 }
 
 /// A workflow as served: its name and version range.

@@ -1,11 +1,11 @@
-//! The journal entry decoder (`savepoint::journal::Entry::decode`: version 2 positional
+//! The journal entry decoder (`savepoint_core::journal::Entry::decode`: version 2 positional
 //! arrays and version 1 named maps), fed arbitrary bytes as a corrupted or hostile run hash
 //! could hold: it must never panic, and an entry it accepts must survive a round trip in the
 //! current format (`encode`, version 2) and in the old one (`encode_v1`, still read).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use savepoint::journal::{Entry, ENTRY_VERSION};
+use savepoint_core::journal::{Entry, ENTRY_VERSION};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(entry) = Entry::decode(data) else { return };

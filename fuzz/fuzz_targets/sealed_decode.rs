@@ -1,12 +1,12 @@
-//! The sealed-value decoder (`savepoint::security::codec`): bytes read back from Redis as a
+//! The sealed-value decoder (`savepoint_store::codec`): bytes read back from Redis as a
 //! sealed payload (`$sp1:<key id>:<base64url>`), fed arbitrary, must never panic; a value that
 //! parses reports its key id and body as given; one that opens (only the seed corpus' values,
 //! sealed with the fixed test key, can) opens to the same plaintext after a fresh seal.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use savepoint::security::codec::{is_sealed, open_with, parse_sealed};
-use savepoint::security::{Binding, PayloadCodec};
+use savepoint_store::codec::{is_sealed, open_with, parse_sealed};
+use savepoint_store::codec::{Binding, PayloadCodec};
 use std::sync::OnceLock;
 
 /// The key the seed corpus was sealed with (`fuzz/corpus/sealed_decode/`).

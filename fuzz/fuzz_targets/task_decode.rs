@@ -1,10 +1,10 @@
-//! The step-task decoder (`savepoint::protocol::Task::decode`), fed arbitrary broker message
+//! The step-task decoder (`savepoint_core::protocol::Task::decode`), fed arbitrary broker message
 //! bodies: it must never panic, and a task it accepts must survive a round trip: encoding it
 //! and decoding that gives the same task, and encoding is deterministic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use savepoint::protocol::{Task, TASK_VERSION};
+use savepoint_core::protocol::{Task, TASK_VERSION};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(task) = Task::decode(data) else { return };

@@ -5,7 +5,7 @@
 //! resumed on the other worker, printing each step and effect and how many times each effect
 //! was applied.
 
-use savepoint::store::cluster::redact_list;
+use savepoint_store::cluster::redact_list;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -15,10 +15,10 @@ use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use savepoint::config::Config;
-use savepoint::failpoints::Failpoints;
-use savepoint::ids::ThreadId;
-use savepoint::store::{RunStatus, ScriptStore};
+use savepoint_core::failpoints::Failpoints;
+use savepoint_core::ids::ThreadId;
+use savepoint_runtime::config::Config;
+use savepoint_store::{RunStatus, ScriptStore};
 use savepoint_worker::demo::{registry, EffectLog};
 use savepoint_worker::WorkerOptions;
 
@@ -51,7 +51,7 @@ fn endpoint(url: &str, default_port: u16) -> Option<String> {
 /// The first node a URL names: the first seed of a Redis Cluster URL, the first of a
 /// comma-separated list of AMQP nodes, or the URL itself.
 fn first_node(url: &str) -> String {
-    match savepoint::store::cluster::seed_urls(url) {
+    match savepoint_store::cluster::seed_urls(url) {
         Some(Ok(seeds)) if !seeds.is_empty() => seeds[0].clone(),
         _ => url.split(',').next().unwrap_or(url).trim().to_owned(),
     }
@@ -59,7 +59,7 @@ fn first_node(url: &str) -> String {
 
 /// Why a service cannot be reached (`None`: its first node accepts TCP connections).
 async fn unreachable(url: &str, default_port: u16) -> Option<String> {
-    if savepoint::embedded::instance_name(url).is_some() {
+    if savepoint_core::mem::instance_name(url).is_some() {
         return None;
     }
     let Some(addr) = endpoint(&first_node(url), default_port) else {
@@ -102,7 +102,7 @@ async fn choose_backend(cfg: &mut Config, args: &DevArgs) -> anyhow::Result<()> 
     if args.require_services {
         bail!("{} (and --require-services was given)", why.join("; "));
     }
-    let url = format!("{}dev-{}", savepoint::embedded::SCHEME, std::process::id());
+    let url = format!("{}dev-{}", savepoint_core::mem::SCHEME, std::process::id());
     cfg.redis_url = url.clone();
     cfg.amqp_url = url;
     println!(
@@ -235,7 +235,7 @@ async fn story(cfg: &Config, store: &ScriptStore, api: &str, fleet: &mut Fleet) 
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let invoice_id = format!("INV-{}", &savepoint::entropy::uuid().simple().to_string()[..6]);
+    let invoice_id = format!("INV-{}", &savepoint_core::entropy::uuid().simple().to_string()[..6]);
     let resp: Value = http
         .post(format!("{api}/v1/runs"))
         .json(&json!({"workflow": "invoice", "input": {"invoice_id": invoice_id}}))
@@ -270,7 +270,7 @@ async fn story(cfg: &Config, store: &ScriptStore, api: &str, fleet: &mut Fleet) 
             lines.push((e.at, line));
         }
         for (i, e) in journal.iter().enumerate().skip(seen_steps) {
-            if e.kind == savepoint::journal::EntryKind::Step {
+            if e.kind == savepoint_core::journal::EntryKind::Step {
                 lines.push((e.at, format!("step {i} {} committed", e.name)));
             }
         }

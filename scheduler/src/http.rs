@@ -7,7 +7,8 @@ use axum::http::{Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::Router;
-use savepoint::metrics::{inc, metrics, Readiness};
+use savepoint_core::metrics::{inc, metrics};
+use savepoint_runtime::ops::Readiness;
 
 use crate::api::{self, ApiError, ApiState};
 use crate::console;

@@ -2,7 +2,7 @@
 //! resolve, list), the due scanner, and the `savepoint` CLI (ARCHITECTURE §3, §10).
 //!
 //! Scheduler replicas are all active and stateless: they coordinate only through the atomic
-//! Redis scripts of [`savepoint::store`], so running several of them never double-publishes a
+//! Redis scripts of [`savepoint_store`], so running several of them never double-publishes a
 //! run within one scan period.
 //!
 //! Entry points: [`run`] (binds `cfg.scheduler.http_addr`) and [`serve`] (a pre-bound
@@ -33,9 +33,9 @@ pub use publish::{new_traceparent, reason_name, PublishError, Publisher, TRACEPA
 pub use scanner::{run as run_scanner, tick_alone as scan_tick_alone, ScanSettings};
 pub use server::{run, serve, CONNECT_DEADLINE};
 
-use savepoint::broker::BrokerError;
-use savepoint::config::ConfigError;
-use savepoint::store::StoreError;
+use savepoint_broker::BrokerError;
+use savepoint_runtime::config::ConfigError;
+use savepoint_store::StoreError;
 
 /// Why the scheduler could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]

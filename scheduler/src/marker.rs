@@ -4,9 +4,9 @@
 //! harmless (the store skips runs claimed since), and one that is never sent only means one
 //! more safety-net ring.
 
-use savepoint::ids::ThreadId;
-use savepoint::metrics::metrics;
-use savepoint::store::ScriptStore;
+use savepoint_core::ids::ThreadId;
+use savepoint_core::metrics::metrics;
+use savepoint_store::ScriptStore;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 

@@ -2,7 +2,7 @@
 //! [`main`]): args → config → telemetry → [`crate::run`] until SIGTERM/SIGINT.
 
 use clap::Parser;
-use savepoint::config::{Config, ProcessEnv};
+use savepoint_runtime::config::{Config, ProcessEnv};
 use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
@@ -63,7 +63,7 @@ pub async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let _telemetry = savepoint::telemetry::init(&cfg.log_format, "savepoint-scheduler");
+    let _telemetry = savepoint_runtime::telemetry::init(&cfg.log_format, "savepoint-scheduler");
     let shutdown = CancellationToken::new();
     tokio::spawn(on_signal(shutdown.clone()));
     match crate::run(cfg, shutdown).await {

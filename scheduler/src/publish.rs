@@ -3,12 +3,12 @@
 //! and the scanner rings again — so callers log publish failures instead of failing the
 //! request.
 
-use savepoint::broker::{Broker, BrokerError, Queues};
-use savepoint::failpoints::{Failpoints, Injected};
-use savepoint::ids::ThreadId;
-use savepoint::keys::Keys;
-use savepoint::metrics::{inc, metrics};
-use savepoint::protocol::{Task, TaskReason};
+use savepoint_broker::{Broker, BrokerError, Queues};
+use savepoint_core::failpoints::{Failpoints, Injected};
+use savepoint_core::ids::ThreadId;
+use savepoint_core::keys::Keys;
+use savepoint_core::metrics::{inc, metrics};
+use savepoint_core::protocol::{Task, TaskReason};
 
 /// AMQP header carrying the run's W3C trace context.
 pub const TRACEPARENT: &str = "traceparent";
@@ -90,9 +90,9 @@ impl Publisher {
         let span = tracing::info_span!("publish", thread.id = %thread, task.reason = reason_name(reason));
         // Every publish joins the run's trace; the message carries the publish span's context.
         if let Some(t) = trace.filter(|t| !t.is_empty()) {
-            savepoint::telemetry::set_parent(&span, t);
+            savepoint_runtime::telemetry::set_parent(&span, t);
         }
-        let parent = span.in_scope(savepoint::telemetry::current_traceparent);
+        let parent = span.in_scope(savepoint_runtime::telemetry::current_traceparent);
         let headers: Vec<(String, String)> = parent
             .as_deref()
             .or(trace)
@@ -125,8 +125,8 @@ pub fn reason_name(reason: TaskReason) -> &'static str {
 /// A fresh W3C `traceparent` (`00-<32 hex trace id>-<16 hex span id>-01`) for a new run:
 /// one run is one trace across every worker that executes it.
 pub fn new_traceparent() -> String {
-    let trace = savepoint::entropy::uuid().simple().to_string();
-    let span = savepoint::entropy::uuid().simple().to_string();
+    let trace = savepoint_core::entropy::uuid().simple().to_string();
+    let span = savepoint_core::entropy::uuid().simple().to_string();
     format!("00-{trace}-{}-01", &span[..16])
 }
 

@@ -4,10 +4,10 @@
 //! period, and a run whose task is lost is rung again one period later.
 
 use futures::StreamExt;
-use savepoint::ids::ThreadId;
-use savepoint::metrics::metrics;
-use savepoint::protocol::TaskReason;
-use savepoint::store::{owns_partition, ScriptStore, StoreError};
+use savepoint_core::ids::ThreadId;
+use savepoint_core::metrics::metrics;
+use savepoint_core::protocol::TaskReason;
+use savepoint_store::{owns_partition, ScriptStore, StoreError};
 use std::time::Duration;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -99,8 +99,8 @@ impl Membership {
         Self {
             id: format!(
                 "{}-{}",
-                savepoint::ids::host_name(),
-                savepoint::entropy::uuid().simple()
+                savepoint_core::ids::host_name(),
+                savepoint_core::entropy::uuid().simple()
             ),
             ttl: (interval * 10).clamp(Duration::from_secs(2), Duration::from_secs(10)),
             live: Vec::new(),

@@ -1,11 +1,11 @@
 //! Process wiring: connect Redis and RabbitMQ, serve the HTTP API, run the due scanner,
 //! stop on shutdown.
 
-use savepoint::broker::Broker;
-use savepoint::config::{Config, ConfigError};
-use savepoint::failpoints::Failpoints;
-use savepoint::metrics::Readiness;
-use savepoint::store::{until_ok, ScriptStore};
+use savepoint_broker::Broker;
+use savepoint_core::failpoints::Failpoints;
+use savepoint_runtime::config::{Config, ConfigError};
+use savepoint_runtime::ops::Readiness;
+use savepoint_store::{until_ok, ScriptStore};
 use std::future::IntoFuture;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -88,7 +88,7 @@ pub async fn serve(cfg: Config, listener: TcpListener, shutdown: CancellationTok
             return Err(e);
         }
     };
-    let queues = savepoint::broker::Queues::new(cfg.broker(), broker.clone());
+    let queues = savepoint_broker::Queues::new(cfg.broker(), broker.clone());
     let publisher = Publisher::new(broker, cfg.keys(), failpoints).with_queues(queues);
     let _ = slot.set(Services {
         store: store.clone(),

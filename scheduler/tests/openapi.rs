@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 /// The limit the committed copy states (the default `scheduler.max_input_bytes`).
 fn default_limit() -> usize {
-    savepoint::config::Config::default().scheduler.max_input_bytes
+    savepoint_runtime::config::Config::default().scheduler.max_input_bytes
 }
 
 fn committed_path() -> std::path::PathBuf {
@@ -93,7 +93,7 @@ fn the_stated_patterns_accept_exactly_what_the_server_accepts() {
     for s in samples() {
         assert_eq!(
             matches(&thread, &s),
-            savepoint::ids::ThreadId::new(s.clone()).is_ok(),
+            savepoint_core::ids::ThreadId::new(s.clone()).is_ok(),
             "thread id {s:?}: spec {thread}"
         );
         let server_signal =
@@ -103,7 +103,7 @@ fn the_stated_patterns_accept_exactly_what_the_server_accepts() {
         if s.is_ascii() {
             assert_eq!(
                 matches(&key, &s),
-                savepoint::ids::EffectKey::new(s.clone()).is_ok(),
+                savepoint_core::ids::EffectKey::new(s.clone()).is_ok(),
                 "effect key {s:?}: spec {key}"
             );
         }

@@ -1,27 +1,25 @@
-//! Savepoint core library: durable workflows checkpointed in Redis and dispatched over
-//! RabbitMQ. See `docs/ARCHITECTURE.md` for how it works: the contract (§1), the crates (§2)
-//! and the design.
+//! Savepoint's SDK: what a workflow author depends on (ARCHITECTURE §2). A workflow is an
+//! ordinary async Rust function over a [`workflow::Ctx`]; every call it journals through the
+//! context is checkpointed, so a retried or resumed run never repeats a finished step.
+//!
+//! This crate holds the workflow trait, the context and its calls, errors, retry policies,
+//! schemas and the registry, and nothing of the engine: no store client, broker, HTTP server
+//! or Lua engine is in its dependency tree. Run workflows with `savepoint-worker`; test them
+//! with `savepoint_worker::testing`. See `docs/ARCHITECTURE.md` for how it works.
 #![forbid(unsafe_code)]
 
-pub mod embedded;
 pub mod workflow;
 
-/// The core crate, for the engine-facing parts of the API (`CtxParts`: `Lease`, the clocks,
+/// The core crate: the engine-facing parts of the API (`CtxParts`: `Lease`, the clocks,
 /// `Failpoints`, the store seam `RunStore`).
 pub use savepoint_core as core;
-// The vocabulary shared with the engine crates, at the paths authors and the engine used.
-pub use savepoint_core::{entropy, failpoints, ids, journal, keys, lease, protocol};
+/// Thread ids, effect keys and the other identifiers a workflow names.
+pub use savepoint_core::ids;
+/// Journal entries, as [`workflow::Ctx::journal`] returns them.
+pub use savepoint_core::journal;
 
-// The engine crates, re-exported at the paths the engine used (until its callers name them).
-/// The task transport.
-pub use savepoint_broker as broker;
-/// Configuration, telemetry and security settings of a process.
-pub use savepoint_runtime::{config, security, telemetry};
-/// The checkpoint store.
-pub use savepoint_store as store;
-
-/// The metric registry and the ops endpoints.
-pub mod metrics {
-    pub use savepoint_core::metrics::*;
-    pub use savepoint_runtime::ops::*;
+/// Values a workflow marks secret: journaled (sealed, when payload keys are configured) but
+/// never shown.
+pub mod security {
+    pub use savepoint_core::secret::{redact_secrets, shown, Secret, SECRET_MARKER};
 }

@@ -4,8 +4,8 @@
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
 
-use savepoint::config::{Config, ProcessEnv};
-use savepoint::store::ScriptStore;
+use savepoint_runtime::config::{Config, ProcessEnv};
+use savepoint_store::ScriptStore;
 
 /// A Savepoint worker: runs the workflows it registers, taking their step tasks from
 /// RabbitMQ and checkpointing every call in Redis.
@@ -65,7 +65,7 @@ where
         eprintln!("savepoint-worker: {e}");
         return std::process::ExitCode::from(2);
     }
-    let _telemetry = savepoint::telemetry::init(&cfg.log_format, "savepoint-worker");
+    let _telemetry = savepoint_runtime::telemetry::init(&cfg.log_format, "savepoint-worker");
     let shutdown = CancellationToken::new();
     tokio::spawn(crate::signals::on_terminate(shutdown.clone()));
     let store = match ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store()).await {

@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use savepoint::broker::Delivery;
-use savepoint::metrics::{inc, metrics};
-use savepoint::protocol::Task;
-use savepoint::protocol::TaskReason;
-use savepoint::store::ClaimOutcome;
+use savepoint_broker::Delivery;
+use savepoint_core::metrics::{inc, metrics};
+use savepoint_core::protocol::Task;
+use savepoint_core::protocol::TaskReason;
+use savepoint_store::ClaimOutcome;
 use tracing::Instrument;
 
 use crate::shared::Shared;
@@ -58,10 +58,10 @@ pub(crate) async fn handle_delivery(shared: &Shared, d: Delivery) {
     // Every line logged while handling the task carries the worker and the run once, from
     // this span (the thread id is recorded once the message decodes). Where a filter
     // disables it (`RUST_LOG=warn`), the warnings that matter name the run themselves (see
-    // `savepoint::telemetry::outside_spans`): an enabled span on every task costs ~3 % of W1.
+    // `savepoint_runtime::telemetry::outside_spans`): an enabled span on every task costs ~3 % of W1.
     let span = tracing::info_span!("task", worker.id = %shared.incarnation, thread.id = tracing::field::Empty);
     if let Some(tp) = d.headers.get("traceparent") {
-        savepoint::telemetry::set_parent(&span, tp);
+        savepoint_runtime::telemetry::set_parent(&span, tp);
     }
     handle(shared, d).instrument(span).await
 }
@@ -143,7 +143,7 @@ async fn handle(shared: &Shared, d: Delivery) {
             inc(&metrics().published, &[("reason", "forward")]);
         }
         ClaimOutcome::Poison(reason) => {
-            if savepoint::telemetry::outside_spans() {
+            if savepoint_runtime::telemetry::outside_spans() {
                 tracing::warn!(thread.id = %task.thread, worker.id = %shared.incarnation, %reason, "poison run blocked");
             } else {
                 tracing::warn!(%reason, "poison run blocked");

@@ -7,8 +7,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use savepoint::lease::LeaseClock;
-use savepoint::store::{Flow, Lease, ScriptStore, StoreError};
+use savepoint_core::lease::LeaseClock;
+use savepoint_store::{Flow, Lease, ScriptStore, StoreError};
 
 /// Extends `lease` every third of the lease length until dropped; each confirmed extension
 /// moves `clock`; cancels `lost` when the store says the lease is gone (another worker took

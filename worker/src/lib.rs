@@ -32,8 +32,8 @@ pub mod testing;
 
 pub use runtime::{run, run_with, WorkerError, WorkerOptions};
 
-use savepoint::store::ScriptStore;
 use savepoint::workflow::Registry;
+use savepoint_store::ScriptStore;
 
 /// A whole worker process serving `registry`: parses the flags, loads the config, starts
 /// logging, handles SIGTERM/SIGINT (in-flight runs yield and are resumed elsewhere), serves

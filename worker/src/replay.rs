@@ -5,11 +5,11 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use tokio_util::sync::CancellationToken;
 
-use savepoint::failpoints::Failpoints;
-use savepoint::ids::ThreadId;
-use savepoint::journal::{Entry, EntryKind, Outcome, ENTRY_VERSION};
-use savepoint::store::{Lease, ScriptStore, StoreError};
 use savepoint::workflow::{Ctx, CtxParts, Registry, SliceExit, SliceLimits};
+use savepoint_core::failpoints::Failpoints;
+use savepoint_core::ids::ThreadId;
+use savepoint_core::journal::{Entry, EntryKind, Outcome, ENTRY_VERSION};
+use savepoint_store::{Lease, ScriptStore, StoreError};
 
 /// What a replay found.
 #[derive(Debug, Clone, PartialEq)]
@@ -199,7 +199,7 @@ pub(crate) async fn replay_as(
         limits,
         failpoints: Failpoints::none(),
         lease_lost: CancellationToken::new(),
-        clock: savepoint::lease::LeaseClock::new(
+        clock: savepoint_core::lease::LeaseClock::new(
             tokio::time::Instant::now(),
             std::time::Duration::from_secs(365 * 24 * 3600),
             std::time::Duration::ZERO,
@@ -215,7 +215,7 @@ pub(crate) async fn replay_as(
         stubs: None,
         tasks: None,
         routing: None,
-        server_clock: savepoint::lease::ServerClock::fixed(savepoint::journal::now_ms()),
+        server_clock: savepoint_core::lease::ServerClock::fixed(savepoint_core::journal::now_ms()),
         traceparent: || None,
     });
     let stopped = ctx.exit_signal();

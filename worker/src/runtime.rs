@@ -7,14 +7,15 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use savepoint::broker::{Broker, BrokerError, Consumer, Delivery, Queues};
-use savepoint::config::Config;
-use savepoint::failpoints::{FailpointParseError, Failpoints};
-use savepoint::ids::Incarnation;
-use savepoint::metrics::{metrics, ops_router, Readiness};
-use savepoint::store::{until_ok, ScriptStore, StoreError};
-use savepoint::store::{ServedSpec, WorkerInfo};
 use savepoint::workflow::Registry;
+use savepoint_broker::{Broker, BrokerError, Consumer, Delivery, Queues};
+use savepoint_core::failpoints::{FailpointParseError, Failpoints};
+use savepoint_core::ids::Incarnation;
+use savepoint_core::metrics::metrics;
+use savepoint_runtime::config::Config;
+use savepoint_runtime::ops::{ops_router, Readiness};
+use savepoint_store::{until_ok, ScriptStore, StoreError};
+use savepoint_store::{ServedSpec, WorkerInfo};
 
 use crate::handle::handle_delivery;
 use crate::shared::Shared;
@@ -24,7 +25,7 @@ use crate::shared::Shared;
 pub enum WorkerError {
     /// Bad configuration.
     #[error("config: {0}")]
-    Config(#[from] savepoint::config::ConfigError),
+    Config(#[from] savepoint_runtime::config::ConfigError),
     /// Bad failpoint spec.
     #[error(transparent)]
     Failpoints(#[from] FailpointParseError),
@@ -107,7 +108,7 @@ fn advertised(bound: std::net::SocketAddr) -> String {
         std::env::var("SAVEPOINT_WORKER_ADVERTISE_HOST")
             .ok()
             .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| savepoint::ids::host_name().to_owned())
+            .unwrap_or_else(|| savepoint_core::ids::host_name().to_owned())
     } else {
         bound.ip().to_string()
     };
@@ -194,9 +195,9 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
         until: 0,
         ttl_ms: cfg.store().worker_ttl.as_millis() as u64,
         ops,
-        host: savepoint::ids::host_name().to_owned(),
+        host: savepoint_core::ids::host_name().to_owned(),
         pid: std::process::id(),
-        started_at: savepoint::journal::now_ms(),
+        started_at: savepoint_core::journal::now_ms(),
         concurrency: cfg.worker.concurrency as u32,
         in_flight: 0,
         steps: 0,

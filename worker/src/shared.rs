@@ -3,18 +3,18 @@
 
 use std::time::Duration;
 
-use savepoint::broker::{Broker, Queues};
-use savepoint::failpoints::Failpoints;
-use savepoint::ids::Incarnation;
-use savepoint::store::{ScriptStore, ServedSpec, WorkerInfo};
 use savepoint::workflow::{Registry, SliceLimits};
+use savepoint_broker::{Broker, Queues};
+use savepoint_core::failpoints::Failpoints;
+use savepoint_core::ids::Incarnation;
+use savepoint_store::{ScriptStore, ServedSpec, WorkerInfo};
 use tokio_util::sync::CancellationToken;
 
 /// What every delivery handler shares.
 pub(crate) struct Shared {
     pub store: ScriptStore,
     /// The same store as a workflow context holds it (built once, shared by every slice).
-    pub run_store: std::sync::Arc<dyn savepoint::core::seam::RunStore>,
+    pub run_store: std::sync::Arc<dyn savepoint_core::seam::RunStore>,
     pub broker: Broker,
     /// Every task queue by name (publishing to the queue a run is routed to).
     pub queues: Queues,

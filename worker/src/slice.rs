@@ -11,18 +11,18 @@ use tracing::Instrument;
 
 use futures::future::BoxFuture;
 
-use savepoint::broker::Queues;
-use savepoint::ids::{EffectKey, ThreadId};
-use savepoint::lease::LeaseClock;
-use savepoint::metrics::{inc, metrics};
-use savepoint::protocol::{Task, TaskReason};
-use savepoint::store::Suspend;
-use savepoint::store::{
-    Acquired, ChildResult, Claimed, Finish, Flow, Lease, ParentCancel, RunStatus, ScriptStore, SignalOutcome, FLOW_PARK,
-};
 use savepoint::workflow::decide::{self, Body, SliceEnd};
 use savepoint::workflow::{
     busy_backoff, key_still_held, Ctx, CtxParts, Routing, RunError, SliceExit, TaskSink, WorkflowError,
+};
+use savepoint_broker::Queues;
+use savepoint_core::ids::{EffectKey, ThreadId};
+use savepoint_core::lease::LeaseClock;
+use savepoint_core::metrics::{inc, metrics};
+use savepoint_core::protocol::{Task, TaskReason};
+use savepoint_store::Suspend;
+use savepoint_store::{
+    Acquired, ChildResult, Claimed, Finish, Flow, Lease, ParentCancel, RunStatus, ScriptStore, SignalOutcome, FLOW_PARK,
 };
 
 use crate::heartbeat::Heartbeat;
@@ -52,7 +52,7 @@ pub(crate) async fn publish(
     let task = Task::new(thread.clone(), shared.store.keys().partition(thread), step, reason);
     let span = tracing::info_span!("publish", task.reason = reason.as_str());
     // The next task's span continues from this publish (else from the run's own trace).
-    let parent = span.in_scope(savepoint::telemetry::current_traceparent);
+    let parent = span.in_scope(savepoint_runtime::telemetry::current_traceparent);
     let headers: Vec<(String, String)> = parent
         .as_deref()
         .or(trace)
@@ -88,7 +88,7 @@ impl TaskSink for ChildStarter {
         let (store, queues) = (self.store.clone(), self.queues.clone());
         Box::pin(async move {
             let task = Task::new(thread.clone(), store.keys().partition(&thread), None, TaskReason::Start);
-            let headers: Vec<(String, String)> = savepoint::telemetry::current_traceparent()
+            let headers: Vec<(String, String)> = savepoint_runtime::telemetry::current_traceparent()
                 .map(|t| vec![("traceparent".to_owned(), t)])
                 .unwrap_or_default();
             match queues.publish(queue.as_deref(), &task.encode(), &headers).await {
@@ -133,7 +133,7 @@ pub(crate) async fn execute(shared: &Shared, c: Claimed) {
         .header
         .trace
         .as_deref()
-        .map(savepoint::telemetry::trace_id_of)
+        .map(savepoint_runtime::telemetry::trace_id_of)
         .unwrap_or_default();
     // (The enclosing task span carries the worker and thread ids.)
     let span = tracing::info_span!(
@@ -334,7 +334,7 @@ async fn run_slice(shared: &Shared, c: Claimed) {
                 .unwrap_or_else(|| shared.queues.home_name().to_owned()),
         }),
         server_clock: c.server_clock(),
-        traceparent: savepoint::telemetry::current_traceparent,
+        traceparent: savepoint_runtime::telemetry::current_traceparent,
     });
     let stopped = ctx.exit_signal();
     let result = {
@@ -454,7 +454,7 @@ async fn run_slice(shared: &Shared, c: Claimed) {
 /// Why a child run about to start a slice must not run: its parent was cancelled and its link
 /// says a cancel reaches it, but the cancel's cascade did not (it ran before the child
 /// existed, or a write of it failed: the cascade is best effort, this check is the backstop).
-async fn orphaned(shared: &Shared, c: &Claimed) -> Result<Option<String>, savepoint::store::StoreError> {
+async fn orphaned(shared: &Shared, c: &Claimed) -> Result<Option<String>, savepoint_store::StoreError> {
     let Some(parent) = &c.header.parent else {
         return Ok(None);
     };
@@ -508,7 +508,7 @@ async fn leave_slot(shared: &Shared, f: &Flow, thread: &ThreadId, fence: Option<
 }
 
 async fn block(shared: &Shared, lease: &mut Lease, reason: &str, class: &str) -> &'static str {
-    if savepoint::telemetry::outside_spans() {
+    if savepoint_runtime::telemetry::outside_spans() {
         tracing::warn!(thread.id = %lease.thread, worker.id = %lease.owner, %reason, "run blocked");
     } else {
         tracing::warn!(%reason, "run blocked");

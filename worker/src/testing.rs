@@ -32,14 +32,14 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use savepoint::broker::{Broker, BrokerError};
-use savepoint::config::{Config, ConfigError};
-use savepoint::failpoints::Failpoints;
-use savepoint::ids::ThreadId;
-use savepoint::journal::Entry;
-use savepoint::protocol::{Task, TaskReason};
-use savepoint::store::{CreateOutcome, RunHeader, RunStatus, ScriptStore, SignalOutcome, StoreError};
 use savepoint::workflow::Registry;
+use savepoint_broker::{Broker, BrokerError};
+use savepoint_core::failpoints::Failpoints;
+use savepoint_core::ids::ThreadId;
+use savepoint_core::journal::Entry;
+use savepoint_core::protocol::{Task, TaskReason};
+use savepoint_runtime::config::{Config, ConfigError};
+use savepoint_store::{CreateOutcome, RunHeader, RunStatus, ScriptStore, SignalOutcome, StoreError};
 
 pub use crate::replay::ReplayReport;
 pub use savepoint::workflow::Stubs;
@@ -155,7 +155,7 @@ impl TestEnv {
         make: impl FnOnce(&ScriptStore) -> Registry,
         tune: impl FnOnce(&mut Config),
     ) -> Result<Self, TestError> {
-        let url = format!("{}{}", savepoint::embedded::SCHEME, instance_name());
+        let url = format!("{}{}", savepoint_core::mem::SCHEME, instance_name());
         let mut cfg = Config {
             amqp_url: url.clone(),
             redis_url: url,
@@ -412,7 +412,7 @@ impl TestEnv {
     /// Stops the worker.
     pub async fn shutdown(mut self) {
         self.stop_worker().await;
-        savepoint::embedded::forget(savepoint::embedded::instance_name(&self.cfg.redis_url).unwrap_or_default());
+        forget_instance(&self.cfg.redis_url);
     }
 }
 
@@ -424,7 +424,7 @@ pub async fn replay_export(registry: &Registry, export: &Value) -> Result<Replay
         .as_str()
         .ok_or(TestError::Export(crate::replay::ExportError::NoWorkflow))?;
     let journal = crate::replay::journal_from_export(export)?;
-    let url = format!("{}{}", savepoint::embedded::SCHEME, instance_name());
+    let url = format!("{}{}", savepoint_core::mem::SCHEME, instance_name());
     let cfg = Config {
         redis_url: url.clone(),
         amqp_url: url,
@@ -438,7 +438,7 @@ pub async fn replay_export(registry: &Registry, export: &Value) -> Result<Replay
     };
     let report =
         crate::replay::replay_as(&store, registry, &thread, 0, workflow, export["input"].clone(), journal).await;
-    savepoint::embedded::forget(savepoint::embedded::instance_name(&cfg.redis_url).unwrap_or_default());
+    forget_instance(&cfg.redis_url);
     Ok(report)
 }
 
@@ -483,4 +483,11 @@ where
         }
     }
     Ok(cases)
+}
+
+/// Forgets the embedded instance a test's store URL names: its store engine and its queues.
+fn forget_instance(url: &str) {
+    let name = savepoint_core::mem::instance_name(url).unwrap_or_default();
+    savepoint_store::mem::forget(name);
+    savepoint_broker::mem::forget(name);
 }

@@ -6,7 +6,7 @@ use serde_json::json;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use savepoint::store::RunStatus;
+use savepoint_store::RunStatus;
 use savepoint_worker::demo::registry;
 use savepoint_worker::testing::TestEnv;
 

@@ -5,9 +5,9 @@
 use serde_json::{json, Value};
 use std::time::Duration;
 
-use savepoint::journal::EntryKind;
-use savepoint::store::{RunStatus, ScriptStore};
 use savepoint::workflow::{Call, Ctx, Registry, Selected, StepError, Workflow, WorkflowError};
+use savepoint_core::journal::EntryKind;
+use savepoint_store::{RunStatus, ScriptStore};
 use savepoint_worker::demo::{registry, EffectLog};
 use savepoint_worker::testing::{crash_matrix, TestEnv};
 

@@ -6,8 +6,8 @@
 use serde_json::{json, Value};
 use std::time::Duration;
 
-use savepoint::store::{RunStatus, ScriptStore};
 use savepoint::workflow::{Ctx, Registry, StepError, Workflow, WorkflowError};
+use savepoint_store::{RunStatus, ScriptStore};
 use savepoint_worker::demo::{registry, EffectLog};
 use savepoint_worker::testing::{crash_matrix, replay_export, ReplayReport, TestEnv, CALL_POINTS};
 
@@ -209,10 +209,10 @@ fn recorded() -> Value {
 
 #[tokio::test]
 async fn a_recorded_export_replays_against_the_current_code() {
-    let store = savepoint::store::ScriptStore::embedded(
-        savepoint::embedded::MemEngine::new(),
-        savepoint::config::Config::default().keys(),
-        savepoint::store::StoreConfig::default(),
+    let store = savepoint_store::ScriptStore::embedded(
+        savepoint_store::mem::MemEngine::new(),
+        savepoint_runtime::config::Config::default().keys(),
+        savepoint_store::StoreConfig::default(),
     );
     let report = replay_export(&registry(&store), &recorded()).await.unwrap();
     match report {

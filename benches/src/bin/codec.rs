@@ -7,7 +7,7 @@ use clap::Parser;
 use std::hint::black_box;
 use std::time::Instant;
 
-use savepoint::security::{Binding, PayloadCodec};
+use savepoint_runtime::security::{Binding, PayloadCodec};
 
 #[derive(Parser, Debug)]
 struct Args {

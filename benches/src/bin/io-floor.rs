@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-use savepoint::broker::{Broker, BrokerConfig, Topology};
+use savepoint_broker::{Broker, BrokerConfig, Topology};
 
 #[derive(Parser, Debug)]
 struct Args {

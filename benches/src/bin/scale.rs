@@ -17,13 +17,13 @@ use clap::Parser;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use savepoint::broker::Broker;
-use savepoint::failpoints::Failpoints;
-use savepoint::ids::{Namespace, ThreadId};
-use savepoint::keys::Keys;
-use savepoint::store::{ScriptStore, StoreConfig};
 use savepoint_benches::{sleeping_run, used_memory};
+use savepoint_broker::Broker;
+use savepoint_core::failpoints::Failpoints;
+use savepoint_core::ids::{Namespace, ThreadId};
+use savepoint_core::keys::Keys;
 use savepoint_scheduler::{run_scanner, scan_tick_alone, Publisher, ScanSettings};
+use savepoint_store::{ScriptStore, StoreConfig};
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -57,7 +57,7 @@ async fn open(redis: &str, tag: &str, partitions: u16) -> anyhow::Result<(Script
     let ns = format!("{tag}{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let keys = Keys::new(Namespace::new(ns.clone())?, partitions);
     let store = ScriptStore::connect(redis, keys.clone(), StoreConfig::default()).await?;
-    let broker = Broker::embedded(savepoint::embedded::queue(&ns, 5), 1000);
+    let broker = Broker::embedded(savepoint_broker::mem::queue(&ns, 5), 1000);
     let publisher = Publisher::new(broker.clone(), keys, Failpoints::default());
     Ok((store, publisher, broker))
 }

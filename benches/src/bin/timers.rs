@@ -7,10 +7,10 @@
 use clap::Parser;
 use std::time::{Duration, Instant};
 
-use savepoint::ids::{Namespace, ThreadId};
-use savepoint::keys::Keys;
-use savepoint::store::{ScriptStore, StoreConfig};
 use savepoint_benches::{sleeping_run, used_memory};
+use savepoint_core::ids::{Namespace, ThreadId};
+use savepoint_core::keys::Keys;
+use savepoint_store::{ScriptStore, StoreConfig};
 
 #[derive(Parser, Debug)]
 struct Args {

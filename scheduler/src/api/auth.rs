@@ -14,9 +14,9 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use savepoint::config::Config;
-use savepoint::ids::ThreadId;
-use savepoint::security::{Principal, Role, TokenSet};
+use savepoint_core::ids::ThreadId;
+use savepoint_runtime::config::Config;
+use savepoint_runtime::security::{Principal, Role, TokenSet};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
@@ -33,7 +33,7 @@ pub(crate) struct Auth {
 
 impl Auth {
     /// From `[security]`: the tokens, and the rate limit if one is set.
-    pub(crate) fn from_config(cfg: &Config) -> Result<Self, savepoint::security::SecurityError> {
+    pub(crate) fn from_config(cfg: &Config) -> Result<Self, savepoint_runtime::security::SecurityError> {
         let sec = &cfg.security;
         let limiter = NonZeroU32::new(sec.rate_limit_per_sec).map(|rate| {
             let burst = NonZeroU32::new(sec.rate_limit_burst).unwrap_or(rate);

@@ -1,10 +1,10 @@
 //! The checks and the ring shared by the handlers that start or answer runs: a value
 //! against its workflow's published schema, and the task that wakes a worker afterwards.
 
-use savepoint::ids::ThreadId;
-use savepoint::protocol::TaskReason;
-use savepoint::store::{ScriptStore, StoreError};
 use savepoint::workflow::Schemas;
+use savepoint_core::ids::ThreadId;
+use savepoint_core::protocol::TaskReason;
+use savepoint_store::{ScriptStore, StoreError};
 use serde_json::Value;
 use tracing::warn;
 

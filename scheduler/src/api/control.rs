@@ -4,10 +4,10 @@
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::Json;
-use savepoint::ids::{EffectKey, ThreadId};
-use savepoint::protocol::TaskReason;
-use savepoint::store::{EffectDone, EffectRelease, Rerun, RetryOutcome, SignalOutcome};
-use savepoint::store::{Holder, RunStatus, StoreError};
+use savepoint_core::ids::{EffectKey, ThreadId};
+use savepoint_core::protocol::TaskReason;
+use savepoint_store::{EffectDone, EffectRelease, Rerun, RetryOutcome, SignalOutcome};
+use savepoint_store::{Holder, RunStatus, StoreError};
 use serde_json::Value;
 use tracing::info;
 

@@ -15,9 +15,9 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use utoipa::ToSchema;
 
-use savepoint::ids::EffectKey;
-use savepoint::journal::{Entry, EntryKind};
-use savepoint::store::{EffectRecord, Holder, RunEvent, RunHeader, RunStatus, WorkerInfo};
+use savepoint_core::ids::EffectKey;
+use savepoint_core::journal::{Entry, EntryKind};
+use savepoint_store::{EffectRecord, Holder, RunEvent, RunHeader, RunStatus, WorkerInfo};
 
 use super::extract::thread_id;
 use super::extract::ApiPath;
@@ -536,7 +536,13 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
             let (kind, name, payload) = h
                 .wait
                 .as_ref()
-                .map(|w| (w.kind.as_str(), w.name.as_str(), savepoint::security::shown(&w.payload)))
+                .map(|w| {
+                    (
+                        w.kind.as_str(),
+                        w.name.as_str(),
+                        savepoint_runtime::security::shown(&w.payload),
+                    )
+                })
                 .unwrap_or(("signal", "?", Value::Null));
             let since = span(now.saturating_sub(h.updated_at));
             let deadline = h
@@ -881,7 +887,7 @@ fn proves_gone(probe: Option<&Result<(), String>>) -> bool {
 pub(crate) fn probeable(w: &WorkerInfo) -> Option<&str> {
     let ops = w.ops.as_deref()?;
     let loopback = ops.contains("//127.") || ops.contains("//[::1]") || ops.contains("//localhost");
-    (!loopback || w.host == savepoint::ids::host_name()).then_some(ops)
+    (!loopback || w.host == savepoint_core::ids::host_name()).then_some(ops)
 }
 
 async fn effect_record(svc: &Services, key: &str) -> Result<Option<EffectRecord>, ApiError> {
@@ -995,8 +1001,8 @@ pub(crate) async fn diagnosis(State(st): State<ApiState>, ApiPath(raw): ApiPath<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use savepoint::ids::ThreadId;
-    use savepoint::store::CatalogEntry;
+    use savepoint_core::ids::ThreadId;
+    use savepoint_store::CatalogEntry;
 
     fn header(status: RunStatus) -> RunHeader {
         let fields = std::collections::BTreeMap::from([
@@ -1089,7 +1095,7 @@ mod tests {
             last: Some(Entry::new(
                 "nap",
                 EntryKind::Sleep,
-                savepoint::journal::Outcome::Ok(Value::Null),
+                savepoint_core::journal::Outcome::Ok(Value::Null),
                 1,
             )),
             ..Facts::default()

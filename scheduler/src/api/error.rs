@@ -3,7 +3,7 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use savepoint::store::StoreError;
+use savepoint_store::StoreError;
 use tracing::{error, warn};
 
 /// An error answered to an API client.

@@ -8,7 +8,7 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
-use savepoint::ids::ThreadId;
+use savepoint_core::ids::ThreadId;
 
 use super::{ApiError, ApiState};
 

@@ -7,7 +7,7 @@
 
 use axum::extract::Query;
 use axum::http::{StatusCode, Uri};
-use savepoint::ids::{EffectKey, ThreadId};
+use savepoint_core::ids::{EffectKey, ThreadId};
 
 use super::control::valid_signal_name;
 use super::extract::parse_object;

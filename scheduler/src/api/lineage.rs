@@ -5,10 +5,10 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use savepoint::ids::{EffectKey, ThreadId};
-use savepoint::journal::EntryKind;
-use savepoint::protocol::TaskReason;
-use savepoint::store::{ForkOutcome, RestartOutcome, StoreError};
+use savepoint_core::ids::{EffectKey, ThreadId};
+use savepoint_core::journal::EntryKind;
+use savepoint_core::protocol::TaskReason;
+use savepoint_store::{ForkOutcome, RestartOutcome, StoreError};
 use tracing::info;
 
 use super::checks::ring;
@@ -65,7 +65,7 @@ pub(crate) async fn fork(
     // Freed before the fork exists: once it does, the scanner may start it (at its due
     // time) before this request goes on, and it would read the records it should not.
     let freed = free(svc, &source, &rerun).await?;
-    let trace = savepoint::telemetry::current_traceparent().unwrap_or_else(crate::publish::new_traceparent);
+    let trace = savepoint_runtime::telemetry::current_traceparent().unwrap_or_else(crate::publish::new_traceparent);
     let reply = |status| ForkReply {
         thread_id: to.as_str().to_owned(),
         status,

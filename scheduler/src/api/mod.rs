@@ -34,7 +34,7 @@ pub(crate) type Reply<T> = Result<(StatusCode, axum::Json<T>), ApiError>;
 pub use spec::openapi_json;
 
 use axum::http::StatusCode;
-use savepoint::store::ScriptStore;
+use savepoint_store::ScriptStore;
 use std::sync::{Arc, OnceLock};
 
 use crate::publish::Publisher;
@@ -69,8 +69,8 @@ impl ApiState {
     /// State whose services are filled in once connected; limits and tokens from `cfg`.
     pub(crate) fn new(
         services: Arc<OnceLock<Services>>,
-        cfg: &savepoint::config::Config,
-    ) -> Result<Self, savepoint::security::SecurityError> {
+        cfg: &savepoint_runtime::config::Config,
+    ) -> Result<Self, savepoint_runtime::security::SecurityError> {
         Ok(Self {
             services,
             max_body: cfg.scheduler.max_input_bytes,

@@ -2,7 +2,7 @@
 //! the OpenAPI document (`/openapi.json`, `docs/openapi.json`) is generated from the same
 //! types, so the published contract cannot drift from what the server sends.
 
-use savepoint::store::RunStatus;
+use savepoint_store::RunStatus;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;

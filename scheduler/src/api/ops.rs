@@ -4,7 +4,7 @@
 
 use axum::extract::State;
 use axum::response::IntoResponse;
-use savepoint::metrics::Readiness;
+use savepoint_runtime::ops::Readiness;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -19,7 +19,7 @@ use utoipa_axum::routes;
     responses((status = 200, description = "Alive", body = String, content_type = "text/plain", example = "ok"))
 )]
 async fn healthz() -> &'static str {
-    savepoint::metrics::healthz_handler().await
+    savepoint_runtime::ops::healthz_handler().await
 }
 
 /// Readiness
@@ -36,7 +36,7 @@ async fn healthz() -> &'static str {
     )
 )]
 async fn readyz(ready: State<Readiness>) -> impl IntoResponse {
-    savepoint::metrics::ready_handler(ready).await
+    savepoint_runtime::ops::ready_handler(ready).await
 }
 
 /// Metrics
@@ -52,7 +52,7 @@ async fn readyz(ready: State<Readiness>) -> impl IntoResponse {
         content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8"))
 )]
 async fn metrics() -> impl IntoResponse {
-    savepoint::metrics::metrics_handler().await
+    savepoint_runtime::ops::metrics_handler().await
 }
 
 /// The probe and metrics routes with their description.

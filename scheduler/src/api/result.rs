@@ -13,7 +13,7 @@ use super::extract::thread_id;
 use super::extract::{ApiPath, ApiQuery};
 use super::model::RunView;
 use super::{ApiError, ApiState, Reply};
-use savepoint::store::RunStatus;
+use savepoint_store::RunStatus;
 
 /// Longest accepted wait.
 const MAX_WAIT: Duration = Duration::from_secs(120);

@@ -3,11 +3,11 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use savepoint::ids::ThreadId;
-use savepoint::metrics::{inc, metrics};
-use savepoint::protocol::TaskReason;
-use savepoint::store::{CreateOptions, CreateOutcome, Flow};
-use savepoint::store::{RunHeader, RunStatus, ScriptStore, StoreError};
+use savepoint_core::ids::ThreadId;
+use savepoint_core::metrics::{inc, metrics};
+use savepoint_core::protocol::TaskReason;
+use savepoint_store::{CreateOptions, CreateOutcome, Flow};
+use savepoint_store::{RunHeader, RunStatus, ScriptStore, StoreError};
 use serde::Deserialize;
 use tracing::info;
 
@@ -32,7 +32,7 @@ async fn catalog_names(store: &ScriptStore) -> Result<Vec<String>, StoreError> {
 #[derive(Default)]
 pub(crate) struct CatalogCache(std::sync::Mutex<Option<(tokio::time::Instant, CatalogMap)>>);
 
-type CatalogMap = std::collections::BTreeMap<String, savepoint::store::CatalogEntry>;
+type CatalogMap = std::collections::BTreeMap<String, savepoint_store::CatalogEntry>;
 
 /// How long the API trusts its copy of the catalog.
 const CATALOG_FRESH: std::time::Duration = std::time::Duration::from_secs(1);
@@ -42,7 +42,7 @@ impl CatalogCache {
         &self,
         store: &ScriptStore,
         workflow: &str,
-    ) -> Result<Option<savepoint::store::CatalogEntry>, StoreError> {
+    ) -> Result<Option<savepoint_store::CatalogEntry>, StoreError> {
         if let Some((at, map)) = self.0.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             if at.elapsed() < CATALOG_FRESH {
                 if let Some(e) = map.get(workflow) {
@@ -86,7 +86,7 @@ impl CatalogCache {
 )]
 pub(crate) async fn start(
     State(st): State<ApiState>,
-    principal: Option<axum::Extension<savepoint::security::Principal>>,
+    principal: Option<axum::Extension<savepoint_runtime::security::Principal>>,
     ApiJson(req): ApiJson<StartRequest>,
 ) -> Reply<StartReply> {
     let svc = st.services()?;
@@ -118,8 +118,7 @@ pub(crate) async fn start(
         }
     };
     if let Some(q) = &req.queue {
-        savepoint::broker::valid_queue(q)
-            .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
+        savepoint_broker::valid_queue(q).map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
     }
     let flow = match &req.flow {
         Some(f) => Some(flow_of(f, &req.workflow, &req.input)?),
@@ -147,7 +146,7 @@ pub(crate) async fn start(
         return Err(e);
     }
     // The run's trace starts at this request's span when traces are exported.
-    let trace = savepoint::telemetry::current_traceparent().unwrap_or_else(new_traceparent);
+    let trace = savepoint_runtime::telemetry::current_traceparent().unwrap_or_else(new_traceparent);
     match svc
         .store
         .create_with(

@@ -8,7 +8,7 @@
 //! it).
 
 use axum::Router;
-use savepoint::metrics::Readiness;
+use savepoint_runtime::ops::Readiness;
 use serde_json::Value;
 use utoipa::openapi::content::ContentBuilder;
 use utoipa::openapi::response::ResponseBuilder;

@@ -1,10 +1,10 @@
 //! The API's views of store types (plain functions, no I/O): each builds one of the typed
 //! bodies of [`super::model`].
 
-use savepoint::journal::{Entry, Outcome};
-use savepoint::security::shown;
-use savepoint::store::RunEvent;
-use savepoint::store::{Holder, RunHeader, RunStatus};
+use savepoint_core::journal::{Entry, Outcome};
+use savepoint_runtime::security::shown;
+use savepoint_store::RunEvent;
+use savepoint_store::{Holder, RunHeader, RunStatus};
 
 use super::model::{
     EffectHolder, EntryOutcome, EntryView, EventView, ExportView, HistoryView, InterruptView, ListItem, Position,
@@ -13,7 +13,7 @@ use super::model::{
 
 /// A run answers a wait while waiting, and while blocked after an answer that did not decode
 /// (it keeps the wait: the next answer resumes it).
-fn answerable(h: &RunHeader) -> Option<&savepoint::store::Wait> {
+fn answerable(h: &RunHeader) -> Option<&savepoint_store::Wait> {
     match h.status {
         RunStatus::Waiting | RunStatus::Blocked => h.wait.as_ref(),
         _ => None,
@@ -70,7 +70,7 @@ pub(crate) fn position(h: &RunHeader, f: &Facts) -> Position {
         RunStatus::Sleeping => match f
             .last
             .as_ref()
-            .filter(|e| e.kind == savepoint::journal::EntryKind::Sleep)
+            .filter(|e| e.kind == savepoint_core::journal::EntryKind::Sleep)
         {
             Some(e) => {
                 let at = next.saturating_sub(1);
@@ -309,9 +309,9 @@ pub(crate) fn list_item(h: &RunHeader) -> ListItem {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use savepoint::ids::ThreadId;
-    use savepoint::journal::EntryKind;
-    use savepoint::store::Wait;
+    use savepoint_core::ids::ThreadId;
+    use savepoint_core::journal::EntryKind;
+    use savepoint_store::Wait;
     use serde_json::{json, Value};
 
     fn header(status: RunStatus) -> RunHeader {

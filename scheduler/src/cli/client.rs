@@ -89,7 +89,7 @@ pub struct ApiClient {
     base: String,
     http: reqwest::Client,
     /// Never printed by `Debug`.
-    token: Option<savepoint::security::Redacted>,
+    token: Option<savepoint_runtime::security::Redacted>,
 }
 
 impl ApiClient {
@@ -108,7 +108,9 @@ impl ApiClient {
 
     /// Sends `Authorization: Bearer <token>` with every request (when `Some`).
     pub fn with_token(mut self, token: Option<String>) -> Self {
-        self.token = token.filter(|t| !t.is_empty()).map(savepoint::security::Redacted);
+        self.token = token
+            .filter(|t| !t.is_empty())
+            .map(savepoint_runtime::security::Redacted);
         self
     }
 

@@ -475,7 +475,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Token(cmd) => token_command(cmd),
         Command::Key(KeyCmd::New { id }) => {
-            println!("{}", savepoint::security::PayloadCodec::new_key_entry(&id)?);
+            println!("{}", savepoint_runtime::security::PayloadCodec::new_key_entry(&id)?);
             Ok(())
         }
         Command::Start(a) => {
@@ -490,7 +490,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
             let max = match max_body {
                 Some(n) => n,
                 None => {
-                    savepoint::config::Config::load(None, &savepoint::config::ProcessEnv)?
+                    savepoint_runtime::config::Config::load(None, &savepoint_runtime::config::ProcessEnv)?
                         .scheduler
                         .max_input_bytes
                 }
@@ -581,11 +581,12 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
             print(json, &v, |v| render::ack("resolved", v))
         }
         Command::Dev(d) => {
-            let cfg = savepoint::config::Config::load(d.config.as_deref(), &savepoint::config::ProcessEnv)?;
+            let cfg =
+                savepoint_runtime::config::Config::load(d.config.as_deref(), &savepoint_runtime::config::ProcessEnv)?;
             if std::env::var_os("RUST_LOG").is_none() {
                 std::env::set_var("RUST_LOG", "error");
             }
-            let _telemetry = savepoint::telemetry::init(&cfg.log_format, "savepoint-dev");
+            let _telemetry = savepoint_runtime::telemetry::init(&cfg.log_format, "savepoint-dev");
             crate::dev::run(cfg, d.dev).await
         }
         Command::Sim(a) => {
@@ -597,7 +598,8 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Loadgen(a) => {
-            let cfg = savepoint::config::Config::load(a.config.as_deref(), &savepoint::config::ProcessEnv)?;
+            let cfg =
+                savepoint_runtime::config::Config::load(a.config.as_deref(), &savepoint_runtime::config::ProcessEnv)?;
             let report = crate::loadgen::run_with_token(cfg, &cli.api, cli.token.as_deref(), a.clone()).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
@@ -616,8 +618,8 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn token_command(cmd: TokenCmd) -> anyhow::Result<()> {
-    use savepoint::security::tokens::{new_token, token_digest};
-    use savepoint::security::{Role, TokenSpec};
+    use savepoint_runtime::security::tokens::{new_token, token_digest};
+    use savepoint_runtime::security::{Role, TokenSpec};
     let (name, role, token, fresh) = match cmd {
         TokenCmd::New { name, role } => (name, role, new_token(), true),
         TokenCmd::Hash { name, role } => {

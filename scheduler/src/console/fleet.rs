@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use savepoint::store::{RunStatus, StoreError, WorkerInfo};
+use savepoint_store::{RunStatus, StoreError, WorkerInfo};
 
 use super::{ago, clock};
 use crate::api::{ApiState, Services};

@@ -20,9 +20,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::sync::Arc;
 
-use savepoint::ids::ThreadId;
-use savepoint::journal::{Entry, Outcome};
-use savepoint::store::{ListFilter, PageCursor, RunHeader, RunStatus, StoreError};
+use savepoint_core::ids::ThreadId;
+use savepoint_core::journal::{Entry, Outcome};
+use savepoint_store::{ListFilter, PageCursor, RunHeader, RunStatus, StoreError};
 
 use crate::api::doctor::{self, span, Action, Diagnosis};
 use crate::api::{ApiError, ApiState, Services};
@@ -159,7 +159,7 @@ struct Json {
 
 fn json(v: &Value) -> Json {
     // Secrets are never shown, whoever asks.
-    let v = &savepoint::security::shown(v);
+    let v = &savepoint_runtime::security::shown(v);
     let text = serde_json::to_string_pretty(v).unwrap_or_default();
     let collapsed = text.len() > COLLAPSE_AT || text.lines().count() > 24;
     let flat = v.to_string();
@@ -852,7 +852,7 @@ async fn attention_page(State(st): State<ConsoleState>) -> Page {
             holder: h
                 .blocked_effect_owner
                 .as_deref()
-                .and_then(savepoint::store::Holder::parse)
+                .and_then(savepoint_store::Holder::parse)
                 .map(|h| h.to_string()),
             buttons,
             manual,

@@ -3,8 +3,8 @@
 //! takeovers after a crash, blocks, answers, operator actions), laid out on one time axis.
 //! A plain function of the header, the journal and the events.
 
-use savepoint::journal::{Entry, EntryKind, Outcome};
-use savepoint::store::{RunEvent, RunHeader, RunStatus};
+use savepoint_core::journal::{Entry, EntryKind, Outcome};
+use savepoint_store::{RunEvent, RunHeader, RunStatus};
 
 use crate::api::doctor::span;
 
@@ -271,7 +271,7 @@ pub(crate) fn build(h: &RunHeader, journal: &[Entry], events: &[RunEvent], now: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use savepoint::ids::ThreadId;
+    use savepoint_core::ids::ThreadId;
     use serde_json::json;
 
     fn ev(at: u64, typ: &str, detail: &str) -> RunEvent {

@@ -17,9 +17,9 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use savepoint::config::Config;
-use savepoint::ids::ThreadId;
-use savepoint::store::ScriptStore;
+use savepoint_core::ids::ThreadId;
+use savepoint_runtime::config::Config;
+use savepoint_store::ScriptStore;
 
 /// Options of `savepoint loadgen`.
 #[derive(Debug, Clone, clap::Args)]
@@ -76,7 +76,9 @@ fn input(args: &LoadgenArgs, i: usize, hook: &str) -> Result<Value, anyhow::Erro
             "url": hook, "steps": args.steps,
             "effect_at": args.effect_at.unwrap_or(args.steps / 2), "policy": args.policy,
         }),
-        "invoice" => json!({"invoice_id": format!("LG-{}-{i}", &savepoint::entropy::uuid().simple().to_string()[..8])}),
+        "invoice" => {
+            json!({"invoice_id": format!("LG-{}-{i}", &savepoint_core::entropy::uuid().simple().to_string()[..8])})
+        }
         other => bail!("unknown workflow {other:?}: use chain, webhook or invoice"),
     })
 }
@@ -112,7 +114,7 @@ pub async fn run_with_token(cfg: Config, api: &str, token: Option<&str>, args: L
         .build()?;
     let permits = Arc::new(Semaphore::new(args.inflight.max(1)));
     let tracker = track::Tracker::start(store.clone(), stop.clone());
-    let prefix = format!("lg-{}", &savepoint::entropy::uuid().simple().to_string()[..8]);
+    let prefix = format!("lg-{}", &savepoint_core::entropy::uuid().simple().to_string()[..8]);
     let started = Instant::now();
     let interval = (args.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / args.rate));
     let mut submits = tokio::task::JoinSet::new();

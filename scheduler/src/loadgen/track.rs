@@ -8,8 +8,8 @@ use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use savepoint::ids::ThreadId;
-use savepoint::store::{RunStatus, ScriptStore};
+use savepoint_core::ids::ThreadId;
+use savepoint_store::{RunStatus, ScriptStore};
 
 use super::stats::{Percentiles, Report};
 

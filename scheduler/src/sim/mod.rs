@@ -4,7 +4,7 @@
 //!
 //! Each seed runs on its own current-thread tokio runtime with a paused clock: tasks are
 //! polled in a fixed order, time only moves when every task waits, and every random draw of
-//! the engine ([`savepoint::entropy`]) and of the simulator comes from the seed. So a seed
+//! the engine ([`savepoint_core::entropy`]) and of the simulator comes from the seed. So a seed
 //! replays the same interleaving and the same trace every time, and a failing seed is a
 //! reproducible bug report (`savepoint sim --seed S --verbose`).
 //!
@@ -87,15 +87,16 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-use savepoint::broker::Broker;
-use savepoint::config::Config;
-use savepoint::embedded::{self, Fault, Faults, MemEngine, Op};
-use savepoint::failpoints::Failpoints;
-use savepoint::ids::ThreadId;
-use savepoint::journal::{Entry, EntryKind};
-use savepoint::metrics::Readiness;
-use savepoint::security::Redacted;
-use savepoint::store::{ParentCancel, RunHeader, RunStatus, ScriptStore};
+use savepoint_broker::Broker;
+use savepoint_core::failpoints::Failpoints;
+use savepoint_core::ids::ThreadId;
+use savepoint_core::journal::{Entry, EntryKind};
+use savepoint_core::mem::{Fault, Faults, Op, SCHEME};
+use savepoint_runtime::config::Config;
+use savepoint_runtime::ops::Readiness;
+use savepoint_runtime::security::Redacted;
+use savepoint_store::mem::{install_engine, MemEngine};
+use savepoint_store::{ParentCancel, RunHeader, RunStatus, ScriptStore};
 use savepoint_worker::WorkerOptions;
 
 use crate::api::{self, ApiState, Services};
@@ -290,7 +291,7 @@ struct World {
     unguarded: bool,
     /// Workers that stopped with an error (each one a violation).
     exits: Arc<Mutex<Vec<String>>>,
-    queue: Option<Arc<savepoint::embedded::MemQueue>>,
+    queue: Option<Arc<savepoint_broker::mem::MemQueue>>,
 }
 
 /// The simulator's payload keys (fixed, so a seed is reproducible): `k1` seals first; every
@@ -469,9 +470,9 @@ impl World {
     }
 
     /// A run as the store has it; transient faults are retried (the driver is not under test).
-    async fn read(&self, t: &ThreadId) -> Option<(savepoint::store::RunHeader, Vec<Entry>)> {
+    async fn read(&self, t: &ThreadId) -> Option<(savepoint_store::RunHeader, Vec<Entry>)> {
         let limit = Some(Duration::from_secs(10));
-        savepoint::store::until_ok("reading a run", limit, &self.stop, || self.store.get(t))
+        savepoint_store::until_ok("reading a run", limit, &self.stop, || self.store.get(t))
             .await
             .ok()
             .flatten()
@@ -489,7 +490,7 @@ struct Seen {
 fn check_growth(
     t: &ThreadId,
     seen: &mut Seen,
-    h: &savepoint::store::RunHeader,
+    h: &savepoint_store::RunHeader,
     journal: &[Entry],
     bad: &mut Vec<String>,
 ) {
@@ -519,7 +520,7 @@ fn check_growth(
 
 /// Runs one seed to its report (on this thread).
 pub fn run_seed(seed: u64, args: &SimArgs) -> SeedReport {
-    savepoint::entropy::seed_thread(seed);
+    savepoint_core::entropy::seed_thread(seed);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -534,15 +535,15 @@ pub fn run_seed(seed: u64, args: &SimArgs) -> SeedReport {
             stats: BTreeMap::new(),
         },
     };
-    savepoint::entropy::unseed_thread();
+    savepoint_core::entropy::unseed_thread();
     report
 }
 
 async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
     let name = sim_name(seed);
-    let url = format!("{}{name}", embedded::SCHEME);
+    let url = format!("{SCHEME}{name}");
     // A fixed server clock: the same seed sees the same timestamps.
-    embedded::install_engine(&name, MemEngine::starting_at(SERVER_BASE_US));
+    install_engine(&name, MemEngine::starting_at(SERVER_BASE_US));
     let mut cfg = Config {
         amqp_url: url.clone(),
         redis_url: url,
@@ -1045,7 +1046,8 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
             let _ = tokio::time::timeout(Duration::from_secs(30), wk.join).await;
         }
     }
-    embedded::forget(&name);
+    savepoint_store::mem::forget(&name);
+    savepoint_broker::mem::forget(&name);
     let lines = trace.lines.lock().map(|l| l.clone()).unwrap_or_default();
     let mut hasher = DefaultHasher::new();
     lines.hash(&mut hasher);
@@ -1063,7 +1065,7 @@ async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
 pub fn run(args: &SimArgs) -> Vec<SeedReport> {
     quiet_planted_bugs();
     if args.lua_coverage {
-        savepoint::embedded::coverage::enable();
+        savepoint_store::mem::coverage::enable();
     }
     let first = args.seed.unwrap_or(1);
     let jobs = args
@@ -1136,7 +1138,7 @@ pub fn run(args: &SimArgs) -> Vec<SeedReport> {
 
 /// The `--lua-coverage` table: per script, lines of code reached, and the ones never reached.
 fn print_lua_coverage() {
-    let report = match savepoint::embedded::coverage::report() {
+    let report = match savepoint_store::mem::coverage::report() {
         Ok(r) => r,
         Err(e) => return println!("lua coverage: {e}"),
     };

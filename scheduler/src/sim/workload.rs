@@ -350,9 +350,9 @@ impl Workflow for Approve {
     }
 }
 
-fn ctx_thread(input: &Value) -> savepoint::ids::ThreadId {
-    savepoint::ids::ThreadId::new(format!("sim-run-{}", input["id"].as_u64().unwrap_or(0)))
-        .unwrap_or_else(|_| savepoint::ids::ThreadId::generate("sim"))
+fn ctx_thread(input: &Value) -> savepoint_core::ids::ThreadId {
+    savepoint_core::ids::ThreadId::new(format!("sim-run-{}", input["id"].as_u64().unwrap_or(0)))
+        .unwrap_or_else(|_| savepoint_core::ids::ThreadId::generate("sim"))
 }
 
 /// `metered {id, key, steps}`: `steps` steps under flow control (the run is started with

@@ -21,7 +21,8 @@ use super::ctx::{decode_outcome, Ctx, SliceExit};
 use super::{Workflow, WorkflowError};
 use crate::ids::{stable_hash, ThreadId, MAX_THREAD_ID_LEN};
 use crate::journal::{Entry, EntryKind, Outcome};
-use crate::store::{child_signal, ChildResult, CreateOptions, CreateOutcome, ParentCancel, ParentLink, Suspend, Wait};
+use savepoint_core::model::{CreateOptions, ParentCancel, ParentLink, Wait};
+use savepoint_core::outcome::{child_signal, ChildResult, CreateOutcome, Suspend};
 
 /// Publishes tasks for runs a workflow starts (the worker's broker). Without one (the test
 /// kit, the simulator) a child's start task is published by the due scanner's safety net.

@@ -16,14 +16,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::{RetryPolicy, StepError, WorkflowError};
-use crate::failpoints::{Action, Failpoints};
 use crate::ids::{EffectKey, ThreadId};
 use crate::journal::{Entry, EntryKind, Outcome};
-use crate::lease::LeaseClock;
-use crate::metrics::{inc, labels, metrics};
-use crate::store::Suspend;
-use crate::store::{Finish, Holder, Lease, RunStatus, StoreError};
+use savepoint_core::failpoints::{Action, Failpoints};
+use savepoint_core::lease::LeaseClock;
+use savepoint_core::metrics::{inc, labels, metrics};
+use savepoint_core::model::{Finish, Holder, Lease, RunStatus};
+use savepoint_core::outcome::Suspend;
 use savepoint_core::seam::RunStore;
+use savepoint_core::StoreError;
 
 /// Why a slice of a run ended without the workflow returning. The runtime acts on it.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,7 +112,7 @@ pub struct CtxParts {
     /// timestamps, the run's deadline) is server time, carried on by the local monotonic
     /// clock. Its latest reading decides whether a call may start before the run's deadline,
     /// its earliest when a run may be failed for it.
-    pub server_clock: crate::lease::ServerClock,
+    pub server_clock: savepoint_core::lease::ServerClock,
     /// The W3C `traceparent` of the current span, if tracing exports (a child run's start
     /// carries it); the process runtime hands its telemetry's, the test kit `|| None`.
     pub traceparent: fn() -> Option<String>,
@@ -265,10 +266,11 @@ impl Ctx {
                 // the lease ran out, another attempt may have blocked on it meanwhile. This
                 // slice knows better: it says so in the run until it is heard.
                 let released = matches!(r, Ok(Ok(_)));
-                let late = matches!(r, Ok(Ok(crate::store::EffectRelease::Released))) && self.p.clock.expired();
+                let late =
+                    matches!(r, Ok(Ok(savepoint_core::outcome::EffectRelease::Released))) && self.p.clock.expired();
                 if !released || late {
                     let store = self.p.store.clone();
-                    super::effect::settle_unused_later(store, h.key, thread.clone(), (h.index, fence), released);
+                    super::unused::settle_unused_later(store, h.key, thread.clone(), (h.index, fence), released);
                 }
             }
         }
@@ -312,7 +314,7 @@ impl Ctx {
     /// Checks a failpoint; an injected error stops the slice as transient.
     pub(super) async fn failpoint(&mut self, name: &'static str) {
         if self.failpoint_err(name).await {
-            let e = crate::failpoints::Injected(name);
+            let e = savepoint_core::failpoints::Injected(name);
             self.stop::<()>(SliceExit::Transient(e.to_string())).await;
         }
     }

@@ -23,10 +23,13 @@ use super::decide::{self, Intent};
 use super::{RetryPolicy, StepError, WorkflowError};
 use crate::ids::{EffectKey, ThreadId};
 use crate::journal::{Entry, EntryKind, Outcome};
-use crate::metrics::{inc, metrics};
-use crate::store::{EffectClaim, Holder, RunStatus, StoreError};
-use crate::store::{EffectDone, EffectRecord, EffectRelease, Finish, Suspend};
+use savepoint_core::metrics::{inc, metrics};
+use savepoint_core::model::{EffectClaim, Finish, Holder, RunStatus};
+use savepoint_core::outcome::{EffectDone, EffectRecord, EffectRelease, Suspend};
 use savepoint_core::seam::RunStore;
+
+use super::unused::WRITE_RETRY;
+use savepoint_core::StoreError;
 
 /// Asks the provider whether the effect with this key happened: `Some(result)` if it did,
 /// `None` if it did not.
@@ -124,8 +127,6 @@ impl EffectOptions {
 const BUSY_BACKOFF: Duration = Duration::from_millis(250);
 /// Longest back-off on a held key.
 const BUSY_BACKOFF_CAP: Duration = Duration::from_secs(30);
-/// First pause between retries of an effect write after a transient error.
-const WRITE_RETRY: Duration = Duration::from_millis(20);
 
 /// The back-off after `n` earlier tries on a key held by another run.
 pub fn busy_backoff(n: u32) -> Duration {
@@ -560,7 +561,7 @@ impl Ctx {
     async fn injected(&mut self, count: &mut u32, point: &'static str) {
         *count += 1;
         if *count >= MAX_INJECTED {
-            let e = crate::failpoints::Injected(point);
+            let e = savepoint_core::failpoints::Injected(point);
             self.stop::<()>(SliceExit::Transient(e.to_string())).await;
         }
     }
@@ -633,63 +634,6 @@ impl Ctx {
             Err(e) => self.store_failed(e).await,
         }
     }
-}
-
-/// How long a worker keeps trying to say that an intent it took was never acted on.
-const UNUSED_SETTLE_FOR: Duration = Duration::from_secs(3600);
-
-/// An attempt that stopped before calling an effect could not free the effect's intent
-/// (a partition, a lost reply), or freed it only after its lease ran out: left alone, the
-/// intent reads (or read) as a call that may have started and blocks the run. In the
-/// background, until it is heard: record the fact in the run ([`ScriptStore::effect_unused`](crate::store::ScriptStore::effect_unused), which also
-/// unblocks a run already blocked on it) and free the intent.
-pub(super) fn settle_unused_later(
-    store: Arc<dyn RunStore>,
-    key: EffectKey,
-    thread: ThreadId,
-    (index, fence): (u32, u64),
-    mut released: bool,
-) {
-    tokio::spawn(async move {
-        let until = tokio::time::Instant::now() + UNUSED_SETTLE_FOR;
-        let mut recorded = false;
-        let mut pause = WRITE_RETRY;
-        loop {
-            if !recorded {
-                match store.effect_unused(&thread, index, fence).await {
-                    Ok(r) => {
-                        tracing::info!(thread.id = %thread, effect.key = %key, ?r, "recorded an intent that was never acted on");
-                        recorded = true;
-                    }
-                    Err(e) if e.is_transient() => {}
-                    Err(e) => {
-                        tracing::warn!(thread.id = %thread, effect.key = %key, error = %e, "could not record an unused intent");
-                        recorded = true;
-                    }
-                }
-            }
-            if !released {
-                match store.effect_release(&key, &thread, index, fence).await {
-                    Ok(_) => released = true,
-                    Err(e) if e.is_transient() => {}
-                    Err(_) => released = true,
-                }
-            }
-            if recorded && released {
-                return;
-            }
-            if tokio::time::Instant::now() >= until {
-                tracing::warn!(
-                    thread.id = %thread, effect.key = %key,
-                    "gave up saying that the intent at entry {index} (fence {fence}) was never acted on; if the run \
-                     blocks on it: savepoint resolve {thread} {key} --applied false"
-                );
-                return;
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(5));
-        }
-    });
 }
 
 /// If the run holding a key's intent has ended (cancelled, expired, failed) without

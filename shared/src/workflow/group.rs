@@ -33,7 +33,7 @@ use super::effect::effect_entry;
 use super::{EffectCtx, EffectOptions, RetryPolicy, StepError, WorkflowError};
 use crate::ids::EffectKey;
 use crate::journal::{Entry, EntryKind, Outcome};
-use crate::store::Holder;
+use savepoint_core::model::Holder;
 
 /// A call's function with its result type erased: the attempt's JSON result (or the encode
 /// error of a result that did not encode), or the function's error.
@@ -175,7 +175,7 @@ pub enum Selected<T> {
 /// A launched call of a group: its position and how its attempts ended.
 type Finished = (
     usize,
-    Result<Attempted<Result<Value, String>>, crate::store::StoreError>,
+    Result<Attempted<Result<Value, String>>, savepoint_core::StoreError>,
 );
 
 /// A live call of a group waiting for its function.

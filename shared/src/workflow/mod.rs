@@ -10,6 +10,7 @@ mod group;
 mod registry;
 mod retry;
 mod stubs;
+mod unused;
 mod wait;
 
 pub use child::{child_thread_id, ChildSpec, TaskSink};

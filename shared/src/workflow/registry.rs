@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{Ctx, RetryPolicy, Workflow, WorkflowError};
-use crate::store::CatalogEntry;
+use savepoint_core::outcome::CatalogEntry;
 
 /// Why a run's body ended in error.
 #[derive(Debug, Clone, thiserror::Error)]

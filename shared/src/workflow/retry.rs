@@ -77,7 +77,7 @@ impl RetryPolicy {
         let base = self.initial.as_secs_f64() * self.multiplier.powi(attempt.saturating_sub(1) as i32);
         let capped = base.min(self.max_delay.as_secs_f64());
         let spread = capped * self.jitter.clamp(0.0, 1.0);
-        let jittered = capped - spread + crate::entropy::f64() * 2.0 * spread;
+        let jittered = capped - spread + savepoint_core::entropy::f64() * 2.0 * spread;
         Duration::from_secs_f64(jittered.max(0.0))
     }
 }

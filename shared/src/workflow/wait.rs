@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::ctx::{decode_outcome, Ctx, SliceExit};
 use super::WorkflowError;
 use crate::journal::{Entry, EntryKind, Outcome};
-use crate::store::Suspend;
-use crate::store::{Finish, RunStatus, Wait};
+use savepoint_core::model::{Finish, RunStatus, Wait};
+use savepoint_core::outcome::Suspend;
 
 impl Ctx {
     /// A durable timer: the run sleeps in Redis (no worker holds it) and resumes after `d`.
@@ -222,14 +222,14 @@ impl Ctx {
     /// A random UUID, recorded.
     pub async fn uuid(&mut self) -> String {
         let v = self
-            .recorded("uuid", || json!(crate::entropy::uuid().to_string()))
+            .recorded("uuid", || json!(savepoint_core::entropy::uuid().to_string()))
             .await;
         v.as_str().unwrap_or_default().to_owned()
     }
 
     /// A random number in [0, 1), recorded.
     pub async fn random(&mut self) -> f64 {
-        self.recorded("random", || json!(crate::entropy::f64()))
+        self.recorded("random", || json!(savepoint_core::entropy::f64()))
             .await
             .as_f64()
             .unwrap_or(0.0)

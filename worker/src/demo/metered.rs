@@ -8,8 +8,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::time::Duration;
 
-use savepoint::store::ScriptStore;
 use savepoint::workflow::{Ctx, StepError, Workflow, WorkflowError};
+use savepoint_store::ScriptStore;
 
 /// Input.
 #[derive(Debug, Deserialize)]

@@ -28,9 +28,9 @@ pub use webhook::Webhook;
 use serde_json::{json, Value};
 use std::time::Duration;
 
-use savepoint::journal::now_ms;
-use savepoint::store::ScriptStore;
 use savepoint::workflow::{Registry, StepError};
+use savepoint_core::journal::now_ms;
+use savepoint_store::ScriptStore;
 
 /// The demo effects log.
 #[derive(Clone)]
@@ -57,7 +57,7 @@ impl EffectLog {
         cmd.arg(&self.key).arg(rec);
         let never = tokio_util::sync::CancellationToken::new();
         let _: i64 =
-            savepoint::store::until_ok("recording a demo effect", Some(Duration::from_secs(30)), &never, || {
+            savepoint_store::until_ok("recording a demo effect", Some(Duration::from_secs(30)), &never, || {
                 self.store.query(&cmd)
             })
             .await?;
