@@ -83,6 +83,20 @@ pub fn redact_secrets(v: &mut Value) -> bool {
     }
 }
 
+/// A string that `Debug` never prints.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Redacted(pub String);
+
+impl std::fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            f.write_str("\"\"")
+        } else {
+            f.write_str("\"<redacted>\"")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ pub mod tokens;
 
 pub use codec::{Binding, CodecError, PayloadCodec};
 pub use error::SecurityError;
-pub use savepoint_core::secret::{redact_secrets, shown, Secret, SECRET_MARKER};
+pub use savepoint_core::secret::{redact_secrets, shown, Redacted, Secret, SECRET_MARKER};
 pub use tls::{TlsFiles, TlsMaterial};
 pub use tokens::{Principal, Role, TokenSet, TokenSpec};
 
@@ -39,20 +39,6 @@ pub struct SecuritySection {
     pub redis_tls: TlsFiles,
     /// TLS to RabbitMQ.
     pub amqp_tls: TlsFiles,
-}
-
-/// A string that `Debug` never prints.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Redacted(pub String);
-
-impl std::fmt::Debug for Redacted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.0.is_empty() {
-            f.write_str("\"\"")
-        } else {
-            f.write_str("\"<redacted>\"")
-        }
-    }
 }
 
 impl SecuritySection {

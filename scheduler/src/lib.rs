@@ -11,10 +11,8 @@
 
 mod api;
 pub mod cli;
-pub mod client;
 mod console;
 pub mod dev;
-mod fmt;
 mod http;
 pub mod loadgen;
 mod marker;

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use custom_worker::{Charge, Fulfil, Fulfilled, Order, ShippingApproval};
 use savepoint::ids::ThreadId;
+use savepoint_client::{Client, ClientError};
 use savepoint_integration_tests::procs::killed_by_signal;
 use savepoint_integration_tests::scenario::World;
-use savepoint_scheduler::client::{Client, ClientError};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_custom-worker");
 const LONG: Duration = Duration::from_secs(40);

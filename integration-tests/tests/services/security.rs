@@ -171,9 +171,9 @@ async fn tokens_roles_and_the_actions_recorded_with_the_token_name() {
     );
 
     // The CLI's client sends the token.
-    let client = savepoint_scheduler::cli::client::ApiClient::new(&w.sched.base_url).with_token(Some(READ.into()));
+    let client = savepoint_client::ApiClient::new(&w.sched.base_url).with_token(Some(READ.into()));
     assert_eq!(client.get(&t).await.unwrap()["status"], "completed");
-    let anonymous = savepoint_scheduler::cli::client::ApiClient::new(&w.sched.base_url);
+    let anonymous = savepoint_client::ApiClient::new(&w.sched.base_url);
     assert_eq!(anonymous.get(&t).await.unwrap_err().status(), Some(401));
 }
 

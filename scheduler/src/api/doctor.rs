@@ -209,7 +209,7 @@ pub(crate) struct Facts {
 
 /// A store time (ms) as RFC 3339, UTC.
 pub(crate) fn at(ms: u64) -> String {
-    crate::fmt::timestamp(ms)
+    savepoint_client::fmt::timestamp(ms)
 }
 
 /// A span of milliseconds, readably (`850 ms`, `4.2 s`, `3 min 5 s`, `2 h 10 min`).
@@ -264,7 +264,7 @@ fn sh(arg: &str) -> String {
 }
 
 fn run_path(thread: &str, tail: &str) -> String {
-    format!("/v1/runs/{}/{tail}", crate::fmt::encode(thread))
+    format!("/v1/runs/{}/{tail}", savepoint_client::fmt::encode(thread))
 }
 
 fn api_action(label: String, command: String, method: &str, path: String, body: Option<Value>) -> Action {
@@ -594,8 +594,8 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
                 (Case::BlockedInDoubt, Some(key)) => {
                     let path = format!(
                         "/v1/runs/{}/effects/{}/resolve",
-                        crate::fmt::encode(thread),
-                        crate::fmt::encode(key)
+                        savepoint_client::fmt::encode(thread),
+                        savepoint_client::fmt::encode(key)
                     );
                     actions.push(Action {
                         dangerous: true,

@@ -4,10 +4,9 @@
 //! options) and an arm in [`execute`]. Subcommands that talk to the API use [`ApiClient`];
 //! others (`dev`, `loadgen`) get the global options from [`Cli`].
 
-pub mod client;
 pub mod render;
 
-pub use client::{ApiClient, ClientError, DEFAULT_API};
+pub use savepoint_client::{ApiClient, ClientError, DEFAULT_API};
 
 use anyhow::Context;
 use clap::{ArgAction, Args, Parser, Subcommand};

@@ -4,7 +4,7 @@
 use serde_json::Value;
 use std::fmt::Write;
 
-pub use crate::fmt::timestamp;
+pub use savepoint_client::fmt::timestamp;
 
 pub(crate) fn text(v: &Value) -> String {
     match v {

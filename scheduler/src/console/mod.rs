@@ -137,7 +137,7 @@ type Page = Result<Response, PageError>;
 
 /// `2026-12-01 20:31:05` (UTC) from store ms.
 fn clock(ms: u64) -> String {
-    let t = crate::fmt::timestamp(ms);
+    let t = savepoint_client::fmt::timestamp(ms);
     t.get(..19).map(|s| s.replace('T', " ")).unwrap_or(t)
 }
 
@@ -191,7 +191,7 @@ fn note(h: &RunHeader) -> String {
 }
 
 fn run_href(thread: &str) -> String {
-    format!("/ui/runs/{}", crate::fmt::encode(thread))
+    format!("/ui/runs/{}", savepoint_client::fmt::encode(thread))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -316,7 +316,7 @@ fn query_string(pairs: &[(&str, &str)]) -> String {
     let parts: Vec<String> = pairs
         .iter()
         .filter(|(_, v)| !v.is_empty())
-        .map(|(k, v)| format!("{k}={}", crate::fmt::encode(v)))
+        .map(|(k, v)| format!("{k}={}", savepoint_client::fmt::encode(v)))
         .collect();
     if parts.is_empty() {
         "/ui".into()
@@ -788,7 +788,7 @@ async fn inbox_page(State(st): State<ConsoleState>) -> Page {
                 name: w.name.clone(),
                 payload: json(&w.payload),
                 waited: span(now.saturating_sub(h.updated_at)),
-                resume_path: format!("/v1/runs/{}/resume", crate::fmt::encode(h.thread.as_str())),
+                resume_path: format!("/v1/runs/{}/resume", savepoint_client::fmt::encode(h.thread.as_str())),
             }),
             _ => signals.push(run_row(h, now)),
         }
@@ -901,7 +901,7 @@ mod tests {
     #[test]
     fn utc_times_parse_as_the_inverse_of_the_timestamps_shown() {
         let ms = parse_utc("2026-12-01T20:31:05").unwrap();
-        assert_eq!(crate::fmt::timestamp(ms), "2026-12-01T20:31:05.000Z");
+        assert_eq!(savepoint_client::fmt::timestamp(ms), "2026-12-01T20:31:05.000Z");
         assert_eq!(parse_utc("2024-02-29T00:00"), Some(1_709_164_800_000));
         assert_eq!(parse_utc("2026-13-01T00:00"), None);
         assert_eq!(parse_utc("yesterday"), None);

@@ -12,8 +12,8 @@
 //! #     type Output = u32;
 //! #     async fn run(&self, _: &mut Ctx, _: String) -> Result<u32, WorkflowError> { Ok(1) }
 //! # }
-//! # async fn demo() -> Result<(), savepoint_scheduler::client::ClientError> {
-//! use savepoint_scheduler::client::Client;
+//! # async fn demo() -> Result<(), savepoint_client::ClientError> {
+//! use savepoint_client::Client;
 //! use std::time::Duration;
 //!
 //! let client = Client::new("http://127.0.0.1:7070");
@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 use savepoint::workflow::Workflow;
 
-pub use crate::cli::client::{ApiClient, ClientError};
+use crate::api::{ApiClient, ClientError};
 
 /// Longest single long-poll of [`Run::output`] (the API caps a wait at 30 s).
 const POLL: Duration = Duration::from_secs(25);

@@ -81,7 +81,7 @@ impl ClientError {
     }
 }
 
-pub use crate::fmt::encode;
+use crate::fmt::encode;
 
 /// A client of one scheduler. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -89,7 +89,7 @@ pub struct ApiClient {
     base: String,
     http: reqwest::Client,
     /// Never printed by `Debug`.
-    token: Option<savepoint_runtime::security::Redacted>,
+    token: Option<savepoint::core::secret::Redacted>,
 }
 
 impl ApiClient {
@@ -108,9 +108,7 @@ impl ApiClient {
 
     /// Sends `Authorization: Bearer <token>` with every request (when `Some`).
     pub fn with_token(mut self, token: Option<String>) -> Self {
-        self.token = token
-            .filter(|t| !t.is_empty())
-            .map(savepoint_runtime::security::Redacted);
+        self.token = token.filter(|t| !t.is_empty()).map(savepoint::core::secret::Redacted);
         self
     }
 
