@@ -28,7 +28,6 @@ mod runtime;
 mod shared;
 pub use savepoint_runtime::signals;
 mod slice;
-pub mod testing;
 
 pub use runtime::{run, run_with, WorkerError, WorkerOptions};
 

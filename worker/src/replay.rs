@@ -167,7 +167,8 @@ fn entry_from_export(position: usize, e: &Value) -> Result<Entry, EntryProblem> 
     })
 }
 
-pub(crate) async fn replay_as(
+#[doc(hidden)] // the test kit's replay of an export; not a stable API
+pub async fn replay_as(
     store: &ScriptStore,
     registry: &Registry,
     thread: &ThreadId,

@@ -1,4 +1,4 @@
-//! The workflow test kit: run your workflows in-process on the embedded backend, in virtual
+//! Savepoint's workflow test kit (ARCHITECTURE §13a): run your workflows in-process on the embedded backend, in virtual
 //! time, with crashes injected at any call, and replay recorded histories against your code.
 //!
 //! What Temporal's test environment (time skipping) and Replayer give their users:
@@ -24,6 +24,7 @@
 //!     assert_eq!(env.stubs().calls("ledger.post"), 1);
 //! }
 //! ```
+#![forbid(unsafe_code)]
 
 use serde_json::Value;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -41,10 +42,10 @@ use savepoint_core::protocol::{Task, TaskReason};
 use savepoint_runtime::config::{Config, ConfigError};
 use savepoint_store::{CreateOutcome, RunHeader, RunStatus, ScriptStore, SignalOutcome, StoreError};
 
-pub use crate::replay::ReplayReport;
 pub use savepoint::workflow::Stubs;
+pub use savepoint_worker::replay::ReplayReport;
 
-use crate::{WorkerError, WorkerOptions};
+use savepoint_worker::{WorkerError, WorkerOptions};
 
 /// The failpoints at the calls of a workflow, in the order a call passes them.
 pub const CALL_POINTS: &[&str] = &[
@@ -100,7 +101,7 @@ pub enum TestError {
     Failpoint(String),
     /// An exported history that does not read back (`replay_export`).
     #[error("{0}")]
-    Export(#[from] crate::replay::ExportError),
+    Export(#[from] savepoint_worker::replay::ExportError),
 }
 
 /// A run as the kit saw it when it settled.
@@ -235,7 +236,7 @@ impl TestEnv {
         };
         let stop = CancellationToken::new();
         let (cfg, s) = (self.cfg.clone(), stop.clone());
-        let join = tokio::spawn(async move { crate::run_with(cfg, opts, s).await });
+        let join = tokio::spawn(async move { savepoint_worker::run_with(cfg, opts, s).await });
         self.worker = Some(Running { stop, crash, join });
         Ok(())
     }
@@ -422,8 +423,8 @@ impl TestEnv {
 pub async fn replay_export(registry: &Registry, export: &Value) -> Result<ReplayReport, TestError> {
     let workflow = export["workflow"]
         .as_str()
-        .ok_or(TestError::Export(crate::replay::ExportError::NoWorkflow))?;
-    let journal = crate::replay::journal_from_export(export)?;
+        .ok_or(TestError::Export(savepoint_worker::replay::ExportError::NoWorkflow))?;
+    let journal = savepoint_worker::replay::journal_from_export(export)?;
     let url = format!("{}{}", savepoint_core::mem::SCHEME, instance_name());
     let cfg = Config {
         redis_url: url.clone(),
@@ -434,10 +435,12 @@ pub async fn replay_export(registry: &Registry, export: &Value) -> Result<Replay
     // Replayed as the recorded thread id: keys derived from it (e.g. `email:<thread>`) match.
     let thread = match export["thread_id"].as_str().map(|t| ThreadId::new(t.to_owned())) {
         Some(Ok(t)) => t,
-        _ => ThreadId::new(crate::replay::REPLAY_THREAD).map_err(|e| TestError::NotDelivered(e.to_string()))?,
+        _ => ThreadId::new(savepoint_worker::replay::REPLAY_THREAD)
+            .map_err(|e| TestError::NotDelivered(e.to_string()))?,
     };
     let report =
-        crate::replay::replay_as(&store, registry, &thread, 0, workflow, export["input"].clone(), journal).await;
+        savepoint_worker::replay::replay_as(&store, registry, &thread, 0, workflow, export["input"].clone(), journal)
+            .await;
     forget_instance(&cfg.redis_url);
     Ok(report)
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 use savepoint::workflow::{Call, Ctx, Registry, Selected, StepError, Workflow, WorkflowError};
 use savepoint_core::journal::EntryKind;
 use savepoint_store::{RunStatus, ScriptStore};
+use savepoint_testing::{crash_matrix, TestEnv};
 use savepoint_worker::demo::{registry, EffectLog};
-use savepoint_worker::testing::{crash_matrix, TestEnv};
 
 /// Effect records of the demo log for one run, by key.
 async fn applied(store: &ScriptStore, thread: &str) -> std::collections::BTreeMap<String, usize> {

@@ -7,8 +7,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use savepoint_store::RunStatus;
+use savepoint_testing::TestEnv;
 use savepoint_worker::demo::registry;
-use savepoint_worker::testing::TestEnv;
 
 /// A log sink the test reads back.
 #[derive(Clone, Default)]

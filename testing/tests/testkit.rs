@@ -1,4 +1,4 @@
-//! The workflow test kit (`savepoint_worker::testing`) on the demo workflows: virtual time,
+//! The workflow test kit (`savepoint_testing`) on the demo workflows: virtual time,
 //! stubs and call counts, interrupts and signals, a crash at every call, and replaying a
 //! recorded export against the code. No RabbitMQ or Redis: everything runs on the embedded
 //! backend in this process.
@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use savepoint::workflow::{Ctx, Registry, StepError, Workflow, WorkflowError};
 use savepoint_store::{RunStatus, ScriptStore};
+use savepoint_testing::{crash_matrix, replay_export, ReplayReport, TestEnv, CALL_POINTS};
 use savepoint_worker::demo::{registry, EffectLog};
-use savepoint_worker::testing::{crash_matrix, replay_export, ReplayReport, TestEnv, CALL_POINTS};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
@@ -110,7 +110,7 @@ async fn a_day_long_sleep_completes_at_once_and_timers_fire_in_order() {
     let b = env.settle(&short).await.unwrap();
     assert_eq!(a.header.status, RunStatus::Completed, "{:?}", a.header);
     assert_eq!(b.header.status, RunStatus::Completed, "{:?}", b.header);
-    let slept = |s: &savepoint_worker::testing::Settled| s.output().unwrap()["slept_ms"].as_u64().unwrap();
+    let slept = |s: &savepoint_testing::Settled| s.output().unwrap()["slept_ms"].as_u64().unwrap();
     assert!(slept(&a) >= 2 * DAY.as_millis() as u64, "{}", slept(&a));
     assert!(slept(&b) >= DAY.as_millis() as u64 && slept(&b) < 2 * DAY.as_millis() as u64);
     // The one-day timer fired first although its run started second.
