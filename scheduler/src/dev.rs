@@ -17,9 +17,9 @@ use tokio_util::sync::CancellationToken;
 
 use savepoint_core::failpoints::Failpoints;
 use savepoint_core::ids::ThreadId;
+use savepoint_demo::{registry, EffectLog};
 use savepoint_runtime::config::Config;
 use savepoint_store::{RunStatus, ScriptStore};
-use savepoint_worker::demo::{registry, EffectLog};
 use savepoint_worker::WorkerOptions;
 
 /// Options of `savepoint dev`.

@@ -84,7 +84,7 @@ async fn connect(
         .response_timeout(command_timeout)
         .build()
         .store()?;
-    Ok(client.get_async_connection().await.store()?)
+    client.get_async_connection().await.store()
 }
 
 /// The store's cluster connection, rebuilt from the seeds when a node is lost.

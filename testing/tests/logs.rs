@@ -6,9 +6,9 @@ use serde_json::json;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
+use savepoint_demo::registry;
 use savepoint_store::RunStatus;
 use savepoint_testing::TestEnv;
-use savepoint_worker::demo::registry;
 
 /// A log sink the test reads back.
 #[derive(Clone, Default)]

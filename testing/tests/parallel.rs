@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use savepoint::workflow::{Call, Ctx, Registry, Selected, StepError, Workflow, WorkflowError};
 use savepoint_core::journal::EntryKind;
+use savepoint_demo::{registry, EffectLog};
 use savepoint_store::{RunStatus, ScriptStore};
 use savepoint_testing::{crash_matrix, TestEnv};
-use savepoint_worker::demo::{registry, EffectLog};
 
 /// Effect records of the demo log for one run, by key.
 async fn applied(store: &ScriptStore, thread: &str) -> std::collections::BTreeMap<String, usize> {

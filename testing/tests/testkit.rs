@@ -7,9 +7,9 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 use savepoint::workflow::{Ctx, Registry, StepError, Workflow, WorkflowError};
+use savepoint_demo::{registry, EffectLog};
 use savepoint_store::{RunStatus, ScriptStore};
 use savepoint_testing::{crash_matrix, replay_export, ReplayReport, TestEnv, CALL_POINTS};
-use savepoint_worker::demo::{registry, EffectLog};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 

@@ -20,7 +20,6 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
-pub mod demo;
 mod handle;
 mod heartbeat;
 pub mod replay;

@@ -14,7 +14,7 @@ use serde_json::json;
 use std::time::Duration;
 
 use savepoint::workflow::{Call, Ctx, Schemas, StepResult, Workflow, WorkflowError};
-use savepoint_worker::demo::EffectLog;
+use savepoint_demo::EffectLog;
 
 /// The order to fulfil (the run's input).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

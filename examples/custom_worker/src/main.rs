@@ -3,7 +3,7 @@
 
 fn main() -> std::process::ExitCode {
     savepoint_worker::main_with(|store| {
-        let shop = savepoint_worker::demo::EffectLog::new(store);
+        let shop = savepoint_demo::EffectLog::new(store);
         let mut registry = savepoint::workflow::Registry::new();
         registry.register(custom_worker::Fulfil::new(shop));
         Ok(registry)

@@ -6,7 +6,7 @@
 fn main() -> std::process::ExitCode {
     let spec = std::env::var("IT_WORKFLOWS").ok().filter(|s| !s.trim().is_empty());
     savepoint_worker::main_with(move |store| match spec {
-        Some(spec) => Ok(savepoint_worker::demo::registry_from_spec(store, &spec)?),
-        None => Ok(savepoint_worker::demo::registry(store)),
+        Some(spec) => Ok(savepoint_demo::registry_from_spec(store, &spec)?),
+        None => Ok(savepoint_demo::registry(store)),
     })
 }

@@ -239,7 +239,7 @@ async fn changed_code_blocks_with_the_mismatch_and_patched_keeps_old_runs_going(
 #[tokio::test]
 async fn unserved_version_is_given_back_and_journal_limit_fails() {
     let w = World::new("wv", |c| c.worker.max_entries = 3).await;
-    let wk = InProc::start(&w.cfg, savepoint_worker::demo::registry(&w.store));
+    let wk = InProc::start(&w.cfg, savepoint_demo::registry(&w.store));
     w.wait_registered("chain").await;
     let t = ThreadId::generate("chain");
     w.store

@@ -132,9 +132,7 @@ async fn ex4_resume_sends_the_email_once_and_replay_sends_nothing() {
         (1, 1)
     );
     // Replay the whole thread: recorded results only, nothing re-fired.
-    let report = replay(&w.store, &savepoint_worker::demo::registry(&w.store), &t)
-        .await
-        .unwrap();
+    let report = replay(&w.store, &savepoint_demo::registry(&w.store), &t).await.unwrap();
     assert_eq!(report, ReplayReport::Finished(Ok(run["output"].clone())));
     // Redeliver the run's task three more times: the run is terminal, nothing happens. Wait
     // for the queue to be empty first so the claim counts below are the redeliveries'.
@@ -210,7 +208,7 @@ async fn ex5_checkpoint_round_trips_through_json() {
     assert!(output["total_cents"].is_i64(), "{run}");
 
     // Replay the workflow code against the journal rebuilt from the JSON only.
-    let registry = savepoint_worker::demo::registry(&w.store);
+    let registry = savepoint_demo::registry(&w.store);
     let effects = w.effects().await;
     assert_eq!(effects.len(), 2, "ledger.post and email.send, once each: {effects:?}");
     let journal = journal_from_export(&back).expect("the export's journal parses");

@@ -64,7 +64,7 @@ async fn demo_workflows_run_end_to_end() {
         .unwrap();
     let broker = Broker::connect(cfg.broker(), Duration::from_secs(10)).await.unwrap();
     let stop = CancellationToken::new();
-    let registry = savepoint_worker::demo::registry(&store);
+    let registry = savepoint_demo::registry(&store);
     let worker = tokio::spawn(savepoint_worker::run(cfg.clone(), registry, stop.clone()));
 
     let chain = start(&store, &broker, "chain", json!({"steps": 10})).await;
@@ -75,7 +75,7 @@ async fn demo_workflows_run_end_to_end() {
     let inv = start(&store, &broker, "invoice", json!({"invoice_id": "INV-1"})).await;
     let h = wait_status(&store, &inv, RunStatus::Completed).await;
     assert_eq!(h.output.unwrap()["total_cents"], 125_000);
-    let log = savepoint_worker::demo::EffectLog::new(&store).all().await.unwrap();
+    let log = savepoint_demo::EffectLog::new(&store).all().await.unwrap();
     assert_eq!(log.len(), 2, "{log:?}");
 
     let appr = start(&store, &broker, "approval", json!({})).await;
@@ -88,21 +88,14 @@ async fn demo_workflows_run_end_to_end() {
     let h = wait_status(&store, &appr, RunStatus::Completed).await;
     assert_eq!(h.output, Some(json!({"log": ["first", "gate=yes"]})));
 
-    let replay = savepoint_worker::replay::replay(&store, &savepoint_worker::demo::registry(&store), &inv)
+    let replay = savepoint_worker::replay::replay(&store, &savepoint_demo::registry(&store), &inv)
         .await
         .unwrap();
     assert!(
         matches!(replay, savepoint_worker::replay::ReplayReport::Finished(Ok(_))),
         "{replay:?}"
     );
-    assert_eq!(
-        savepoint_worker::demo::EffectLog::new(&store)
-            .all()
-            .await
-            .unwrap()
-            .len(),
-        2
-    );
+    assert_eq!(savepoint_demo::EffectLog::new(&store).all().await.unwrap().len(), 2);
 
     stop.cancel();
     worker.await.unwrap().unwrap();

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use savepoint::workflow::{Ctx, EffectOptions, EffectPolicy, StepError, Workflow, WorkflowError};
 
-use super::EffectLog;
+use crate::EffectLog;
 
 /// Input.
 #[derive(Debug, Deserialize)]

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use savepoint::workflow::{Ctx, Workflow, WorkflowError};
 
-use super::EffectLog;
+use crate::EffectLog;
 
 /// Input of `family`.
 #[derive(Debug, Deserialize)]

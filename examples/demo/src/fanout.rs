@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use savepoint::workflow::{Call, Ctx, EffectOptions, EffectPolicy, Selected, StepError, Workflow, WorkflowError};
 
-use super::EffectLog;
+use crate::EffectLog;
 
 /// Input.
 #[derive(Debug, Deserialize)]

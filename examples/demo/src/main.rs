@@ -2,5 +2,5 @@
 //! with your registry (see `examples/custom_worker`).
 
 fn main() -> std::process::ExitCode {
-    savepoint_worker::main_with(|store| Ok(savepoint_worker::demo::registry(store)))
+    savepoint_worker::main_with(|store| Ok(savepoint_demo::registry(store)))
 }
