@@ -8,7 +8,7 @@
 use serde_json::json;
 use std::time::Duration;
 
-use custom_worker::{Charge, Fulfil, Fulfilled, Order, ShippingApproval};
+use custom_worker_flows::{Charge, Fulfil, Fulfilled, Order, ShippingApproval};
 use savepoint::ids::ThreadId;
 use savepoint_client::{Client, ClientError};
 use savepoint_integration_tests::procs::killed_by_signal;

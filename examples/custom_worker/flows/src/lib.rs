@@ -4,17 +4,31 @@
 //! a cooling-off sleep (a durable timer) → wait for a person to approve the shipment →
 //! ship (or refund).
 //!
-//! The effects stand in for a payment provider and a warehouse: each records itself in the
-//! demo effects log (a Redis list), so a test can count at the "provider" that nothing
-//! happened twice.
+//! The effects stand in for a payment provider and a warehouse: each goes through a [`Shop`]
+//! the binary plugs in (the example's records itself in the demo effects log, a Redis list,
+//! so a test can count at the "provider" that nothing happened twice). This crate depends
+//! on the SDK alone: no store, broker or server is in its tree (`.ci/sdk-deps` counts it).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
-use savepoint::workflow::{Call, Ctx, Schemas, StepResult, Workflow, WorkflowError};
-use savepoint_demo::EffectLog;
+use savepoint::workflow::{Call, Ctx, Schemas, StepError, StepResult, Workflow, WorkflowError};
+
+/// Where the workflow's effects land: the payment provider and the warehouse. Each call
+/// carries the effect's idempotency key, which a real provider deduplicates on.
+pub trait Shop: Send + Sync + 'static {
+    /// Applies `effect` for run `thread` under idempotency key `key`.
+    fn record<'a>(
+        &'a self,
+        thread: &'a str,
+        effect: &'a str,
+        key: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<(), StepError>> + Send + 'a>>;
+}
 
 /// The order to fulfil (the run's input).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -80,13 +94,13 @@ pub struct Fulfilled {
 
 /// The workflow.
 pub struct Fulfil {
-    shop: EffectLog,
+    shop: Box<dyn Shop>,
 }
 
 impl Fulfil {
-    /// Recording its effects in `shop`.
-    pub fn new(shop: EffectLog) -> Self {
-        Self { shop }
+    /// Applying its effects through `shop`.
+    pub fn new(shop: impl Shop) -> Self {
+        Self { shop: Box::new(shop) }
     }
 }
 
