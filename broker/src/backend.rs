@@ -75,7 +75,6 @@ impl Broker {
     #[cfg(feature = "mem")]
     pub fn mem_queue(&self) -> Option<&Arc<MemQueue>> {
         match &self.kind {
-            #[cfg(feature = "mem")]
             Kind::Mem { queue, .. } => Some(queue),
             Kind::Amqp(_) => None,
         }
