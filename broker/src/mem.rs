@@ -431,6 +431,20 @@ pub fn forget(name: &str) {
 mod tests {
     use super::*;
 
+    #[test]
+    fn forgetting_an_instance_drops_every_queue_registered_under_it() {
+        let (a, other) = (queue("forget-me/default", 3), queue("keep-me/default", 3));
+        forget("forget-me");
+        assert!(
+            !Arc::ptr_eq(&a, &queue("forget-me/default", 3)),
+            "a forgotten queue is made anew"
+        );
+        assert!(
+            Arc::ptr_eq(&other, &queue("keep-me/default", 3)),
+            "another instance's queue stays"
+        );
+    }
+
     #[tokio::test]
     async fn unsettled_messages_come_back_when_their_consumer_goes() {
         let q = MemQueue::new(2);

@@ -42,3 +42,17 @@ async fn unreachable_broker_gives_up_after_deadline() {
     let err = Broker::connect(bad, Duration::from_secs(5)).await.err();
     assert!(matches!(err, Some(BrokerError::InvalidConfig(_))), "{err:?}");
 }
+
+/// Without the embedded queue, `mem://` is refused with a configuration error (not retried).
+#[cfg(not(feature = "mem"))]
+#[tokio::test]
+async fn a_build_without_the_embedded_queue_refuses_mem_urls() {
+    let err = Broker::connect(config("mem://x", "nomem"), Duration::from_secs(1))
+        .await
+        .err()
+        .expect("mem:// must be refused");
+    assert!(
+        matches!(err, BrokerError::InvalidConfig(ref m) if m.contains("`mem`")),
+        "{err}"
+    );
+}

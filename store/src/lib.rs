@@ -128,3 +128,23 @@ where
         }
     }
 }
+
+#[cfg(all(test, not(feature = "embedded")))]
+mod without_embedded {
+    use super::*;
+    use savepoint_core::ids::Namespace;
+    use savepoint_core::keys::Keys;
+
+    /// Without the embedded engine, `mem://` is refused at once with an error that is not
+    /// transient (`until_ok` would otherwise retry it forever).
+    #[tokio::test]
+    async fn a_build_without_the_embedded_engine_refuses_mem_urls() {
+        let keys = Keys::new(Namespace::new("noembed").expect("namespace"), 16);
+        let err = ScriptStore::connect("mem://x", keys, StoreConfig::default())
+            .await
+            .err()
+            .expect("mem:// must be refused");
+        assert!(matches!(err, StoreError::Unsupported(_)), "{err}");
+        assert!(!err.is_transient());
+    }
+}
