@@ -140,10 +140,9 @@ mod without_embedded {
     #[tokio::test]
     async fn a_build_without_the_embedded_engine_refuses_mem_urls() {
         let keys = Keys::new(Namespace::new("noembed").expect("namespace"), 16);
-        let err = ScriptStore::connect("mem://x", keys, StoreConfig::default())
-            .await
-            .err()
-            .expect("mem:// must be refused");
+        let Err(err) = ScriptStore::connect("mem://x", keys, StoreConfig::default()).await else {
+            panic!("mem:// must be refused");
+        };
         assert!(matches!(err, StoreError::Unsupported(_)), "{err}");
         assert!(!err.is_transient());
     }
