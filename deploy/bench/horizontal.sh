@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 RUNS=${RUNS:-6000}; STEPS=${STEPS:-10}
 WORKER_COUNTS=${WORKER_COUNTS:-"1 2 4 8"}; TARGETS=${TARGETS:-"single cluster"}
 cargo build --release --quiet --bin savepoint --bin savepoint-worker --bin savepoint-scheduler \
-  -p savepoint-scheduler -p savepoint-demo
+  -p savepoint-scheduler -p savepoint-cli -p savepoint-demo
 CLUSTER_DIR=
 trap '[ -n "$CLUSTER_DIR" ] && deploy/cluster/redis-cluster.sh stop "$CLUSTER_DIR"' EXIT
 

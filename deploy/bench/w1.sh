@@ -22,7 +22,7 @@ DEL_BATCH=500; [ -n "${REDIS_CLI:-}" ] && DEL_BATCH=1 # keys of several slots ne
 BIN=${BIN:-}
 if [ -z "$BIN" ]; then
   cargo build --release --quiet --bin savepoint --bin savepoint-worker --bin savepoint-scheduler \
-    -p savepoint-scheduler -p savepoint-demo
+    -p savepoint-scheduler -p savepoint-cli -p savepoint-demo
   [ "$FLOOR" = 1 ] && cargo build --release --quiet -p savepoint-benches --bin io-floor
   BIN=target/release
 fi

@@ -13,7 +13,7 @@ rustup component add llvm-tools >/dev/null 2>&1 || true
 TOOLS=$(dirname "$(find "$(rustc --print sysroot)/lib/rustlib" -name llvm-profdata -type f | head -1)")
 [ -x "$TOOLS/llvm-profdata" ] || { echo "llvm-profdata not found: rustup component add llvm-tools" >&2; exit 1; }
 export CARGO_TARGET_DIR=${COVERAGE_TARGET:-target/coverage}
-RUSTFLAGS="-C instrument-coverage" cargo build --quiet -p savepoint-scheduler --bin savepoint
+RUSTFLAGS="-C instrument-coverage" cargo build --quiet -p savepoint-cli --bin savepoint
 PROF="$CARGO_TARGET_DIR/prof"; rm -rf "$PROF"; mkdir -p "$PROF"
 # (A failing seed is reported, and the coverage still is; the exit status is the sim's.)
 status=0

@@ -10,7 +10,7 @@ use savepoint_store::ScriptStore;
 
 use crate::procs::Proc;
 use crate::{backend_ready, fresh_namespace, start_scheduler, test_config, SchedulerHandle};
-use savepoint_scheduler::loadgen::receiver::{self, Deliveries, ReceiverOptions};
+use savepoint_cli::loadgen::receiver::{self, Deliveries, ReceiverOptions};
 
 /// One test's world.
 pub struct World {

@@ -1,5 +1,6 @@
 //! Savepoint control plane: the HTTP API (start, get, history, export, resume, signal, cancel,
-//! resolve, list), the due scanner, and the `savepoint` CLI (ARCHITECTURE §3, §10).
+//! resolve, list), the console and the doctor, schedules, and the due scanner (ARCHITECTURE
+//! §3, §10). The `savepoint` command-line tool is the `savepoint-cli` crate.
 //!
 //! Scheduler replicas are all active and stateless: they coordinate only through the atomic
 //! Redis scripts of [`savepoint_store`], so running several of them never double-publishes a
@@ -10,11 +11,10 @@
 #![forbid(unsafe_code)]
 
 mod api;
-pub mod cli;
+#[doc(hidden)]
+pub mod assembly;
 mod console;
-pub mod dev;
 mod http;
-pub mod loadgen;
 mod marker;
 pub mod process;
 mod publish;
@@ -22,7 +22,6 @@ mod scanner;
 #[doc(hidden)]
 pub mod schema;
 mod server;
-pub mod sim;
 
 #[doc(hidden)]
 pub use api::fuzzing;

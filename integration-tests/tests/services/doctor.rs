@@ -80,7 +80,7 @@ async fn waiting_for_a_human_names_the_question_and_the_resume_command() {
         (Some("POST"), Some(&*format!("/v1/runs/{t}/resume")))
     );
     // The CLI prints the same diagnosis readably.
-    let text = savepoint_scheduler::cli::render::diagnosis(&d);
+    let text = savepoint_cli::render::diagnosis(&d);
     assert!(text.contains("[waiting_for_human, not progressing]"), "{text}");
     assert!(text.contains(&format!("$ savepoint resume {t} '<json>'")), "{text}");
     cleanup(&w.cfg).await;
@@ -112,7 +112,7 @@ async fn a_sleeping_run_says_which_timer_and_until_when() {
     let d = diagnosed(&w, &t, "sleeping").await;
     let due = run["due_at"].as_u64().expect("due time");
     assert_eq!(d["due_at"], due);
-    let until = savepoint_scheduler::cli::render::timestamp(due);
+    let until = savepoint_cli::render::timestamp(due);
     assert!(
         summary(&d).contains(&format!("Sleeping on the durable timer \"cool_off\" until {until}")),
         "{d:#}"
@@ -199,7 +199,7 @@ async fn a_live_holder_then_a_killed_one_whose_lease_is_taken_over_when_the_doct
         "{d:#}"
     );
     assert_eq!(d["lease"]["registered"], true, "{d:#}");
-    let at = savepoint_scheduler::cli::render::timestamp(until);
+    let at = savepoint_cli::render::timestamp(until);
     assert!(summary(&d).contains("its process does not answer /healthz"), "{d:#}");
     assert!(
         summary(&d).contains("No other live worker serves invoice v1 yet: the first one that starts"),
@@ -264,7 +264,7 @@ async fn an_effect_in_doubt_gives_both_resolve_commands_with_its_key() {
     let _b = w.worker(WORKER, "b", "");
     let d = diagnosed(&w, &t, "blocked_in_doubt").await;
     // (The README's sample: `cargo test -p savepoint-integration-tests --features services --test services -- doctor::in_doubt --nocapture`.)
-    println!("{}", savepoint_scheduler::cli::render::diagnosis(&d));
+    println!("{}", savepoint_cli::render::diagnosis(&d));
     let key = format!("email:{t}");
     assert!(
         summary(&d).starts_with("Blocked until an operator acts: an effect's outcome is unknown"),

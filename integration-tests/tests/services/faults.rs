@@ -12,7 +12,7 @@ use savepoint_integration_tests::procs::{free_port, killed_by_signal, scrape, Pr
 use savepoint_integration_tests::proxy::Proxy;
 use savepoint_integration_tests::scenario::World;
 use savepoint_integration_tests::wait_until;
-use savepoint_scheduler::loadgen::receiver::{self, ReceiverOptions};
+use savepoint_cli::loadgen::receiver::{self, ReceiverOptions};
 use savepoint_store::EffectRecord;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_it-worker");

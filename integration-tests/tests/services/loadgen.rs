@@ -2,7 +2,7 @@
 //! its figures add up and it reports a healthy run as healthy.
 
 use savepoint_integration_tests::scenario::World;
-use savepoint_scheduler::loadgen::{run, LoadgenArgs};
+use savepoint_cli::loadgen::{run, LoadgenArgs};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_it-worker");
 

@@ -26,17 +26,16 @@ const MAX_SIGNAL_NAME: usize = 64;
 /// Longest client id of a resume or signal.
 const MAX_CLIENT_ID: usize = 128;
 
-impl ValueBody {
-    fn client_id(&self) -> Result<Option<&str>, ApiError> {
-        match self.id.as_deref() {
-            None => Ok(None),
-            Some(id) if (1..=MAX_CLIENT_ID).contains(&id.chars().count()) && !id.chars().any(char::is_control) => {
-                Ok(Some(id))
-            }
-            Some(_) => Err(ApiError::bad_request(format!(
-                "id must be 1-{MAX_CLIENT_ID} characters without control characters"
-            ))),
+/// The client id of a resume or signal, checked: 1-128 characters, none a control character.
+fn client_id(body: &ValueBody) -> Result<Option<&str>, ApiError> {
+    match body.id.as_deref() {
+        None => Ok(None),
+        Some(id) if (1..=MAX_CLIENT_ID).contains(&id.chars().count()) && !id.chars().any(char::is_control) => {
+            Ok(Some(id))
         }
+        Some(_) => Err(ApiError::bad_request(format!(
+            "id must be 1-{MAX_CLIENT_ID} characters without control characters"
+        ))),
     }
 }
 
@@ -107,7 +106,7 @@ pub(crate) async fn resume(
     ApiJson(body): ApiJson<ValueBody>,
 ) -> Reply<Accepted> {
     let thread = thread_id(raw)?;
-    let id = body.client_id()?;
+    let id = client_id(&body)?;
     check_value_size(&body.value, st.max_signal)?;
     let svc = st.services()?;
     check_for_run(svc, &thread, Expects::Interrupt(""), &body.value).await?;
@@ -190,7 +189,7 @@ pub(crate) async fn signal(
             "invalid signal name {name:?}: use 1-{MAX_SIGNAL_NAME} characters from A-Z a-z 0-9 _ . -"
         )));
     }
-    let id = body.client_id()?;
+    let id = client_id(&body)?;
     check_value_size(&body.value, st.max_signal)?;
     let svc = st.services()?;
     check_for_run(svc, &thread, Expects::Signal(&name), &body.value).await?;

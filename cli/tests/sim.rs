@@ -1,6 +1,6 @@
 //! The deterministic simulator's seeded slice (the long runs are `savepoint sim --seeds N`).
 
-use savepoint_scheduler::sim::{self, SimArgs};
+use savepoint_cli::sim::{self, SimArgs};
 
 #[test]
 fn a_seeded_slice_keeps_every_invariant() {

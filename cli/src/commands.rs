@@ -4,9 +4,9 @@
 //! options) and an arm in [`execute`]. Subcommands that talk to the API use [`ApiClient`];
 //! others (`dev`, `loadgen`) get the global options from [`Cli`].
 
-pub mod render;
-
 pub use savepoint_client::{ApiClient, ClientError, DEFAULT_API};
+
+use crate::render;
 
 use anyhow::Context;
 use clap::{ArgAction, Args, Parser, Subcommand};
@@ -477,55 +477,10 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
             println!("{}", savepoint_runtime::security::PayloadCodec::new_key_entry(&id)?);
             Ok(())
         }
-        Command::Start(a) => {
-            let input = a.input.as_deref().map(|s| parse_json_arg("--input", s)).transpose()?;
-            let timeout = a.timeout.map(|d| d.as_secs().max(1));
-            let v = client
-                .start_with_timeout(&a.workflow, input, a.thread_id.as_deref(), timeout)
-                .await?;
-            print(json, &v, |v| render::ack("started", v))
-        }
-        Command::Openapi { out, max_body } => {
-            let max = match max_body {
-                Some(n) => n,
-                None => {
-                    savepoint_runtime::config::Config::load(None, &savepoint_runtime::config::ProcessEnv)?
-                        .scheduler
-                        .max_input_bytes
-                }
-            };
-            let doc = crate::openapi_json(max);
-            match out {
-                Some(path) => {
-                    std::fs::write(&path, doc).with_context(|| format!("cannot write {}", path.display()))?;
-                    eprintln!("wrote {}", path.display());
-                }
-                None => print!("{doc}"),
-            }
-            Ok(())
-        }
+        Command::Start(a) => start(&client, json, a).await,
+        Command::Openapi { out, max_body } => openapi(out, max_body),
         Command::Get { thread } => print(json, &client.get(&thread).await?, render::run),
-        Command::Wait { thread, timeout } => {
-            if timeout.is_some_and(|t| !(t >= 0.0 && t.is_finite())) {
-                anyhow::bail!("--timeout must be a number of seconds, 0 or more");
-            }
-            let deadline = timeout.map(|t| Instant::now() + Duration::from_secs_f64(t));
-            let v = loop {
-                // One long poll at a time, each shorter than the client's 30 s request timeout.
-                let left = deadline.map_or(25.0, |d| d.saturating_duration_since(Instant::now()).as_secs_f64());
-                let v = client.result(&thread, left.min(25.0)).await?;
-                let ended = wait_code(v["status"].as_str().unwrap_or("")).is_some();
-                if ended || deadline.is_some_and(|d| Instant::now() >= d) {
-                    break v;
-                }
-            };
-            print(json, &v, render::run)?;
-            match wait_code(v["status"].as_str().unwrap_or("")) {
-                Some(0) => Ok(()),
-                Some(code) => Err(ExitWith(code).into()),
-                None => Err(ExitWith(6).into()),
-            }
-        }
+        Command::Wait { thread, timeout } => wait(&client, json, &thread, timeout).await,
         Command::Doctor { thread } => print(json, &client.diagnosis(&thread).await?, render::diagnosis),
         Command::History { thread } => print(json, &client.history(&thread).await?, render::history),
         Command::Export { thread } => print(true, &client.export(&thread).await?, |_| String::new()),
@@ -546,10 +501,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
                 .await?;
             print(json, &v, |v| render::ack(&format!("signal {name} →"), v))
         }
-        Command::Retry { thread } => {
-            let v = client.retry(&thread).await?;
-            print(json, &v, |v| render::ack("retry", v))
-        }
+        Command::Retry { thread } => print(json, &client.retry(&thread).await?, |v| render::ack("retry", v)),
         Command::Fork {
             thread,
             from_step,
@@ -574,46 +526,113 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
             let v = client.cancel(&thread, reason.as_deref()).await?;
             print(json, &v, |v| render::ack("cancel", v))
         }
-        Command::Resolve(a) => {
-            let result = a.result.as_deref().map(|s| parse_json_arg("--result", s)).transpose()?;
-            let v = client.resolve(&a.thread, &a.key, a.applied, result).await?;
-            print(json, &v, |v| render::ack("resolved", v))
-        }
-        Command::Dev(d) => {
-            let cfg =
-                savepoint_runtime::config::Config::load(d.config.as_deref(), &savepoint_runtime::config::ProcessEnv)?;
-            if std::env::var_os("RUST_LOG").is_none() {
-                std::env::set_var("RUST_LOG", "error");
-            }
-            let _telemetry = savepoint_runtime::telemetry::init(&cfg.log_format, "savepoint-dev");
-            crate::dev::run(cfg, d.dev).await
-        }
-        Command::Sim(a) => {
-            let failed = tokio::task::spawn_blocking(move || crate::sim::run(&a)).await?;
-            if !failed.is_empty() {
-                let seeds: Vec<String> = failed.iter().map(|r| r.seed.to_string()).collect();
-                anyhow::bail!("{} seed(s) broke an invariant: {}", failed.len(), seeds.join(", "));
-            }
-            Ok(())
-        }
-        Command::Loadgen(a) => {
-            let cfg =
-                savepoint_runtime::config::Config::load(a.config.as_deref(), &savepoint_runtime::config::ProcessEnv)?;
-            let report = crate::loadgen::run_with_token(cfg, &cli.api, cli.token.as_deref(), a.clone()).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print!("{}", report.render());
-            }
-            let repeated = !report.repeated_deliveries.is_empty() && a.policy == "block"
-                || (a.workflow == "invoice" && !report.repeated_effect_calls.is_empty());
-            if report.lost > 0 || repeated {
-                anyhow::bail!("{} runs lost, effects repeated: {repeated}", report.lost);
-            }
-            Ok(())
-        }
+        Command::Resolve(a) => resolve(&client, json, a).await,
+        Command::Dev(d) => dev(d).await,
+        Command::Sim(a) => sim(a).await,
+        Command::Loadgen(a) => loadgen(&cli.api, cli.token.as_deref(), json, a).await,
         Command::List { status, limit } => print(json, &client.list(status.as_deref(), limit).await?, render::list),
     }
+}
+
+/// `savepoint start`: starts a run and prints its id and status.
+async fn start(client: &ApiClient, json: bool, a: StartArgs) -> anyhow::Result<()> {
+    let input = a.input.as_deref().map(|s| parse_json_arg("--input", s)).transpose()?;
+    let timeout = a.timeout.map(|d| d.as_secs().max(1));
+    let v = client
+        .start_with_timeout(&a.workflow, input, a.thread_id.as_deref(), timeout)
+        .await?;
+    print(json, &v, |v| render::ack("started", v))
+}
+
+/// `savepoint openapi`: prints the OpenAPI document, or writes it to `out`.
+fn openapi(out: Option<std::path::PathBuf>, max_body: Option<usize>) -> anyhow::Result<()> {
+    let max = match max_body {
+        Some(n) => n,
+        None => {
+            savepoint_runtime::config::Config::load(None, &savepoint_runtime::config::ProcessEnv)?
+                .scheduler
+                .max_input_bytes
+        }
+    };
+    let doc = savepoint_scheduler::openapi_json(max);
+    match out {
+        Some(path) => {
+            std::fs::write(&path, doc).with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!("wrote {}", path.display());
+        }
+        None => print!("{doc}"),
+    }
+    Ok(())
+}
+
+/// `savepoint wait`: long-polls until the run ends or `timeout` seconds pass; the exit code
+/// says how it ended.
+async fn wait(client: &ApiClient, json: bool, thread: &str, timeout: Option<f64>) -> anyhow::Result<()> {
+    if timeout.is_some_and(|t| !(t >= 0.0 && t.is_finite())) {
+        anyhow::bail!("--timeout must be a number of seconds, 0 or more");
+    }
+    let deadline = timeout.map(|t| Instant::now() + Duration::from_secs_f64(t));
+    let v = loop {
+        // One long poll at a time, each shorter than the client's 30 s request timeout.
+        let left = deadline.map_or(25.0, |d| d.saturating_duration_since(Instant::now()).as_secs_f64());
+        let v = client.result(thread, left.min(25.0)).await?;
+        let ended = wait_code(v["status"].as_str().unwrap_or("")).is_some();
+        if ended || deadline.is_some_and(|d| Instant::now() >= d) {
+            break v;
+        }
+    };
+    print(json, &v, render::run)?;
+    match wait_code(v["status"].as_str().unwrap_or("")) {
+        Some(0) => Ok(()),
+        Some(code) => Err(ExitWith(code).into()),
+        None => Err(ExitWith(6).into()),
+    }
+}
+
+/// `savepoint resolve`: settles an effect left in doubt.
+async fn resolve(client: &ApiClient, json: bool, a: ResolveArgs) -> anyhow::Result<()> {
+    let result = a.result.as_deref().map(|s| parse_json_arg("--result", s)).transpose()?;
+    let v = client.resolve(&a.thread, &a.key, a.applied, result).await?;
+    print(json, &v, |v| render::ack("resolved", v))
+}
+
+/// `savepoint dev`: the scheduler and two workers in this process, quiet unless `RUST_LOG`
+/// says otherwise.
+async fn dev(d: DevCmd) -> anyhow::Result<()> {
+    let cfg = savepoint_runtime::config::Config::load(d.config.as_deref(), &savepoint_runtime::config::ProcessEnv)?;
+    if std::env::var_os("RUST_LOG").is_none() {
+        std::env::set_var("RUST_LOG", "error");
+    }
+    let _telemetry = savepoint_runtime::telemetry::init(&cfg.log_format, "savepoint-dev");
+    crate::dev::run(cfg, d.dev).await
+}
+
+/// `savepoint sim`: runs the seeds; fails naming every seed that broke an invariant.
+async fn sim(a: crate::sim::SimArgs) -> anyhow::Result<()> {
+    let failed = tokio::task::spawn_blocking(move || crate::sim::run(&a)).await?;
+    if !failed.is_empty() {
+        let seeds: Vec<String> = failed.iter().map(|r| r.seed.to_string()).collect();
+        anyhow::bail!("{} seed(s) broke an invariant: {}", failed.len(), seeds.join(", "));
+    }
+    Ok(())
+}
+
+/// `savepoint loadgen`: drives load through the API and fails if a run was lost or an
+/// effect repeated.
+async fn loadgen(api: &str, token: Option<&str>, json: bool, a: crate::loadgen::LoadgenArgs) -> anyhow::Result<()> {
+    let cfg = savepoint_runtime::config::Config::load(a.config.as_deref(), &savepoint_runtime::config::ProcessEnv)?;
+    let report = crate::loadgen::run_with_token(cfg, api, token, a.clone()).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render());
+    }
+    let repeated = !report.repeated_deliveries.is_empty() && a.policy == "block"
+        || (a.workflow == "invoice" && !report.repeated_effect_calls.is_empty());
+    if report.lost > 0 || repeated {
+        anyhow::bail!("{} runs lost, effects repeated: {repeated}", report.lost);
+    }
+    Ok(())
 }
 
 fn token_command(cmd: TokenCmd) -> anyhow::Result<()> {

@@ -17,9 +17,10 @@ use tokio_util::sync::CancellationToken;
 
 use savepoint_core::failpoints::Failpoints;
 use savepoint_core::ids::ThreadId;
+use savepoint_core::journal::Entry;
 use savepoint_demo::{registry, EffectLog};
 use savepoint_runtime::config::Config;
-use savepoint_store::{RunStatus, ScriptStore};
+use savepoint_store::{RunEvent, RunHeader, RunStatus, ScriptStore};
 use savepoint_worker::WorkerOptions;
 
 /// Options of `savepoint dev`.
@@ -166,7 +167,7 @@ pub async fn run(mut cfg: Config, args: DevArgs) -> anyhow::Result<()> {
     let sched_cfg = cfg.clone();
     let stop = fleet.stop.clone();
     fleet.handles.push(tokio::spawn(async move {
-        if let Err(e) = crate::serve(sched_cfg, listener, stop).await {
+        if let Err(e) = savepoint_scheduler::serve(sched_cfg, listener, stop).await {
             eprintln!("scheduler stopped: {e}");
         }
     }));
@@ -207,6 +208,8 @@ pub async fn run(mut cfg: Config, args: DevArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The invoice crash story: w1 crashes right after the ledger post, w2 takes the run over,
+/// and the effects log shows each effect applied once. True if it ended so.
 async fn story(cfg: &Config, store: &ScriptStore, api: &str, fleet: &mut Fleet) -> anyhow::Result<bool> {
     println!("\n== The invoice story: read_pdf → extract_totals → ledger.post → email.send");
     println!("   Worker w1 will crash (as under kill -9) right after the ledger post; w2 resumes the run.\n");
@@ -216,6 +219,30 @@ async fn story(cfg: &Config, store: &ScriptStore, api: &str, fleet: &mut Fleet) 
         move |_| c.cancel()
     });
     spawn_worker(cfg, "w1", store, Some(fp), crash.clone(), fleet);
+    let http = reqwest::Client::new();
+    wait_ready(store, &http, api).await?;
+    let thread = start_invoice(&http, api).await?;
+    let started = Instant::now();
+    narrate(cfg, store, &thread, &crash, started, fleet).await?;
+    let (h, journal) = store.get(&thread).await?.context("run vanished")?;
+    print_run(&thread, &h, &journal, started);
+    let counts = effect_counts(store, &thread).await?;
+    let ok = h.status == RunStatus::Completed && counts.len() == 2 && counts.values().all(|n| *n == 1);
+    println!(
+        "\n{}",
+        if ok {
+            "Nothing was lost and nothing happened twice: the ledger was posted once and the email sent once, despite the crash."
+        } else {
+            "UNEXPECTED: see the counts above."
+        }
+    );
+    // Bring w1 back (a restart) so two workers serve from here on.
+    spawn_worker(cfg, "w1", store, None, CancellationToken::new(), fleet);
+    Ok(ok)
+}
+
+/// Waits (30 s at most) until w1 has registered its workflows and the scheduler is ready.
+async fn wait_ready(store: &ScriptStore, http: &reqwest::Client, api: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     while store.catalog_entry("invoice").await?.is_none() {
         if Instant::now() > deadline {
@@ -223,7 +250,6 @@ async fn story(cfg: &Config, store: &ScriptStore, api: &str, fleet: &mut Fleet) 
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let http = reqwest::Client::new();
     while !http
         .get(format!("{api}/readyz"))
         .send()
@@ -235,6 +261,11 @@ async fn story(cfg: &Config, store: &ScriptStore, api: &str, fleet: &mut Fleet) 
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    Ok(())
+}
+
+/// Starts an invoice run through the API; its thread id.
+async fn start_invoice(http: &reqwest::Client, api: &str) -> anyhow::Result<ThreadId> {
     let invoice_id = format!("INV-{}", &savepoint_core::entropy::uuid().simple().to_string()[..6]);
     let resp: Value = http
         .post(format!("{api}/v1/runs"))
@@ -246,36 +277,27 @@ async fn story(cfg: &Config, store: &ScriptStore, api: &str, fleet: &mut Fleet) 
         .await?;
     let thread = ThreadId::new(resp["thread_id"].as_str().unwrap_or_default().to_owned())?;
     println!("started run {thread} (invoice {invoice_id})");
-    let started = Instant::now();
-    let mut seen = 0usize;
+    Ok(thread)
+}
+
+/// Prints the run's events and step commits as they happen, starts w2 once w1 has crashed,
+/// and returns when the run has ended (or is blocked); 60 s at most.
+async fn narrate(
+    cfg: &Config,
+    store: &ScriptStore,
+    thread: &ThreadId,
+    crash: &CancellationToken,
+    started: Instant,
+    fleet: &mut Fleet,
+) -> anyhow::Result<()> {
+    let (mut seen, mut seen_steps) = (0usize, 0usize);
     let mut w2_started = false;
-    let mut seen_steps = 0usize;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         // Events (claims, takeovers, effects) and step commits (journal entries), by time.
-        let events = store.events(&thread, 1000).await?;
-        let journal = store.get(&thread).await?.map(|(_, j)| j).unwrap_or_default();
-        let mut lines: Vec<(u64, String)> = Vec::new();
-        for e in events.iter().skip(seen) {
-            let line = match e.typ.as_str() {
-                "claimed" => format!("{} claimed the run", owner_name(&e.detail)),
-                "takeover" => format!("{} took over the expired lease ({})", owner_name(&e.detail), e.detail),
-                "effect_done" => format!("effect {} applied and recorded", e.detail),
-                "effect_skipped" => format!(
-                    "effect {} already applied: recorded result journaled, not repeated",
-                    e.detail
-                ),
-                other => format!("{other} {}", e.detail),
-            };
-            lines.push((e.at, line));
-        }
-        for (i, e) in journal.iter().enumerate().skip(seen_steps) {
-            if e.kind == savepoint_core::journal::EntryKind::Step {
-                lines.push((e.at, format!("step {i} {} committed", e.name)));
-            }
-        }
-        lines.sort_by_key(|l| l.0);
-        for (_, line) in lines {
+        let events = store.events(thread, 1000).await?;
+        let journal = store.get(thread).await?.map(|(_, j)| j).unwrap_or_default();
+        for (_, line) in new_lines(&events[seen.min(events.len())..], &journal, seen_steps) {
             println!("  [{:6.2}s] {line}", started.elapsed().as_secs_f64());
         }
         seen = events.len();
@@ -292,16 +314,44 @@ async fn story(cfg: &Config, store: &ScriptStore, api: &str, fleet: &mut Fleet) 
             spawn_worker(cfg, "w2", store, None, CancellationToken::new(), fleet);
             w2_started = true;
         }
-        let h = store.header(&thread).await?.context("run vanished")?;
+        let h = store.header(thread).await?.context("run vanished")?;
         if h.status.is_final() || h.status == RunStatus::Blocked {
-            break;
+            return Ok(());
         }
         if Instant::now() > deadline {
             bail!("run {thread} did not finish in time (status {})", h.status);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (h, journal) = store.get(&thread).await?.context("run vanished")?;
+}
+
+/// The story's lines for events not shown yet and step entries from `first_step` on, by time.
+fn new_lines(events: &[RunEvent], journal: &[Entry], first_step: usize) -> Vec<(u64, String)> {
+    let mut lines: Vec<(u64, String)> = Vec::new();
+    for e in events {
+        let line = match e.typ.as_str() {
+            "claimed" => format!("{} claimed the run", owner_name(&e.detail)),
+            "takeover" => format!("{} took over the expired lease ({})", owner_name(&e.detail), e.detail),
+            "effect_done" => format!("effect {} applied and recorded", e.detail),
+            "effect_skipped" => format!(
+                "effect {} already applied: recorded result journaled, not repeated",
+                e.detail
+            ),
+            other => format!("{other} {}", e.detail),
+        };
+        lines.push((e.at, line));
+    }
+    for (i, e) in journal.iter().enumerate().skip(first_step) {
+        if e.kind == savepoint_core::journal::EntryKind::Step {
+            lines.push((e.at, format!("step {i} {} committed", e.name)));
+        }
+    }
+    lines.sort_by_key(|l| l.0);
+    lines
+}
+
+/// Prints how the run ended, its journal and its output.
+fn print_run(thread: &ThreadId, h: &RunHeader, journal: &[Entry], started: Instant) {
     println!(
         "\nrun {thread}: {} after {:.2}s",
         h.status,
@@ -318,6 +368,11 @@ async fn story(cfg: &Config, store: &ScriptStore, api: &str, fleet: &mut Fleet) 
     if let Some(out) = &h.output {
         println!("  output: {out}");
     }
+}
+
+/// How many times each (effect, key) of the run was applied, from the demo's effects log
+/// (outside the engine), printed.
+async fn effect_counts(store: &ScriptStore, thread: &ThreadId) -> anyhow::Result<BTreeMap<(String, String), usize>> {
     let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
     for r in EffectLog::new(store)
         .all()
@@ -339,18 +394,7 @@ async fn story(cfg: &Config, store: &ScriptStore, api: &str, fleet: &mut Fleet) 
             if *n == 1 { "" } else { "s" }
         );
     }
-    let ok = h.status == RunStatus::Completed && counts.len() == 2 && counts.values().all(|n| *n == 1);
-    println!(
-        "\n{}",
-        if ok {
-            "Nothing was lost and nothing happened twice: the ledger was posted once and the email sent once, despite the crash."
-        } else {
-            "UNEXPECTED: see the counts above."
-        }
-    );
-    // Bring w1 back (a restart) so two workers serve from here on.
-    spawn_worker(cfg, "w1", store, None, CancellationToken::new(), fleet);
-    Ok(ok)
+    Ok(counts)
 }
 
 #[cfg(test)]

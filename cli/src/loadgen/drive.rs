@@ -1,13 +1,4 @@
-//! `savepoint loadgen`: submits runs through the API (all at once, or at a fixed rate with a
-//! cap on runs in flight), waits for them, and reports throughput, latency percentiles,
-//! effect duplicates, Redis bytes per run and recovery stalls. Exits non-zero when a run is
-//! lost or an effect is delivered twice.
-
-pub mod receiver;
-mod stats;
-mod track;
-
-pub use stats::{Percentiles, Report};
+//! Submitting the runs, waiting for them, and measuring what they cost.
 
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
@@ -21,54 +12,12 @@ use savepoint_core::ids::ThreadId;
 use savepoint_runtime::config::Config;
 use savepoint_store::ScriptStore;
 
-/// Options of `savepoint loadgen`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct LoadgenArgs {
-    /// TOML config file (for the namespace and Redis URL; default: $SAVEPOINT_CONFIG).
-    #[arg(long)]
-    pub config: Option<String>,
-    /// Workflow to run: chain, webhook or invoice.
-    #[arg(long, default_value = "chain")]
-    pub workflow: String,
-    /// Runs to submit.
-    #[arg(long, default_value_t = 500)]
-    pub runs: usize,
-    /// Steps per run (chain, webhook).
-    #[arg(long, default_value_t = 10)]
-    pub steps: u32,
-    /// Padding bytes per step result (chain).
-    #[arg(long, default_value_t = 0)]
-    pub payload_bytes: usize,
-    /// Runs per second to submit; 0 submits all at once.
-    #[arg(long, default_value_t = 0.0)]
-    pub rate: f64,
-    /// Most runs in flight at once.
-    #[arg(long, default_value_t = 5000)]
-    pub inflight: usize,
-    /// Index of the webhook effect (default: the middle step).
-    #[arg(long)]
-    pub effect_at: Option<u32>,
-    /// Webhook in-doubt policy: block or retry_safe.
-    #[arg(long, default_value = "block")]
-    pub policy: String,
-    /// Webhook URL (default: a receiver started by the load generator, counting deliveries).
-    #[arg(long)]
-    pub webhook_url: Option<String>,
-    /// Seconds to wait for all runs to end.
-    #[arg(long, default_value_t = 300)]
-    pub timeout: u64,
-    /// Put the runs under flow control, spread over this many keys (`lg0`, `lg1`, …; run i
-    /// takes key i mod N); 0: no flow control.
-    #[arg(long, default_value_t = 0)]
-    pub flow_keys: usize,
-    /// Runs of one flow key running at once (with `--flow-keys`).
-    #[arg(long, default_value_t = 4)]
-    pub flow_limit: u32,
-    /// Runs sampled for per-step latency and Redis bytes.
-    #[arg(long, default_value_t = 200)]
-    pub sample: usize,
-}
+use super::receiver;
+use super::stats::Report;
+use super::track;
+use super::LoadgenArgs;
 
+/// The input of the `i`th run of the chosen workflow (`hook`: the webhook receiver URL).
 fn input(args: &LoadgenArgs, i: usize, hook: &str) -> Result<Value, anyhow::Error> {
     Ok(match args.workflow.as_str() {
         "chain" => json!({"steps": args.steps, "payload_bytes": args.payload_bytes}),

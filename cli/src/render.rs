@@ -176,34 +176,7 @@ pub fn run(v: &Value) -> String {
         rows.push(("wakes", t));
     }
     rows.push(("entries", text(&v["step"])));
-    if let Some(f) = v.get("forked_from") {
-        rows.push((
-            "forked from",
-            format!("{} at entry {}", text(&f["thread_id"]), text(&f["from_step"])),
-        ));
-    }
-    if let Some(q) = v.get("queue") {
-        rows.push(("queue", text(q)));
-    }
-    if let Some(p) = v.get("parent") {
-        rows.push((
-            "parent",
-            format!("{} (its entry {})", text(&p["thread_id"]), text(&p["index"])),
-        ));
-    }
-    if let Some(children) = v.get("children").and_then(Value::as_array) {
-        let list: Vec<String> = children
-            .iter()
-            .map(|c| format!("{} (entry {})", text(&c["thread_id"]), text(&c["index"])))
-            .collect();
-        rows.push(("children", list.join(", ")));
-    }
-    if let Some(n) = v.get("restarts").and_then(Value::as_u64) {
-        rows.push((
-            "restarted",
-            format!("{n} time(s), last from entry {}", text(&v["restarted_from"])),
-        ));
-    }
+    lineage_rows(v, &mut rows);
     let next: Vec<String> = v["next"]
         .as_array()
         .map(|a| a.iter().map(text).collect())
@@ -241,6 +214,38 @@ pub fn run(v: &Value) -> String {
         }
     }
     lines(&rows)
+}
+
+/// The run's place among others: forked from, queue, parent, children, restarts.
+fn lineage_rows(v: &Value, rows: &mut Vec<(&str, String)>) {
+    if let Some(f) = v.get("forked_from") {
+        rows.push((
+            "forked from",
+            format!("{} at entry {}", text(&f["thread_id"]), text(&f["from_step"])),
+        ));
+    }
+    if let Some(q) = v.get("queue") {
+        rows.push(("queue", text(q)));
+    }
+    if let Some(p) = v.get("parent") {
+        rows.push((
+            "parent",
+            format!("{} (its entry {})", text(&p["thread_id"]), text(&p["index"])),
+        ));
+    }
+    if let Some(children) = v.get("children").and_then(Value::as_array) {
+        let list: Vec<String> = children
+            .iter()
+            .map(|c| format!("{} (entry {})", text(&c["thread_id"]), text(&c["index"])))
+            .collect();
+        rows.push(("children", list.join(", ")));
+    }
+    if let Some(n) = v.get("restarts").and_then(Value::as_u64) {
+        rows.push((
+            "restarted",
+            format!("{n} time(s), last from entry {}", text(&v["restarted_from"])),
+        ));
+    }
 }
 
 /// `savepoint history`: a table of journal entries, then the events.

@@ -1,0 +1,83 @@
+//! Deterministic simulation (`savepoint sim`): the real API, due scanners and workers on the
+//! embedded backend, under one seeded random source and simulated time, with faults injected
+//! at every store and broker operation, then invariant checks.
+//!
+//! Each seed runs on its own current-thread tokio runtime with a paused clock: tasks are
+//! polled in a fixed order, time only moves when every task waits, and every random draw of
+//! the engine ([`savepoint_core::entropy`]) and of the simulator comes from the seed. So a seed
+//! replays the same interleaving and the same trace every time, and a failing seed is a
+//! reproducible bug report (`savepoint sim --seed S --verbose`).
+//!
+//! Faults (during the chaos phase): a store operation fails before it is applied, or is
+//! applied and its reply lost, or stalls (up to several leases: a paused worker); a publish
+//! fails, is duplicated or is delayed (reordered); a settlement fails; a worker is killed
+//! (nothing settled or released) and restarted later; an effect's provider answers late.
+//! Two scanner replicas race for every partition; on even seeds they split the partitions by
+//! their live registrations instead, one crashes mid-chaos (its registration expires) and is
+//! replaced, and one leaves at the heal and is replaced. Clients retry starts and repeat
+//! resumes.
+//!
+//! The workload (`workload.rs`) uses every feature a seed can drive on one embedded instance:
+//! effects under each in-doubt policy and interrupts (`order`, `approve`), flow control with
+//! yields between steps (`metered`, slices of two steps), child workflows awaited and started
+//! and forgotten, with parents cancelled mid-way (`parent`, `kid`), a parallel group of
+//! effects and an effect whose attempts time out (`batch`), three schedules (`skip` and
+//! `buffer_one` every second, `allow_all` every two) starting `tock` runs, all with sealed payloads and a
+//! payload-key rotation mid-chaos (every worker restarted with the new sealing key).
+//!
+//! Invariants (checked after a heal phase in which faults stop and every worker is back):
+//! 1. no effect key is applied twice at the provider (counted outside the engine; block and
+//!    reconcile policies); the provider refuses tokens lower than one it has seen; the
+//!    function of a `block` effect (a group's, or one whose attempt timed out, included) is
+//!    never called twice;
+//! 2. every run exists and ended completed, failed, cancelled or blocked with a reason;
+//! 3. every journal only ever grew: an entry once read never changes, fences and versions
+//!    never go back (no write of a fenced-out worker landed);
+//! 4. every completed run replays against its journal to its recorded output;
+//! 5. the store stays within its bounds (event cap, journal cap);
+//! 6. flow control: at no instant were more runs of a key inside a step than its limit
+//!    (witnessed by the provider), and at the end no slot is held and no live run waits in
+//!    line;
+//! 7. children: every child ended (or waits on a blocked child of its own, as a parent
+//!    awaiting a blocked child does); every child of a cancelled parent ended cancelled, or
+//!    had ended before the cancel, or finished the slice under way and started none after
+//!    (its claim events); a parent holds a child's word only for a call not yet journaled,
+//!    never more words than children, and an ended parent's signals expire with it;
+//! 8. sealed payloads: after the rotation every run still opens (invariants 2 and 4 read
+//!    them), and no value or key name in the namespace holds an input's plaintext marker;
+//! 9. schedules (three, fired by two racing scheduler replicas, paused at the heal): every
+//!    run a schedule started is one it counted and its last run is the latest, `skip` and
+//!    `buffer_one` never had two runs open at once, `allow_all` missed no firing time,
+//!    nothing is left pending or buffered; after these checks, `allow_all` resumed makes up
+//!    no firing missed while paused, and deleted is gone;
+//! 10. the operator (after the heal, as the runbook says): a run blocked on an effect in
+//!     doubt, resolved with what the provider says ("not applied", or "applied" with its
+//!     record), goes on and ends (invariant 1 sees the effect applied once, and its function
+//!     called again only after a "not applied"); a completed order forked from its first
+//!     effect, naming nothing to run again, completes, replays, and performs none of the
+//!     effects applied when it was made; the first failed order (timed out, or refused as
+//!     stale), restarted in place from its first effect (every other seed naming that effect
+//!     in `rerun_effects`), ends, replays if it completed, and performs again exactly the
+//!     effect named, once, and no other effect applied before; a run blocked because it
+//!     kept crashing, retried, goes on and ends; an applied `charge` is first resolved
+//!     with a receipt of the wrong shape, which the run takes back (it blocks on
+//!     the key again, and the second, right answer settles it: never journaled);
+//! 11. timeouts (a third of the runs other than parents have a deadline, 1–6 s, or 13–16 s
+//!     for an order that sleeps past it): no function of a run is entered after its deadline
+//!     (the provider notes when each run enters one), a run fails as timed out never before
+//!     its deadline and only with one, and a deadline that passes once the fleet is quiet
+//!     (8 s after the heal) ends its run within a second (a blocked run waits for its
+//!     operator instead);
+//! 12. split scanners (even seeds): every run ends though a replica crashed and another left
+//!     (invariant 2), and the live registrations are exactly the running replicas.
+
+mod checks;
+mod faults;
+mod operate;
+mod runner;
+mod schedules;
+mod simulate;
+mod workload;
+mod world;
+
+pub use runner::{run, run_seed, SeedReport, SimArgs};
