@@ -10,9 +10,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::extract::State;
 use savepoint_store::{RunStatus, StoreError, WorkerInfo};
 
-use super::{ago, clock};
+use super::format::{ago, clock};
+use super::page::{render, Page};
+use super::router::ConsoleState;
 use crate::api::{ApiState, Services};
 
 /// Time between samples.
@@ -43,6 +46,7 @@ pub(crate) struct Samples {
     last_steps: Mutex<HashMap<String, u64>>,
 }
 
+/// Seconds since this process first asked (a monotonic clock).
 fn mono_secs() -> u64 {
     static START: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
     START.get_or_init(tokio::time::Instant::now).elapsed().as_secs()
@@ -72,6 +76,7 @@ pub(crate) fn ensure_sampling(samples: &Arc<Samples>, api: &ApiState) {
     });
 }
 
+/// Takes one sample (unless one was taken less than a second ago) and keeps the last [`KEEP`].
 async fn sample(svc: &Services, samples: &Samples) -> Result<(), StoreError> {
     let (now, workers, (counts, _)) = tokio::try_join!(
         svc.store.server_time(),
@@ -163,6 +168,8 @@ fn silence(w: &WorkerInfo, now: u64) -> Option<String> {
     })
 }
 
+/// What a worker's health check says, and whether it is healthy: silent, no listener, not
+/// asked, or what its `/healthz` answered.
 async fn health(w: &WorkerInfo, now: u64) -> (String, bool) {
     if let Some(s) = silence(w, now) {
         return (s, false);
@@ -179,68 +186,24 @@ async fn health(w: &WorkerInfo, now: u64) -> (String, bool) {
     }
 }
 
+/// `GET /ui/fleet` (sampling starts with the first view).
+pub(super) async fn fleet_page(State(st): State<ConsoleState>) -> Page {
+    let svc = st.api.services()?;
+    ensure_sampling(&st.samples, &st.api);
+    let page = page(svc, &st.samples).await?;
+    Ok(render(&page))
+}
+
+/// The fleet page as of now: the live workers and their health, the queues' depths, and the
+/// charts of the samples so far.
 pub(crate) async fn page(svc: &Services, samples: &Samples) -> Result<FleetPage, StoreError> {
     let (now, workers) = tokio::try_join!(svc.store.server_time(), svc.store.live_workers())?;
     if samples.ring.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
         // The first view: one sample now, so the page has figures at once.
         sample(svc, samples).await?;
     }
-    // At most 16 probes at once, each bounded by the doctor's 1 s timeout.
-    let healths: Vec<(String, bool)> = {
-        use futures::StreamExt;
-        futures::stream::iter(workers.clone())
-            .map(move |w| async move { health(&w, now).await })
-            .buffered(16)
-            .collect()
-            .await
-    };
-    let rows = workers
-        .iter()
-        .zip(healths)
-        .map(|(w, (health, healthy))| WorkerRow {
-            id: w.id.clone(),
-            host: if w.pid > 0 {
-                format!("{} (pid {})", w.host, w.pid)
-            } else {
-                w.host.clone()
-            },
-            serves: w
-                .workflows
-                .iter()
-                .map(|e| {
-                    if e.min_version == e.version {
-                        format!("{} v{}", e.name, e.version)
-                    } else {
-                        format!("{} v{}..=v{}", e.name, e.min_version, e.version)
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
-            queue: w.queue.clone(),
-            in_flight: if w.concurrency > 0 {
-                format!("{} / {}", w.in_flight, w.concurrency)
-            } else {
-                w.in_flight.to_string()
-            },
-            steps: w.steps,
-            heartbeat: ago(w.last_heartbeat(), now),
-            started: if w.started_at > 0 {
-                clock(w.started_at)
-            } else {
-                String::new()
-            },
-            health,
-            healthy,
-        })
-        .collect();
-    let broker = svc.publisher.broker();
-    let depth = |r: Result<Result<u32, _>, _>| match r {
-        Ok(Ok(n)) => n.to_string(),
-        Ok(Err(e)) => format!("unknown ({e})"),
-        Err(_) => "unknown (the broker did not answer)".to_owned(),
-    };
-    let queue_depth = depth(tokio::time::timeout(Duration::from_secs(1), broker.queue_depth()).await);
-    let dlq_depth = depth(tokio::time::timeout(Duration::from_secs(1), broker.dlq_depth()).await);
+    let healths = healths(&workers, now).await;
+    let depths = depths(svc).await;
     let ring: Vec<Sample> = samples
         .ring
         .lock()
@@ -248,7 +211,122 @@ pub(crate) async fn page(svc: &Services, samples: &Samples) -> Result<FleetPage,
         .iter()
         .cloned()
         .collect();
+    Ok(fleet_view(&workers, healths, depths, &ring, now))
+}
+
+/// What each worker's health check says, in the workers' order.
+async fn healths(workers: &[WorkerInfo], now: u64) -> Vec<(String, bool)> {
+    // At most 16 probes at once, each bounded by the doctor's 1 s timeout.
+    use futures::StreamExt;
+    futures::stream::iter(workers.to_vec())
+        .map(move |w| async move { health(&w, now).await })
+        .buffered(16)
+        .collect()
+        .await
+}
+
+/// The depths of the work queue and of the dead-letter queue, as shown.
+async fn depths(svc: &Services) -> (String, String) {
+    let broker = svc.publisher.broker();
+    let queue_depth = depth(tokio::time::timeout(Duration::from_secs(1), broker.queue_depth()).await);
+    let dlq_depth = depth(tokio::time::timeout(Duration::from_secs(1), broker.dlq_depth()).await);
+    (queue_depth, dlq_depth)
+}
+
+/// A queue's depth as the broker answered it within its time, or why it is unknown.
+fn depth<E: std::fmt::Display>(r: Result<Result<u32, E>, tokio::time::error::Elapsed>) -> String {
+    match r {
+        Ok(Ok(n)) => n.to_string(),
+        Ok(Err(e)) => format!("unknown ({e})"),
+        Err(_) => "unknown (the broker did not answer)".to_owned(),
+    }
+}
+
+/// Builds the page from the workers and their health, the queues' depths (work queue, dead
+/// letters) and the samples, as of the store clock `now`.
+fn fleet_view(
+    workers: &[WorkerInfo],
+    healths: Vec<(String, bool)>,
+    (queue_depth, dlq_depth): (String, String),
+    ring: &[Sample],
+    now: u64,
+) -> FleetPage {
+    let rows = workers
+        .iter()
+        .zip(healths)
+        .map(|(w, (health, healthy))| worker_row(w, health, healthy, now))
+        .collect();
+    FleetPage {
+        active: "fleet",
+        workers: rows,
+        queue_depth,
+        dlq_depth,
+        steps_chart: chart("Steps per second (fleet) and queue depth", &step_series(ring)),
+        status_chart: chart("Runs by status (newest 20,000)", &status_series(ring)),
+        samples: ring.len(),
+        now: clock(now),
+    }
+}
+
+/// A worker's row, with what its health check said.
+fn worker_row(w: &WorkerInfo, health: String, healthy: bool, now: u64) -> WorkerRow {
+    WorkerRow {
+        id: w.id.clone(),
+        host: if w.pid > 0 {
+            format!("{} (pid {})", w.host, w.pid)
+        } else {
+            w.host.clone()
+        },
+        serves: serves(w),
+        queue: w.queue.clone(),
+        in_flight: if w.concurrency > 0 {
+            format!("{} / {}", w.in_flight, w.concurrency)
+        } else {
+            w.in_flight.to_string()
+        },
+        steps: w.steps,
+        heartbeat: ago(w.last_heartbeat(), now),
+        started: if w.started_at > 0 {
+            clock(w.started_at)
+        } else {
+            String::new()
+        },
+        health,
+        healthy,
+    }
+}
+
+/// The workflows a worker serves, with their versions (`invoice v2`, `chain v1..=v3`).
+fn serves(w: &WorkerInfo) -> String {
+    w.workflows
+        .iter()
+        .map(|e| {
+            if e.min_version == e.version {
+                format!("{} v{}", e.name, e.version)
+            } else {
+                format!("{} v{}..=v{}", e.name, e.min_version, e.version)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The series of the steps chart: steps per second, and the queue's depth when known.
+fn step_series(ring: &[Sample]) -> Vec<(&'static str, Vec<(u64, f64)>)> {
     let steps: Vec<(u64, f64)> = ring.iter().map(|s| (s.at, s.steps_per_s)).collect();
+    let queue: Vec<(u64, f64)> = ring
+        .iter()
+        .filter_map(|s| s.queue.map(|q| (s.at, f64::from(q))))
+        .collect();
+    let mut step_series = vec![("steps/s", steps)];
+    if !queue.is_empty() {
+        step_series.push(("queue depth", queue));
+    }
+    step_series
+}
+
+/// The series of the status chart: one per status that had runs in any sample.
+fn status_series(ring: &[Sample]) -> Vec<(&'static str, Vec<(u64, f64)>)> {
     let mut series: Vec<(&'static str, Vec<(u64, f64)>)> = Vec::new();
     for st in RunStatus::ALL {
         if ring.iter().any(|s| s.counts.get(&st).copied().unwrap_or(0) > 0) {
@@ -260,24 +338,7 @@ pub(crate) async fn page(svc: &Services, samples: &Samples) -> Result<FleetPage,
             ));
         }
     }
-    let queue: Vec<(u64, f64)> = ring
-        .iter()
-        .filter_map(|s| s.queue.map(|q| (s.at, f64::from(q))))
-        .collect();
-    let mut step_series = vec![("steps/s", steps)];
-    if !queue.is_empty() {
-        step_series.push(("queue depth", queue));
-    }
-    Ok(FleetPage {
-        active: "fleet",
-        workers: rows,
-        queue_depth,
-        dlq_depth,
-        steps_chart: chart("Steps per second (fleet) and queue depth", &step_series),
-        status_chart: chart("Runs by status (newest 20,000)", &series),
-        samples: ring.len(),
-        now: clock(now),
-    })
+    series
 }
 
 /// An inline SVG line chart of a few series over the same times.

@@ -3,6 +3,8 @@
 //! takeovers after a crash, blocks, answers, operator actions), laid out on one time axis.
 //! A plain function of the header, the journal and the events.
 
+use std::collections::HashMap;
+
 use savepoint_core::journal::{Entry, EntryKind, Outcome};
 use savepoint_store::{RunEvent, RunHeader, RunStatus};
 
@@ -75,12 +77,12 @@ pub(crate) struct Timeline {
 impl Timeline {
     /// The axis' start, readably (UTC).
     pub(crate) fn axis_start(&self) -> String {
-        super::clock(self.start)
+        super::format::clock(self.start)
     }
 
     /// The axis' end, readably (UTC).
     pub(crate) fn axis_end(&self) -> String {
-        super::clock(self.end)
+        super::format::clock(self.end)
     }
 }
 
@@ -114,75 +116,133 @@ fn mark_label(e: &RunEvent) -> Option<String> {
 
 /// Builds the waterfall. `now` is the store clock (the end of the axis of a run still going).
 pub(crate) fn build(h: &RunHeader, journal: &[Entry], events: &[RunEvent], now: u64) -> Timeline {
-    // A claim starts a slice: a call recorded in it started no earlier. A takeover does not
-    // restart the call the dead worker was in: its bar spans the crash (the marker shows it).
-    let claims: Vec<u64> = events.iter().filter(|e| e.typ == "claimed").map(|e| e.at).collect();
-    let last_claim = |upto: u64| claims.iter().copied().filter(|t| *t <= upto).max();
-    // The effect events (`effect_done`, `effect_skipped`, `effect_failed`) by their detail
-    // (`<index> <name>`), read once for all entries; the first of each, as it happened.
-    let effect_events: std::collections::HashMap<&str, &str> = events
+    let claims = Claims::of(events);
+    let (mut bars, boundary) = journal_bars(h, journal, events, &claims, now);
+    let tail_end = tail_end(h, now);
+    bars.extend(open_bar(h, &claims, boundary, tail_end));
+    lay_out(h, bars, marks(events), tail_end)
+}
+
+/// When the run's `claimed` events happened.
+///
+/// A claim starts a slice: a call recorded in it started no earlier. A takeover does not
+/// restart the call the dead worker was in: its bar spans the crash (the marker shows it).
+struct Claims(Vec<u64>);
+
+impl Claims {
+    /// The claims among the run's events.
+    fn of(events: &[RunEvent]) -> Self {
+        Claims(events.iter().filter(|e| e.typ == "claimed").map(|e| e.at).collect())
+    }
+
+    /// The last claim at or before `upto`.
+    fn last(&self, upto: u64) -> Option<u64> {
+        self.0.iter().copied().filter(|t| *t <= upto).max()
+    }
+}
+
+/// The effect events (`effect_done`, `effect_skipped`, `effect_failed`) by their detail
+/// (`<index> <name>`), read once for all entries; the first of each, as it happened.
+fn effect_events(events: &[RunEvent]) -> HashMap<&str, &str> {
+    events
         .iter()
         .rev()
         .filter(|e| e.typ.starts_with("effect_"))
         .map(|e| (e.detail.as_str(), e.typ.as_str()))
-        .collect();
+        .collect()
+}
+
+/// One bar per journal entry (not yet laid out), and where a call after the last one started
+/// at the earliest.
+fn journal_bars(h: &RunHeader, journal: &[Entry], events: &[RunEvent], claims: &Claims, now: u64) -> (Vec<Bar>, u64) {
+    let effect_events = effect_events(events);
     let mut bars = Vec::new();
     let mut boundary = h.created_at;
     for (i, e) in journal.iter().enumerate() {
-        let (kind, mut class, mut state) = (e.kind.as_str(), e.kind.as_str().to_owned(), String::from("done"));
-        let (start, end) = match e.kind {
-            EntryKind::Sleep => {
-                // Its result is the wake time.
-                let wake = match &e.outcome {
-                    Outcome::Ok(v) => v.as_u64().or_else(|| v.get("wake_at").and_then(|w| w.as_u64())),
-                    Outcome::Err(_) => None,
-                };
-                state = "slept".into();
-                (e.at, wake.unwrap_or(e.at).max(e.at))
-            }
-            EntryKind::Interrupt | EntryKind::Signal => {
-                state = "answered".into();
-                (boundary, e.at)
-            }
-            _ => (last_claim(e.at).unwrap_or(boundary).max(boundary).min(e.at), e.at),
+        let bar = entry_bar(i, e, boundary, claims, &effect_events);
+        boundary = if e.kind == EntryKind::Sleep {
+            bar.end.min(now)
+        } else {
+            e.at
         };
-        if e.kind == EntryKind::Effect {
-            state = match effect_events.get(format!("{i} {}", e.name).as_str()).copied() {
-                Some("effect_skipped") => "skipped (already applied)".into(),
-                Some("effect_failed") => "failed".into(),
-                _ => "done".into(),
-            };
-        }
-        if matches!(e.outcome, Outcome::Err(_)) {
-            state = "failed".into();
-        }
-        class.push(' ');
-        class.push_str(state.split(' ').next().unwrap_or("done"));
-        bars.push(Bar {
-            index: i as u32,
-            name: e.name.clone(),
-            kind,
-            class,
-            state,
-            key: e.key.clone(),
-            start,
-            end,
-            took: span(end.saturating_sub(start)),
-            attempts: e.attempts,
-            left: 0.0,
-            width: 0.0,
-            caption_style: String::new(),
-        });
-        boundary = if e.kind == EntryKind::Sleep { end.min(now) } else { e.at };
+        bars.push(bar);
     }
-    let next = h.steps;
-    let tail_end = if h.status.is_final() {
+    (bars, boundary)
+}
+
+/// The bar of entry `i`, which started no earlier than `boundary`.
+fn entry_bar(i: usize, e: &Entry, boundary: u64, claims: &Claims, effect_events: &HashMap<&str, &str>) -> Bar {
+    let kind = e.kind.as_str();
+    let (start, end) = entry_span(e, boundary, claims);
+    let state = entry_state(i, e, effect_events);
+    let mut class = kind.to_owned();
+    class.push(' ');
+    class.push_str(state.split(' ').next().unwrap_or("done"));
+    Bar {
+        index: i as u32,
+        name: e.name.clone(),
+        kind,
+        class,
+        state,
+        key: e.key.clone(),
+        start,
+        end,
+        took: span(end.saturating_sub(start)),
+        attempts: e.attempts,
+        left: 0.0,
+        width: 0.0,
+        caption_style: String::new(),
+    }
+}
+
+/// When an entry's call started and ended: a sleep until its wake time, an answer from the
+/// previous entry on, any other call from its slice's claim (or the previous entry) on.
+fn entry_span(e: &Entry, boundary: u64, claims: &Claims) -> (u64, u64) {
+    match e.kind {
+        EntryKind::Sleep => {
+            // Its result is the wake time.
+            let wake = match &e.outcome {
+                Outcome::Ok(v) => v.as_u64().or_else(|| v.get("wake_at").and_then(|w| w.as_u64())),
+                Outcome::Err(_) => None,
+            };
+            (e.at, wake.unwrap_or(e.at).max(e.at))
+        }
+        EntryKind::Interrupt | EntryKind::Signal => (boundary, e.at),
+        _ => (claims.last(e.at).unwrap_or(boundary).max(boundary).min(e.at), e.at),
+    }
+}
+
+/// The state shown beside entry `i`'s bar.
+fn entry_state(i: usize, e: &Entry, effect_events: &HashMap<&str, &str>) -> String {
+    if matches!(e.outcome, Outcome::Err(_)) {
+        return "failed".into();
+    }
+    match e.kind {
+        EntryKind::Sleep => "slept".into(),
+        EntryKind::Interrupt | EntryKind::Signal => "answered".into(),
+        EntryKind::Effect => match effect_events.get(format!("{i} {}", e.name).as_str()).copied() {
+            Some("effect_skipped") => "skipped (already applied)".into(),
+            Some("effect_failed") => "failed".into(),
+            _ => "done".into(),
+        },
+        _ => "done".into(),
+    }
+}
+
+/// Where the axis of the run ends: when it finished, or `now` while it is still going.
+fn tail_end(h: &RunHeader, now: u64) -> u64 {
+    if h.status.is_final() {
         h.finished_at.unwrap_or(h.updated_at)
     } else {
         now
-    };
-    // The call in flight, or the effect in doubt that blocks the run.
-    let open = match h.status {
+    }
+}
+
+/// The bar of the call in flight, or of the effect in doubt that blocks the run (none when
+/// neither), from its slice's claim (or the last entry) to `tail_end`.
+fn open_bar(h: &RunHeader, claims: &Claims, boundary: u64, tail_end: u64) -> Option<Bar> {
+    let next = h.steps;
+    let (kind, class, state, key, name) = match h.status {
         RunStatus::Blocked => h.blocked_effect.as_ref().map(|k| {
             (
                 "effect",
@@ -200,26 +260,28 @@ pub(crate) fn build(h: &RunHeader, journal: &[Entry], events: &[RunEvent], now: 
             format!("entry {next}"),
         )),
         _ => None,
-    };
-    if let Some((kind, class, state, key, name)) = open {
-        let start = last_claim(tail_end).unwrap_or(boundary).max(boundary);
-        bars.push(Bar {
-            index: next,
-            name,
-            kind,
-            class,
-            state,
-            key,
-            start,
-            end: tail_end.max(start),
-            took: span(tail_end.saturating_sub(start)),
-            attempts: 0,
-            left: 0.0,
-            width: 0.0,
-            caption_style: String::new(),
-        });
-    }
-    let mut marks: Vec<Mark> = events
+    }?;
+    let start = claims.last(tail_end).unwrap_or(boundary).max(boundary);
+    Some(Bar {
+        index: next,
+        name,
+        kind,
+        class,
+        state,
+        key,
+        start,
+        end: tail_end.max(start),
+        took: span(tail_end.saturating_sub(start)),
+        attempts: 0,
+        left: 0.0,
+        width: 0.0,
+        caption_style: String::new(),
+    })
+}
+
+/// A marker (not yet laid out) for each event drawn as one.
+fn marks(events: &[RunEvent]) -> Vec<Mark> {
+    events
         .iter()
         .filter_map(|e| {
             mark_label(e).map(|label| Mark {
@@ -229,7 +291,12 @@ pub(crate) fn build(h: &RunHeader, journal: &[Entry], events: &[RunEvent], now: 
                 left: 0.0,
             })
         })
-        .collect();
+        .collect()
+}
+
+/// Lays the bars and markers out on one axis, from the run's creation (or the first bar) to
+/// the last thing drawn (at least `tail_end`).
+fn lay_out(h: &RunHeader, mut bars: Vec<Bar>, mut marks: Vec<Mark>, tail_end: u64) -> Timeline {
     let start = h.created_at.min(bars.iter().map(|b| b.start).min().unwrap_or(u64::MAX));
     let end = bars
         .iter()
