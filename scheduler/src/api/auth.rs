@@ -138,78 +138,133 @@ fn same_origin(headers: &HeaderMap) -> bool {
     origin.split_once("://").map(|(_, h)| h) == Some(host)
 }
 
+/// Who a request is from, or what to answer instead of serving it as someone.
+enum Caller {
+    /// A verified principal (the anonymous admin of an open API).
+    Known(Principal),
+    /// No valid token on a public route: served as it is.
+    Public,
+    /// Refused: the answer.
+    Refused(Response),
+}
+
+/// The principal of an open API (no tokens configured): an anonymous admin.
+fn anonymous() -> Principal {
+    Principal {
+        name: "anonymous".into(),
+        role: Role::Admin,
+    }
+}
+
+/// The token a request presents, and whether it came as the console's cookie.
+fn token_of(headers: &HeaderMap) -> (Option<String>, bool) {
+    match presented(headers) {
+        Presented::Bearer(t) => (Some(t), false),
+        Presented::Cookie(t) => (Some(t), true),
+        Presented::None => (None, false),
+    }
+}
+
+/// A request without a valid token: served on a public route, sent to the login page for a
+/// console page, else refused (a token that is not valid, or none).
+fn without_valid_token(method: &Method, path: &str, need: Option<Role>, token_given: bool) -> Caller {
+    if need.is_none() {
+        Caller::Public
+    } else if is_console_page(path) && method == Method::GET {
+        Caller::Refused(Redirect::to("/ui/login").into_response())
+    } else if token_given {
+        Caller::Refused(unauthorized("the token is not valid"))
+    } else {
+        Caller::Refused(unauthorized(
+            "authentication required: send Authorization: Bearer <token> (savepoint --token / SAVEPOINT_TOKEN)",
+        ))
+    }
+}
+
+/// Who the request is from: the principal of its token (a cookie-authenticated write only
+/// from the console's own origin), or what to do without one.
+fn authenticate(auth: &Auth, method: &Method, path: &str, need: Option<Role>, headers: &HeaderMap) -> Caller {
+    if !auth.enabled() {
+        return Caller::Known(anonymous());
+    }
+    let (token, by_cookie) = token_of(headers);
+    match token.as_deref().and_then(|t| auth.tokens.verify(t)) {
+        Some(_) if by_cookie && method != Method::GET && method != Method::HEAD && !same_origin(headers) => {
+            Caller::Refused(
+                ApiError::new(StatusCode::FORBIDDEN, "cross-origin request with the console's cookie").into_response(),
+            )
+        }
+        Some(p) => Caller::Known(p.clone()),
+        None => without_valid_token(method, path, need, token.is_some()),
+    }
+}
+
+/// The refusal of a principal whose role is below what the request needs, if it is.
+fn role_refusal(principal: &Principal, need: Option<Role>, method: &Method, path: &str) -> Option<Response> {
+    let need = need.filter(|need| principal.role < *need)?;
+    Some(
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "token {:?} has role {}; {method} {path} needs {}",
+                principal.name,
+                principal.role.as_str(),
+                need.as_str()
+            ),
+        )
+        .into_response(),
+    )
+}
+
+/// The `429` of a token over its rate limit: when to retry, in the message and `Retry-After`.
+fn too_many_requests(name: &str, wait: std::time::Duration) -> Response {
+    let mut r = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "rate limit of token {:?} reached (SAVEPOINT_RATE_LIMIT_PER_SEC); retry in {} ms",
+            name,
+            wait.as_millis().max(1)
+        ),
+    )
+    .into_response();
+    let secs = wait.as_secs().max(1).to_string();
+    if let Ok(v) = HeaderValue::from_str(&secs) {
+        r.headers_mut().insert(RETRY_AFTER, v);
+    }
+    r
+}
+
+/// The refusal of a principal over the per-token rate limit, if it is (and idle keys are
+/// forgotten now and then).
+fn rate_refusal(auth: &Auth, principal: &Principal) -> Option<Response> {
+    let limiter = auth.limiter.as_ref()?;
+    if let Err(not_until) = limiter.check_key(&principal.name) {
+        let wait = not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
+        return Some(too_many_requests(&principal.name, wait));
+    }
+    // Keys are token names, a bounded set; forget idle ones now and then all the same.
+    if limiter.len() > 1024 {
+        limiter.retain_recent();
+    }
+    None
+}
+
 /// The middleware: authenticate, authorise, limit, audit.
 pub(crate) async fn guard(State(st): State<ApiState>, mut req: Request, next: Next) -> Response {
     let auth = st.auth.clone();
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let need = required_role(&method, &path);
-    let principal =
-        if !auth.enabled() {
-            Principal {
-                name: "anonymous".into(),
-                role: Role::Admin,
-            }
-        } else {
-            let (token, by_cookie) = match presented(req.headers()) {
-                Presented::Bearer(t) => (Some(t), false),
-                Presented::Cookie(t) => (Some(t), true),
-                Presented::None => (None, false),
-            };
-            match token.as_deref().and_then(|t| auth.tokens.verify(t)) {
-                Some(p) => {
-                    if by_cookie && method != Method::GET && method != Method::HEAD && !same_origin(req.headers()) {
-                        return ApiError::new(StatusCode::FORBIDDEN, "cross-origin request with the console's cookie")
-                            .into_response();
-                    }
-                    p.clone()
-                }
-                None if need.is_none() => return next.run(req).await,
-                None if is_console_page(&path) && method == Method::GET => {
-                    return Redirect::to("/ui/login").into_response();
-                }
-                None if token.is_some() => return unauthorized("the token is not valid"),
-                None => return unauthorized(
-                    "authentication required: send Authorization: Bearer <token> (savepoint --token / SAVEPOINT_TOKEN)",
-                ),
-            }
-        };
-    if let Some(need) = need {
-        if principal.role < need {
-            return ApiError::new(
-                StatusCode::FORBIDDEN,
-                format!(
-                    "token {:?} has role {}; {method} {path} needs {}",
-                    principal.name,
-                    principal.role.as_str(),
-                    need.as_str()
-                ),
-            )
-            .into_response();
-        }
+    let principal = match authenticate(&auth, &method, &path, need, req.headers()) {
+        Caller::Known(p) => p,
+        Caller::Public => return next.run(req).await,
+        Caller::Refused(r) => return r,
+    };
+    if let Some(r) = role_refusal(&principal, need, &method, &path) {
+        return r;
     }
-    if let Some(limiter) = &auth.limiter {
-        if let Err(not_until) = limiter.check_key(&principal.name) {
-            let wait = not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
-            let mut r = ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                format!(
-                    "rate limit of token {:?} reached (SAVEPOINT_RATE_LIMIT_PER_SEC); retry in {} ms",
-                    principal.name,
-                    wait.as_millis().max(1)
-                ),
-            )
-            .into_response();
-            let secs = wait.as_secs().max(1).to_string();
-            if let Ok(v) = HeaderValue::from_str(&secs) {
-                r.headers_mut().insert(RETRY_AFTER, v);
-            }
-            return r;
-        }
-        // Keys are token names, a bounded set; forget idle ones now and then all the same.
-        if limiter.len() > 1024 {
-            limiter.retain_recent();
-        }
+    if let Some(r) = rate_refusal(&auth, &principal) {
+        return r;
     }
     if auth.enabled() {
         if let Some((raw, action)) = run_action(&method, &path) {

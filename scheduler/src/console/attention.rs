@@ -49,6 +49,7 @@ pub(super) async fn attention_page(State(st): State<ConsoleState>) -> Page {
     let facts = doctor::Facts {
         now,
         workers,
+        max_crashes: svc.store.config().max_crashes,
         ..doctor::Facts::default()
     };
     let blocked: Vec<Trouble> = listed(svc, RunStatus::Blocked)

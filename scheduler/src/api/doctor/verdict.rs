@@ -1,0 +1,130 @@
+//! The verdict on a run: one pure function per case, chosen by the run's status.
+
+use savepoint_store::{RunHeader, RunStatus};
+
+use super::actions::{resume_action, signal_action};
+use super::fleet::Fleet;
+use super::{blocked, runnable};
+use super::{span, when, Action, Case, Facts, LeaseHolder};
+
+/// What the doctor concluded, with the evidence and actions its case adds.
+pub(super) struct Verdict {
+    /// The verdict, as a code.
+    pub case: Case,
+    /// True when the run moves on by itself.
+    pub progressing: bool,
+    /// The verdict in one sentence.
+    pub summary: String,
+    /// The evidence this case adds after the common evidence.
+    pub evidence: Vec<String>,
+    /// What settles it.
+    pub actions: Vec<Action>,
+}
+
+impl Verdict {
+    /// A verdict that adds no evidence and offers no action.
+    pub(super) fn new(case: Case, progressing: bool, summary: String) -> Self {
+        Self {
+            case,
+            progressing,
+            summary,
+            evidence: Vec::new(),
+            actions: Vec::new(),
+        }
+    }
+}
+
+/// The verdict on run `h` from the facts, the fleet and the lease holder.
+pub(super) fn verdict(h: &RunHeader, f: &Facts, fleet: &Fleet<'_>, lease: Option<&LeaseHolder>) -> Verdict {
+    let now = f.now;
+    match h.status {
+        RunStatus::Completed => completed(h, now),
+        RunStatus::Failed => failed(h),
+        RunStatus::Cancelled => cancelled(h),
+        RunStatus::Waiting => waiting(h, now),
+        RunStatus::Blocked => blocked::blocked(h, f.max_crashes),
+        // (A running run's holder is judged first: dead, it is taken over by whoever serves it.)
+        _ if runnable::unserved(h, now, &fleet.servers) && h.status != RunStatus::Running => {
+            runnable::no_worker(h, fleet)
+        }
+        RunStatus::Running => runnable::running(h, f, fleet.servers.len(), lease),
+        RunStatus::Sleeping => match &h.wait_effect {
+            Some((key, _)) => runnable::backing_off_on_key(h, key, now),
+            None => runnable::sleeping(h, f),
+        },
+        // Pending.
+        _ => runnable::pending(h, f, &fleet.servers),
+    }
+}
+
+/// A completed run: when, after how many entries.
+fn completed(h: &RunHeader, now: u64) -> Verdict {
+    Verdict::new(
+        Case::Completed,
+        false,
+        format!(
+            "Completed{} after {} journal entries.",
+            h.finished_at.map(|t| format!(" {}", when(t, now))).unwrap_or_default(),
+            h.steps
+        ),
+    )
+}
+
+/// A failed run: its error.
+fn failed(h: &RunHeader) -> Verdict {
+    Verdict::new(
+        Case::Failed,
+        false,
+        format!("Failed: {}.", h.error.as_deref().unwrap_or("(no error recorded)")),
+    )
+}
+
+/// A cancelled run: the operator's reason.
+fn cancelled(h: &RunHeader) -> Verdict {
+    Verdict::new(
+        Case::Cancelled,
+        false,
+        format!("Cancelled: {}.", h.reason.as_deref().unwrap_or("(no reason given)")),
+    )
+}
+
+/// A waiting run: for a human's answer, a signal, or (recorded nothing) for nothing known.
+fn waiting(h: &RunHeader, now: u64) -> Verdict {
+    let since = span(now.saturating_sub(h.updated_at));
+    let deadline = h
+        .due
+        .map(|d| format!("; it gives up waiting at {}", when(d, now)))
+        .unwrap_or_default();
+    let thread = h.thread.as_str();
+    match &h.wait {
+        None => Verdict::new(
+            Case::WaitingForSignal,
+            false,
+            format!("Waiting (for {since}), but the run records nothing it waits for{deadline}."),
+        ),
+        Some(w) if w.kind == "interrupt" => Verdict {
+            evidence: vec![format!(
+                "the question: {}",
+                savepoint_runtime::security::shown(&w.payload)
+            )],
+            actions: vec![resume_action(thread, &w.name)],
+            ..Verdict::new(
+                Case::WaitingForHuman,
+                false,
+                format!(
+                    "Waiting for a human to answer the interrupt {:?} (for {since}){deadline}; nothing \
+                     happens until someone answers.",
+                    w.name
+                ),
+            )
+        },
+        Some(w) => Verdict {
+            actions: vec![signal_action(thread, &w.name)],
+            ..Verdict::new(
+                Case::WaitingForSignal,
+                false,
+                format!("Waiting for the signal {:?} (for {since}){deadline}.", w.name),
+            )
+        },
+    }
+}
