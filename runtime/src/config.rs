@@ -359,6 +359,17 @@ impl Config {
 
     /// Checks ranges and formats.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_store()?;
+        self.validate_runs()?;
+        self.validate_limits()?;
+        savepoint_core::failpoints::Failpoints::parse(&self.failpoints)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        self.validate_security()
+    }
+
+    /// The store's settings: namespace, partitions, lease and Redis timeouts, cluster seeds and
+    /// replication acknowledgement.
+    fn validate_store(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
         Namespace::new(self.namespace.clone()).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if self.partitions == 0 || self.partitions > 1024 {
@@ -398,6 +409,13 @@ impl Config {
                 self.redis_command_timeout_ms()
             ));
         }
+        Ok(())
+    }
+
+    /// Run timing and retention: redelivery, worker liveness and crashes, worker queues, the
+    /// positive durations and the child poll against the retention.
+    fn validate_runs(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
         if self.queued_redeliver_ms < self.redeliver_ms {
             return bad(format!(
                 "queued_redeliver_ms ({}) must be at least redeliver_ms ({})",
@@ -433,6 +451,12 @@ impl Config {
                 self.child_poll_ms, self.retention_secs
             ));
         }
+        Ok(())
+    }
+
+    /// Worker and scheduler limits and the log format.
+    fn validate_limits(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
         if self.worker.concurrency == 0 {
             return bad("worker.concurrency must be at least 1".into());
         }
@@ -451,9 +475,7 @@ impl Config {
                 "scheduler.max_signal_bytes, max_buffered_signals and worker.max_journal_bytes must be positive".into(),
             );
         }
-        savepoint_core::failpoints::Failpoints::parse(&self.failpoints)
-            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-        self.validate_security()
+        Ok(())
     }
 
     /// Tokens parse, payload keys parse, TLS files exist and match the URLs' schemes.

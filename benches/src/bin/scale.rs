@@ -108,8 +108,17 @@ fn pct(sorted: &[f64], q: f64) -> f64 {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let a = Args::parse();
+    empty_ticks(&a).await?;
+    let p = a.partitions.first().copied().unwrap_or(64);
+    sleeping_runs(&a, p).await?;
+    if a.wake > 0 {
+        wake_batch(&a, p).await?;
+    }
+    Ok(())
+}
 
-    // 1. Tick over empty partitions.
+/// 1. Tick over empty partitions.
+async fn empty_ticks(a: &Args) -> anyhow::Result<()> {
     for &p in &a.partitions {
         let (store, publisher, _b) = open(&a.redis, "scalep", p).await?;
         let ms = tick_ms(&store, &publisher, 20).await?;
@@ -119,9 +128,11 @@ async fn main() -> anyhow::Result<()> {
         );
         store.purge_namespace().await?;
     }
+    Ok(())
+}
 
-    // 2. Sleeping runs, not due: bytes per run and the tick, as they grow.
-    let p = a.partitions.first().copied().unwrap_or(64);
+/// 2. Sleeping runs, not due: bytes per run and the tick, as they grow.
+async fn sleeping_runs(a: &Args, p: u16) -> anyhow::Result<()> {
     let (store, publisher, _b) = open(&a.redis, "scales", p).await?;
     let base = used_memory(&store).await?;
     let mut have = 0;
@@ -148,58 +159,77 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     store.purge_namespace().await?;
-
-    // 3. A batch all due at one instant, handed out by the real scanner loop.
-    if a.wake > 0 {
-        let (store, publisher, broker) = open(&a.redis, "scalew", p).await?;
-        // Creation rate from a first slice, so the instant falls just after the last run sleeps.
-        let t0 = Instant::now();
-        let probe = a.wake.min(1000);
-        grow(
-            &store,
-            "w",
-            0..probe,
-            Some(Instant::now() + Duration::from_secs(3600)),
-            a.concurrency,
-        )
-        .await?;
-        let rate = probe as f64 / t0.elapsed().as_secs_f64();
-        let wake_at = Instant::now() + Duration::from_secs_f64((a.wake - probe) as f64 / rate * 1.5 + 2.0);
-        // The probe runs sleep an hour: re-create the batch under other ids, all due at wake_at.
-        grow(&store, "wk", 0..a.wake, Some(wake_at), a.concurrency).await?;
-        anyhow::ensure!(
-            Instant::now() < wake_at,
-            "creating the batch took past the instant: lower --wake"
-        );
-        let stop = tokio_util::sync::CancellationToken::new();
-        let scanner = tokio::spawn(run_scanner(store.clone(), publisher.clone(), settings(), stop.clone()));
-        let mut consumer = broker.consumer("scale", stop.clone());
-        let late = Arc::new(std::sync::Mutex::new(Vec::with_capacity(a.wake)));
-        let deadline = wake_at + Duration::from_secs(600);
-        while late.lock().unwrap_or_else(|p| p.into_inner()).len() < a.wake {
-            let Ok(Some(d)) = tokio::time::timeout_at(deadline.into(), consumer.next()).await else {
-                anyhow::bail!("the scanner stopped handing out runs");
-            };
-            let at = Instant::now();
-            let _ = d.ack().await;
-            late.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(at.saturating_duration_since(wake_at).as_secs_f64() * 1000.0);
-        }
-        stop.cancel();
-        let _ = scanner.await;
-        let mut l = late.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        l.sort_by(f64::total_cmp);
-        println!(
-            "scale: {} runs due at one instant over {p} partitions, handed out by the scanner (200 ms ticks, \
-             batches of 500) and published: lateness p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({:.0} runs/s)",
-            a.wake,
-            pct(&l, 0.5),
-            pct(&l, 0.99),
-            pct(&l, 1.0),
-            a.wake as f64 / (pct(&l, 1.0) / 1000.0).max(1e-3)
-        );
-        store.purge_namespace().await?;
-    }
     Ok(())
+}
+
+/// 3. A batch all due at one instant, handed out by the real scanner loop.
+async fn wake_batch(a: &Args, p: u16) -> anyhow::Result<()> {
+    let (store, publisher, broker) = open(&a.redis, "scalew", p).await?;
+    let wake_at = due_batch(&store, a).await?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let scanner = tokio::spawn(run_scanner(store.clone(), publisher.clone(), settings(), stop.clone()));
+    let mut l = lateness(&broker, &stop, a.wake, wake_at).await?;
+    stop.cancel();
+    let _ = scanner.await;
+    l.sort_by(f64::total_cmp);
+    println!(
+        "scale: {} runs due at one instant over {p} partitions, handed out by the scanner (200 ms ticks, \
+         batches of 500) and published: lateness p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({:.0} runs/s)",
+        a.wake,
+        pct(&l, 0.5),
+        pct(&l, 0.99),
+        pct(&l, 1.0),
+        a.wake as f64 / (pct(&l, 1.0) / 1000.0).max(1e-3)
+    );
+    store.purge_namespace().await?;
+    Ok(())
+}
+
+/// Creates `--wake` runs all sleeping until one instant, just after the last of them sleeps;
+/// returns the instant.
+async fn due_batch(store: &ScriptStore, a: &Args) -> anyhow::Result<Instant> {
+    // Creation rate from a first slice, so the instant falls just after the last run sleeps.
+    let t0 = Instant::now();
+    let probe = a.wake.min(1000);
+    grow(
+        store,
+        "w",
+        0..probe,
+        Some(Instant::now() + Duration::from_secs(3600)),
+        a.concurrency,
+    )
+    .await?;
+    let rate = probe as f64 / t0.elapsed().as_secs_f64();
+    let wake_at = Instant::now() + Duration::from_secs_f64((a.wake - probe) as f64 / rate * 1.5 + 2.0);
+    // The probe runs sleep an hour: re-create the batch under other ids, all due at wake_at.
+    grow(store, "wk", 0..a.wake, Some(wake_at), a.concurrency).await?;
+    anyhow::ensure!(
+        Instant::now() < wake_at,
+        "creating the batch took past the instant: lower --wake"
+    );
+    Ok(wake_at)
+}
+
+/// Consumes `wake` tasks, acking each: how late (ms) each arrived past `wake_at`.
+async fn lateness(
+    broker: &Broker,
+    stop: &tokio_util::sync::CancellationToken,
+    wake: usize,
+    wake_at: Instant,
+) -> anyhow::Result<Vec<f64>> {
+    let mut consumer = broker.consumer("scale", stop.clone());
+    let late = Arc::new(std::sync::Mutex::new(Vec::with_capacity(wake)));
+    let deadline = wake_at + Duration::from_secs(600);
+    while late.lock().unwrap_or_else(|p| p.into_inner()).len() < wake {
+        let Ok(Some(d)) = tokio::time::timeout_at(deadline.into(), consumer.next()).await else {
+            anyhow::bail!("the scanner stopped handing out runs");
+        };
+        let at = Instant::now();
+        let _ = d.ack().await;
+        late.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(at.saturating_duration_since(wake_at).as_secs_f64() * 1000.0);
+    }
+    let l = late.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    Ok(l)
 }

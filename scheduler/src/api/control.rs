@@ -7,7 +7,7 @@ use axum::Json;
 use savepoint_core::ids::{EffectKey, ThreadId};
 use savepoint_core::protocol::TaskReason;
 use savepoint_store::{EffectDone, EffectRelease, Rerun, RetryOutcome, SignalOutcome};
-use savepoint_store::{Holder, RunStatus, StoreError};
+use savepoint_store::{Holder, RunHeader, RunStatus, StoreError};
 use serde_json::Value;
 use tracing::info;
 
@@ -352,65 +352,15 @@ pub(crate) async fn resolve(
         .header(&thread)
         .await?
         .ok_or_else(|| ApiError::run_not_found(&thread))?;
-    if header.status != RunStatus::Blocked || header.blocked_effect.as_deref() != Some(key.as_str()) {
-        let on = match (&header.status, &header.blocked_effect) {
-            (RunStatus::Blocked, Some(other)) => format!("; it is blocked on effect {other:?}"),
-            _ => String::new(),
-        };
-        return Err(ApiError::conflict(format!(
-            "run is {}, not blocked on effect {:?}{on}",
-            header.status,
-            key.as_str()
-        )));
-    }
+    blocked_on(&header, &key)?;
     let holder = header.blocked_effect_owner.as_deref().and_then(Holder::parse);
-    let changed = |now: String| {
-        ApiError::conflict(format!(
-            "effect {key}'s record changed since the run blocked (now held by {now:?}); look at the run again"
-        ))
-    };
     let effect = if body.applied {
-        // The effect's name (recorded with its key at its index) finds its result schema.
-        // (Only when this run holds the record: an orphaned key of another run has no
-        // schema here, and the result is then required.)
-        let own = holder.as_ref().filter(|h| h.thread == thread.as_str());
-        let name = match own.and_then(|h| u32::try_from(h.index).ok()) {
-            Some(index) => svc.store.effect_name(&thread, index).await?,
-            None => None,
-        };
-        let schema = match &name {
-            Some(n) => schema_for(svc, &header.workflow, header.workflow_version, Expects::Effect(n)).await?,
-            None => None,
-        };
-        let result = match body.result {
-            Some(r) => r,
-            None if schema.as_ref().is_some_and(crate::schema::is_unit) => Value::Null,
-            None => {
-                let of = name.as_deref().map(|n| format!(" {n:?}")).unwrap_or_default();
-                return Err(ApiError::unprocessable(format!(
-                    "applied: true needs the effect's result: the run journals it as the result of effect{of} \
-                     (savepoint resolve {thread} {key} --applied true --result '<json>'); only an effect whose \
-                     result type is () may omit it"
-                )));
-            }
-        };
-        if let Some(n) = &name {
-            check_value(schema.as_ref(), &result, Expects::Effect(n), &header.workflow)?;
-        }
-        match svc.store.settle_done(&key, &thread, &result, holder.as_ref()).await? {
-            EffectDone::Recorded => settled(Settled::Applied, Some(result)),
-            // Marked done earlier: the first recorded result stands.
-            EffectDone::Already(first) => settled(Settled::AlreadyApplied, Some(first)),
-            EffectDone::Changed(now) | EffectDone::NotOwner(now) => return Err(changed(now)),
-            EffectDone::Stale => return Err(changed(String::new())),
-        }
+        let result = applied_result(svc, &thread, &key, &header, holder.as_ref(), body.result).await?;
+        let done = svc.store.settle_done(&key, &thread, &result, holder.as_ref()).await?;
+        done_effect(done, &key, result)?
     } else {
-        match svc.store.settle_released(&key, &thread, holder.as_ref()).await? {
-            // The record says done: the effect did happen; the run will journal its result.
-            EffectRelease::Done(result) => settled(Settled::AlreadyApplied, Some(result)),
-            EffectRelease::Changed(now) | EffectRelease::NotOwner(now) => return Err(changed(now)),
-            EffectRelease::Released | EffectRelease::Absent => settled(Settled::Released, None),
-        }
+        let released = svc.store.settle_released(&key, &thread, holder.as_ref()).await?;
+        released_effect(released, &key)?
     };
     let who = holder.map(|h| h.to_string()).unwrap_or_else(|| "its holder".into());
     let detail = format!("{key}: operator resolved applied={} (intent of {who})", body.applied);
@@ -431,6 +381,112 @@ pub(crate) async fn resolve(
             "run is {status}, no longer blocked on effect {key}"
         ))),
     }
+}
+
+/// 409 unless the run is blocked on effect `key` (naming the effect it is blocked on).
+fn blocked_on(header: &RunHeader, key: &EffectKey) -> Result<(), ApiError> {
+    if header.status == RunStatus::Blocked && header.blocked_effect.as_deref() == Some(key.as_str()) {
+        return Ok(());
+    }
+    let on = match (&header.status, &header.blocked_effect) {
+        (RunStatus::Blocked, Some(other)) => format!("; it is blocked on effect {other:?}"),
+        _ => String::new(),
+    };
+    Err(ApiError::conflict(format!(
+        "run is {}, not blocked on effect {:?}{on}",
+        header.status,
+        key.as_str()
+    )))
+}
+
+/// The 409 of a resolve whose effect record changed since the run blocked.
+fn record_changed(key: &EffectKey, now: String) -> ApiError {
+    ApiError::conflict(format!(
+        "effect {key}'s record changed since the run blocked (now held by {now:?}); look at the run again"
+    ))
+}
+
+/// The result an `applied: true` resolve records: the one given, checked against the
+/// effect's result schema, or null for an effect whose result type is () (422 otherwise).
+async fn applied_result(
+    svc: &Services,
+    thread: &ThreadId,
+    key: &EffectKey,
+    header: &RunHeader,
+    holder: Option<&Holder>,
+    given: Option<Value>,
+) -> Result<Value, ApiError> {
+    let (name, schema) = effect_schema(svc, thread, header, holder).await?;
+    let result = given_or_unit(given, schema.as_ref(), name.as_deref(), thread, key)?;
+    if let Some(n) = &name {
+        check_value(schema.as_ref(), &result, Expects::Effect(n), &header.workflow)?;
+    }
+    Ok(result)
+}
+
+/// The name of the effect a run is blocked on and its result schema, when known.
+async fn effect_schema(
+    svc: &Services,
+    thread: &ThreadId,
+    header: &RunHeader,
+    holder: Option<&Holder>,
+) -> Result<(Option<String>, Option<Value>), ApiError> {
+    // The effect's name (recorded with its key at its index) finds its result schema.
+    // (Only when this run holds the record: an orphaned key of another run has no
+    // schema here, and the result is then required.)
+    let own = holder.filter(|h| h.thread == thread.as_str());
+    let name = match own.and_then(|h| u32::try_from(h.index).ok()) {
+        Some(index) => svc.store.effect_name(thread, index).await?,
+        None => None,
+    };
+    let schema = match &name {
+        Some(n) => schema_for(svc, &header.workflow, header.workflow_version, Expects::Effect(n)).await?,
+        None => None,
+    };
+    Ok((name, schema))
+}
+
+/// The given result; else null when the effect's result schema is the unit type; else 422.
+fn given_or_unit(
+    given: Option<Value>,
+    schema: Option<&Value>,
+    name: Option<&str>,
+    thread: &ThreadId,
+    key: &EffectKey,
+) -> Result<Value, ApiError> {
+    match given {
+        Some(r) => Ok(r),
+        None if schema.is_some_and(crate::schema::is_unit) => Ok(Value::Null),
+        None => {
+            let of = name.map(|n| format!(" {n:?}")).unwrap_or_default();
+            Err(ApiError::unprocessable(format!(
+                "applied: true needs the effect's result: the run journals it as the result of effect{of} \
+                 (savepoint resolve {thread} {key} --applied true --result '<json>'); only an effect whose \
+                 result type is () may omit it"
+            )))
+        }
+    }
+}
+
+/// The effect as an `applied: true` resolve settled it, or 409 when its record changed.
+fn done_effect(done: EffectDone, key: &EffectKey, result: Value) -> Result<SettledEffect, ApiError> {
+    Ok(match done {
+        EffectDone::Recorded => settled(Settled::Applied, Some(result)),
+        // Marked done earlier: the first recorded result stands.
+        EffectDone::Already(first) => settled(Settled::AlreadyApplied, Some(first)),
+        EffectDone::Changed(now) | EffectDone::NotOwner(now) => return Err(record_changed(key, now)),
+        EffectDone::Stale => return Err(record_changed(key, String::new())),
+    })
+}
+
+/// The effect as an `applied: false` resolve settled it, or 409 when its record changed.
+fn released_effect(released: EffectRelease, key: &EffectKey) -> Result<SettledEffect, ApiError> {
+    Ok(match released {
+        // The record says done: the effect did happen; the run will journal its result.
+        EffectRelease::Done(result) => settled(Settled::AlreadyApplied, Some(result)),
+        EffectRelease::Changed(now) | EffectRelease::NotOwner(now) => return Err(record_changed(key, now)),
+        EffectRelease::Released | EffectRelease::Absent => settled(Settled::Released, None),
+    })
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use tracing::info;
 
 use super::extract::{thread_id, ApiJson, ApiPath, ApiQuery};
 use super::model::{ErrorBody, ExportView, HistoryView, RunList, RunView, StartReply, StartRequest, Status};
-use super::{views, ApiError, ApiState, Reply};
+use super::{views, ApiError, ApiState, Reply, Services};
 use crate::publish::new_traceparent;
 
 /// Largest `limit` of `GET /v1/runs`.
@@ -87,26 +87,56 @@ impl CatalogCache {
 pub(crate) async fn start(
     State(st): State<ApiState>,
     principal: Option<axum::Extension<savepoint_runtime::security::Principal>>,
-    ApiJson(req): ApiJson<StartRequest>,
+    ApiJson(mut req): ApiJson<StartRequest>,
 ) -> Reply<StartReply> {
     let svc = st.services()?;
-    let thread = match req.thread_id {
+    let thread = match req.thread_id.take() {
         Some(raw) => thread_id(raw)?,
         None => ThreadId::generate(&req.workflow),
     };
     let Some(entry) = svc.catalog.entry(&svc.store, &req.workflow).await? else {
         inc(&metrics().runs_started, &[("outcome", "unknown_workflow")]);
         let names = catalog_names(&svc.store).await?;
-        let known = if names.is_empty() {
-            "none (no live worker serves a workflow)".to_owned()
-        } else {
-            names.join(", ")
-        };
-        return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("unknown workflow {:?}; known: {known}", req.workflow),
-        ));
+        return Err(unknown_workflow(&req.workflow, &names));
     };
+    let (opts, input) = start_options(&req, st.max_body)?;
+    check_input(svc, &req, entry.version).await?;
+    // The run's trace starts at this request's span when traces are exported.
+    let trace = savepoint_runtime::telemetry::current_traceparent().unwrap_or_else(new_traceparent);
+    let outcome = svc
+        .store
+        .create_with(&thread, &req.workflow, entry.version, &input, &trace, &opts)
+        .await?;
+    inc(&metrics().runs_started, &[("outcome", start_outcome(&outcome))]);
+    if let CreateOutcome::Created = outcome {
+        info!(thread.id = %thread, workflow = %req.workflow, workflow.version = entry.version, "run created");
+        if let (true, Some(p)) = (st.auth.enabled(), principal) {
+            super::auth::audit(&st, thread.as_str(), &p.name, "POST start").await;
+        }
+        // A failed publish is only logged: the run has a due time and the scanner starts
+        // it after the redelivery delay.
+        let q = req.queue.as_deref();
+        super::checks::ring_on(svc, q, &thread, Some(0), TaskReason::Start, Some(&trace), 0).await;
+    }
+    start_reply(&thread, outcome)
+}
+
+/// The 422 of a start naming a workflow no live worker serves, with the ones they do.
+fn unknown_workflow(workflow: &str, names: &[String]) -> ApiError {
+    let known = if names.is_empty() {
+        "none (no live worker serves a workflow)".to_owned()
+    } else {
+        names.join(", ")
+    };
+    ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        format!("unknown workflow {workflow:?}; known: {known}"),
+    )
+}
+
+/// The run options and the input text a start asks for, checked: timeout, queue, flow,
+/// priority and the input's size (422, 413).
+fn start_options(req: &StartRequest, max_body: usize) -> Result<(CreateOptions, String), ApiError> {
     let timeout = match req.timeout_secs {
         None => None,
         Some(n) if (1.0..=31_536_000.0).contains(&n) => Some(std::time::Duration::from_secs_f64(n)),
@@ -130,76 +160,59 @@ pub(crate) async fn start(
         Some(p) => return Err(ApiError::unprocessable(format!("priority must be 0 to 9, not {p}"))),
     };
     let input = req.input.to_string();
-    if input.len() > st.max_body {
+    if input.len() > max_body {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "input exceeds the limit of {} bytes (scheduler.max_input_bytes)",
-                st.max_body
-            ),
+            format!("input exceeds the limit of {max_body} bytes (scheduler.max_input_bytes)"),
         ));
     }
+    let opts = CreateOptions {
+        timeout,
+        parent: None,
+        queue: req.queue.clone(),
+        flow,
+        priority,
+    };
+    Ok((opts, input))
+}
+
+/// Checks a start's input against the schema its workflow version's workers published (422).
+async fn check_input(svc: &Services, req: &StartRequest, version: u32) -> Result<(), ApiError> {
     let what = super::checks::Expects::Input;
-    let schema = super::checks::schema_for(svc, &req.workflow, entry.version, what).await?;
+    let schema = super::checks::schema_for(svc, &req.workflow, version, what).await?;
     if let Err(e) = super::checks::check_value(schema.as_ref(), &req.input, what, &req.workflow) {
         inc(&metrics().runs_started, &[("outcome", "invalid_input")]);
         return Err(e);
     }
-    // The run's trace starts at this request's span when traces are exported.
-    let trace = savepoint_runtime::telemetry::current_traceparent().unwrap_or_else(new_traceparent);
-    match svc
-        .store
-        .create_with(
-            &thread,
-            &req.workflow,
-            entry.version,
-            &input,
-            &trace,
-            &CreateOptions {
-                timeout,
-                parent: None,
-                queue: req.queue.clone(),
-                flow,
-                priority,
-            },
-        )
-        .await?
-    {
-        CreateOutcome::Created => {
-            inc(&metrics().runs_started, &[("outcome", "created")]);
-            info!(thread.id = %thread, workflow = %req.workflow, workflow.version = entry.version, "run created");
-            if let (true, Some(p)) = (st.auth.enabled(), principal) {
-                super::auth::audit(&st, thread.as_str(), &p.name, "POST start").await;
-            }
-            // A failed publish is only logged: the run has a due time and the scanner starts
-            // it after the redelivery delay.
-            let q = req.queue.as_deref();
-            super::checks::ring_on(svc, q, &thread, Some(0), TaskReason::Start, Some(&trace), 0).await;
-            Ok((
-                StatusCode::CREATED,
-                Json(StartReply {
-                    thread_id: thread.as_str().to_owned(),
-                    status: Status::PENDING,
-                }),
-            ))
-        }
-        CreateOutcome::Exists(status) => {
-            inc(&metrics().runs_started, &[("outcome", "exists")]);
-            Ok((
-                StatusCode::OK,
-                Json(StartReply {
-                    thread_id: thread.as_str().to_owned(),
-                    status: status.into(),
-                }),
-            ))
-        }
-        CreateOutcome::Conflict(workflow) => {
-            inc(&metrics().runs_started, &[("outcome", "conflict")]);
-            Err(ApiError::conflict(format!(
-                "thread id {thread} is already used by a run of workflow {workflow:?} with a different workflow or input"
-            )))
-        }
+    Ok(())
+}
+
+/// The `outcome` label of `runs_started` for what a create found.
+fn start_outcome(outcome: &CreateOutcome) -> &'static str {
+    match outcome {
+        CreateOutcome::Created => "created",
+        CreateOutcome::Exists(_) => "exists",
+        CreateOutcome::Conflict(_) => "conflict",
     }
+}
+
+/// The answer to a start: 201 for a new run, 200 with the run as it stands, 409 for a
+/// thread id another workflow or input uses.
+fn start_reply(thread: &ThreadId, outcome: CreateOutcome) -> Reply<StartReply> {
+    let (code, status) = match outcome {
+        CreateOutcome::Created => (StatusCode::CREATED, Status::PENDING),
+        CreateOutcome::Exists(status) => (StatusCode::OK, status.into()),
+        CreateOutcome::Conflict(workflow) => return Err(ApiError::conflict(format!(
+            "thread id {thread} is already used by a run of workflow {workflow:?} with a different workflow or input"
+        ))),
+    };
+    Ok((
+        code,
+        Json(StartReply {
+            thread_id: thread.as_str().to_owned(),
+            status,
+        }),
+    ))
 }
 
 /// Get a run

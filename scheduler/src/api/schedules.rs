@@ -5,6 +5,7 @@
 //! schedule moves on by compare-and-set on its next firing (`sched_advance.lua`).
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -172,24 +173,52 @@ enum Timing {
     Every(u64),
 }
 
+/// Why a schedule's timing is refused; the message is the API's 422 text.
+#[derive(Debug, thiserror::Error)]
+enum TimingError {
+    /// The cron pattern does not parse.
+    #[error("cron {pattern:?}: {source}")]
+    Cron {
+        /// The pattern as given.
+        pattern: String,
+        /// Why croner refused it.
+        source: croner::errors::CronError,
+    },
+    /// The time zone is not an IANA name.
+    #[error("unknown time zone {0:?} (an IANA name such as Europe/Berlin)")]
+    TimeZone(String),
+    /// A time zone on an interval schedule.
+    #[error("timezone applies to cron schedules only")]
+    TimeZoneOnInterval,
+    /// An interval outside 1 second to a year.
+    #[error("every_secs must be between 1 and 31536000, not {0}")]
+    Interval(u64),
+    /// Neither or both of cron and every_secs.
+    #[error("give exactly one of cron and every_secs")]
+    NotOne,
+}
+
 impl Timing {
-    fn of(spec: &ScheduleSpec) -> Result<Self, String> {
+    /// The timing a spec gives: its cron pattern in its time zone, or its interval.
+    fn of(spec: &ScheduleSpec) -> Result<Self, TimingError> {
         match (&spec.cron, spec.every_secs) {
             (Some(c), None) => {
-                let cron = croner::Cron::from_str(c).map_err(|e| format!("cron {c:?}: {e}"))?;
+                let cron = croner::Cron::from_str(c).map_err(|source| TimingError::Cron {
+                    pattern: c.clone(),
+                    source,
+                })?;
                 let tz_name = spec.timezone.as_deref().unwrap_or("UTC");
-                let tz = chrono_tz::Tz::from_str(tz_name)
-                    .map_err(|_| format!("unknown time zone {tz_name:?} (an IANA name such as Europe/Berlin)"))?;
+                let tz = chrono_tz::Tz::from_str(tz_name).map_err(|_| TimingError::TimeZone(tz_name.to_owned()))?;
                 Ok(Self::Cron(Box::new(cron), tz))
             }
             (None, Some(n)) if (1..=31_536_000).contains(&n) => {
                 if spec.timezone.is_some() {
-                    return Err("timezone applies to cron schedules only".into());
+                    return Err(TimingError::TimeZoneOnInterval);
                 }
                 Ok(Self::Every(n * 1000))
             }
-            (None, Some(n)) => Err(format!("every_secs must be between 1 and 31536000, not {n}")),
-            _ => Err("give exactly one of cron and every_secs".into()),
+            (None, Some(n)) => Err(TimingError::Interval(n)),
+            _ => Err(TimingError::NotOne),
         }
     }
 
@@ -357,7 +386,7 @@ pub(crate) async fn create(State(st): State<ApiState>, ApiJson(body): ApiJson<Sc
     let svc = st.services()?;
     let id = schedule_id(body.id.clone())?;
     let spec = body.spec();
-    let timing = Timing::of(&spec).map_err(ApiError::unprocessable)?;
+    let timing = Timing::of(&spec).map_err(|e| ApiError::unprocessable(e.to_string()))?;
     if !(1..=1000).contains(&spec.catchup_limit) || !(1..=31_536_000).contains(&spec.catchup_window_secs) {
         return Err(ApiError::unprocessable(
             "catchup_limit is 1-1000 and catchup_window_secs 1-31536000",
@@ -611,32 +640,15 @@ async fn active(svc: &Services, thread: Option<&str>) -> Result<Option<ThreadId>
 /// firing, the last run it read and no pending runs), and only then creates them. A replica
 /// that loses the race creates nothing, so no run is left untracked by the schedule.
 async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<Fired, StoreError> {
-    let Some(mut rec) = svc.store.schedule_get(id).await? else {
-        return Ok(Fired::Moved);
+    let mut rec = match still_due(svc, id, next).await? {
+        ControlFlow::Continue(rec) => rec,
+        ControlFlow::Break(fired) => return Ok(fired),
     };
-    if rec.next != Some(next) || rec.paused.is_some() {
-        return Ok(Fired::Moved);
-    }
-    if !rec.pending.is_empty() {
-        create_pending(svc, &rec).await?;
-        rec = match svc.store.schedule_get(id).await? {
-            Some(r) if r.pending.is_empty() && r.next == Some(next) => r,
-            _ => return Ok(Fired::Stayed),
-        };
-    }
     let read_last = rec.last.as_ref().map(|l| l.0.as_str());
     let spec = parse_spec(&rec.spec)?;
     let timing = match Timing::of(&spec) {
         Ok(t) => t,
-        Err(e) => {
-            warn!(schedule = %id, error = %e, "a stored schedule no longer parses; it stops");
-            let stop = Advance {
-                read_last,
-                ..Advance::default()
-            };
-            svc.store.schedule_advance(id, next, &stop).await?;
-            return Ok(Fired::Moved);
-        }
+        Err(e) => return stop_unparsable(svc, id, next, read_last, &e).await,
     };
     // With no live worker for the workflow (a deploy that replaced every worker at once),
     // nothing is decided: the schedule stays due, as if its schedulers were down, and once a
@@ -644,78 +656,163 @@ async fn fire(svc: &Services, id: &str, next: u64, now: u64) -> Result<Fired, St
     if svc.catalog.entry(&svc.store, &spec.workflow).await?.is_none() {
         return Ok(Fired::Unserved(spec.workflow));
     }
-    let (times, mut skipped, new_next) = due_firings(&spec, &timing, next, now);
-    let mut decided: Vec<(String, u64)> = Vec::new();
-    let mut buffered = None;
+    let (times, skipped, new_next) = due_firings(&spec, &timing, next, now);
+    let mut pass = Pass::new(skipped, rec.buffered.is_some());
     for at in times {
         let thread = firing_thread(id, at);
-        // The run this firing would overlap: one decided in this pass (not created yet), or
-        // the last run if it has not ended. (allow_all starts every firing: no read.)
-        let busy = match (spec.overlap, decided.last()) {
-            (Overlap::AllowAll, _) => None,
-            (_, Some(_)) => Some(Busy::Decided),
-            // A firing held back (before this pass, or by it) starts first (when the run
-            // before it ended, the buffer's pass starts it): a later firing never overtakes
-            // it, even when that run ended while this pass went on.
-            (Overlap::BufferOne, None) if rec.buffered.is_some() || matches!(buffered, Some(Some(_))) => {
-                Some(Busy::Held)
-            }
-            (_, None) => active(svc, read_last)
+        // The run this firing would overlap: one the pass knows of, or the last run if it
+        // has not ended.
+        let busy = match pass.known_overlap(spec.overlap) {
+            Some(busy) => busy,
+            None => active(svc, read_last)
                 .await?
                 .filter(|p| p.as_str() != thread)
                 .map(Busy::Running),
         };
+        if let Some(prev) = pass.decide(spec.overlap, busy, thread, at) {
+            let reason = format!("schedule {id}: the firing at {at} cancels the previous run");
+            let _ = svc.store.cancel(&prev, &reason).await?;
+        }
+    }
+    if svc.publisher.failpoints().check(BEFORE_ADVANCE).await.is_err() {
+        return Ok(Fired::Stayed);
+    }
+    if svc
+        .store
+        .schedule_advance(id, next, &pass.advance(new_next, read_last))
+        .await?
+    {
+        if !pass.decided.is_empty() || pass.skipped > 0 {
+            info!(schedule = %id, fired = pass.decided.len(), skipped = pass.skipped, next = ?new_next, "schedule fired");
+        }
+        rec.pending = pass.decided;
+        create_pending(svc, &rec).await?;
+    }
+    Ok(Fired::Moved)
+}
+
+/// Schedule `id` as a pass over it at `next` finds it: first creating runs an earlier move
+/// left pending; or what the pass did when it is no longer due at `next` (or paused).
+async fn still_due(svc: &Services, id: &str, next: u64) -> Result<ControlFlow<Fired, ScheduleRecord>, StoreError> {
+    let Some(rec) = svc.store.schedule_get(id).await? else {
+        return Ok(ControlFlow::Break(Fired::Moved));
+    };
+    if rec.next != Some(next) || rec.paused.is_some() {
+        return Ok(ControlFlow::Break(Fired::Moved));
+    }
+    if rec.pending.is_empty() {
+        return Ok(ControlFlow::Continue(rec));
+    }
+    create_pending(svc, &rec).await?;
+    Ok(match svc.store.schedule_get(id).await? {
+        Some(r) if r.pending.is_empty() && r.next == Some(next) => ControlFlow::Continue(r),
+        _ => ControlFlow::Break(Fired::Stayed),
+    })
+}
+
+/// Stops a schedule whose stored spec no longer parses (it will not fire again).
+async fn stop_unparsable(
+    svc: &Services,
+    id: &str,
+    next: u64,
+    read_last: Option<&str>,
+    e: &TimingError,
+) -> Result<Fired, StoreError> {
+    warn!(schedule = %id, error = %e, "a stored schedule no longer parses; it stops");
+    let stop = Advance {
+        read_last,
+        ..Advance::default()
+    };
+    svc.store.schedule_advance(id, next, &stop).await?;
+    Ok(Fired::Moved)
+}
+
+/// The decisions of one pass over a schedule's due firings.
+struct Pass {
+    /// Firings to start (thread id, firing time), oldest first.
+    decided: Vec<(String, u64)>,
+    /// Firings skipped (missed ones included).
+    skipped: u64,
+    /// What becomes of the held firing (see [`Advance::buffered`]).
+    buffered: Option<Option<u64>>,
+    /// A firing was held before this pass.
+    held_before: bool,
+}
+
+impl Pass {
+    /// A pass with `skipped` firings missed so far, nothing decided.
+    fn new(skipped: u64, held_before: bool) -> Self {
+        Self {
+            decided: Vec::new(),
+            skipped,
+            buffered: None,
+            held_before,
+        }
+    }
+
+    /// The run a firing would overlap when the pass knows it without a read: one decided in
+    /// this pass (not created yet), or a held firing; `None`: the last run must be read.
+    /// (allow_all starts every firing: no read.)
+    fn known_overlap(&self, overlap: Overlap) -> Option<Option<Busy>> {
+        match (overlap, self.decided.last()) {
+            (Overlap::AllowAll, _) => Some(None),
+            (_, Some(_)) => Some(Some(Busy::Decided)),
+            // A firing held back (before this pass, or by it) starts first (when the run
+            // before it ended, the buffer's pass starts it): a later firing never overtakes
+            // it, even when that run ended while this pass went on.
+            (Overlap::BufferOne, None) if self.held_before || matches!(self.buffered, Some(Some(_))) => {
+                Some(Some(Busy::Held))
+            }
+            (_, None) => None,
+        }
+    }
+
+    /// Decides firing `at` (run `thread`) by the overlap policy, given the run it overlaps:
+    /// skipped, held, or to start; returns the running run to cancel before it starts.
+    fn decide(&mut self, overlap: Overlap, busy: Option<Busy>, thread: String, at: u64) -> Option<ThreadId> {
+        let mut cancel = None;
         if let Some(prev) = busy {
-            match spec.overlap {
+            match overlap {
                 Overlap::Skip => {
-                    skipped += 1;
-                    continue;
+                    self.skipped += 1;
+                    return None;
                 }
                 Overlap::BufferOne => {
-                    if rec.buffered.is_some() || buffered.is_some() {
-                        skipped += 1;
+                    if self.held_before || self.buffered.is_some() {
+                        self.skipped += 1;
                     } else {
-                        buffered = Some(Some(at));
+                        self.buffered = Some(Some(at));
                     }
-                    continue;
+                    return None;
                 }
                 Overlap::CancelPrevious => match prev {
                     // Not created yet: it is not started at all. (Nothing is held under
                     // this policy.)
                     Busy::Decided | Busy::Held => {
-                        decided.pop();
-                        skipped += 1;
+                        self.decided.pop();
+                        self.skipped += 1;
                     }
-                    Busy::Running(prev) => {
-                        let reason = format!("schedule {id}: the firing at {at} cancels the previous run");
-                        let _ = svc.store.cancel(&prev, &reason).await?;
-                    }
+                    Busy::Running(prev) => cancel = Some(prev),
                 },
                 Overlap::AllowAll => {}
             }
         }
-        decided.push((thread, at));
+        self.decided.push((thread, at));
+        cancel
     }
-    if svc.publisher.failpoints().check(BEFORE_ADVANCE).await.is_err() {
-        return Ok(Fired::Stayed);
-    }
-    let advance = Advance {
-        next: new_next,
-        last: decided.last().map(|(t, at)| (t.as_str(), *at)),
-        fired: decided.len() as u64,
-        skipped,
-        buffered,
-        read_last,
-        pending: &decided,
-    };
-    if svc.store.schedule_advance(id, next, &advance).await? {
-        if !decided.is_empty() || skipped > 0 {
-            info!(schedule = %id, fired = decided.len(), skipped, next = ?new_next, "schedule fired");
+
+    /// The schedule's move: on to `next`, with the runs decided recorded as pending.
+    fn advance<'a>(&'a self, next: Option<u64>, read_last: Option<&'a str>) -> Advance<'a> {
+        Advance {
+            next,
+            last: self.decided.last().map(|(t, at)| (t.as_str(), *at)),
+            fired: self.decided.len() as u64,
+            skipped: self.skipped,
+            buffered: self.buffered,
+            read_last,
+            pending: &self.decided,
         }
-        rec.pending = decided;
-        create_pending(svc, &rec).await?;
     }
-    Ok(Fired::Moved)
 }
 
 /// What one pass over a due schedule did.
@@ -993,7 +1090,7 @@ mod tests {
 
     #[test]
     fn bad_specs_are_refused_with_the_reason() {
-        let e = |s| Timing::of(&s).err().unwrap();
+        let e = |s| Timing::of(&s).err().unwrap().to_string();
         assert!(e(spec(Some("61 * * * *"), None, None)).contains("cron"));
         assert!(e(spec(Some("* * * * *"), None, Some("Mars/Olympus"))).contains("unknown time zone"));
         assert!(e(spec(None, None, None)).contains("exactly one"));

@@ -54,61 +54,14 @@ pub(crate) const OVERDUE_AFTER_MS: u64 = 2_000;
 /// and a sentence saying so.
 pub(crate) fn position(h: &RunHeader, f: &Facts) -> Position {
     let next = h.steps;
-    let overdue = |due: u64| f.now.checked_sub(due).filter(|late| *late > OVERDUE_AFTER_MS);
     let mut p = Position {
         entry: next,
         ..Position::default()
     };
     let text = match h.status {
-        RunStatus::Sleeping if h.wait_effect.is_some() => {
-            let (key, tries) = h.wait_effect.clone().unwrap_or_default();
-            p.kind = Some("effect".into());
-            p.key = Some(key.clone());
-            p.wake_at = h.due;
-            format!("backing off at entry {next}: effect key {key} is held by another run (try {tries})")
-        }
-        RunStatus::Sleeping => match f
-            .last
-            .as_ref()
-            .filter(|e| e.kind == savepoint_core::journal::EntryKind::Sleep)
-        {
-            Some(e) => {
-                let at = next.saturating_sub(1);
-                p.entry = at;
-                p.kind = Some("sleep".into());
-                p.name = Some(e.name.clone());
-                p.wake_at = h.due;
-                format!("sleeping at entry {at} ({:?})", e.name)
-            }
-            None => {
-                p.wake_at = h.due;
-                format!(
-                    "backing off before entry {next}{}",
-                    h.waiting_for.as_deref().map(|w| format!(": {w}")).unwrap_or_default()
-                )
-            }
-        },
-        RunStatus::Waiting => {
-            let (kind, name) = h
-                .wait
-                .as_ref()
-                .map(|w| (w.kind.clone(), w.name.clone()))
-                .unwrap_or_default();
-            p.kind = Some(kind.clone());
-            p.name = Some(name.clone());
-            p.since = Some(h.updated_at);
-            // A wait with a timeout waits until its deadline (its due time).
-            p.wake_at = h.due;
-            let child = h.wait.as_ref().and_then(|w| w.payload["thread_id"].as_str());
-            match h.due {
-                Some(_) if kind == "child" => format!(
-                    "waiting at entry {next} for child run {} to end (woken when it does; looks again at its due time)",
-                    child.unwrap_or("?")
-                ),
-                Some(_) => format!("waiting at entry {next} for {kind} {name:?}, until its deadline"),
-                None => format!("waiting at entry {next} for {kind} {name:?}"),
-            }
-        }
+        RunStatus::Sleeping if h.wait_effect.is_some() => backing_off_on_effect(h, &mut p),
+        RunStatus::Sleeping => sleeping(h, f, &mut p),
+        RunStatus::Waiting => waiting(h, &mut p),
         RunStatus::Pending => {
             p.due_at = h.due;
             match &h.waiting_for {
@@ -116,24 +69,96 @@ pub(crate) fn position(h: &RunHeader, f: &Facts) -> Position {
                 None => format!("queued at entry {next} for a worker"),
             }
         }
-        RunStatus::Running => {
-            p.worker = h.owner.clone();
-            p.lease_until = Some(h.lease_until);
-            let who = h.owner.clone().unwrap_or_default();
-            match f.now.checked_sub(h.lease_until).filter(|late| *late > 0) {
-                Some(late) => format!(
-                    "at entry {next}, but the lease of {who} expired {late} ms ago: the worker is gone and the run \
-                     is handed to another"
-                ),
-                None => format!("running entry {next} on {who}"),
-            }
-        }
+        RunStatus::Running => running(h, f, &mut p),
         RunStatus::Blocked => format!(
             "blocked at entry {next}: {}",
             h.reason.as_deref().unwrap_or("(no reason recorded)")
         ),
         status => format!("{status} after {next} entries"),
     };
+    with_overdue(h, f, p, text)
+}
+
+/// A run sleeping because an effect key it needs is held by another run: the key, and the
+/// sentence.
+fn backing_off_on_effect(h: &RunHeader, p: &mut Position) -> String {
+    let next = h.steps;
+    let (key, tries) = h.wait_effect.clone().unwrap_or_default();
+    p.kind = Some("effect".into());
+    p.key = Some(key.clone());
+    p.wake_at = h.due;
+    format!("backing off at entry {next}: effect key {key} is held by another run (try {tries})")
+}
+
+/// A sleeping run: in the sleep it journaled last, or backing off before its next entry.
+fn sleeping(h: &RunHeader, f: &Facts, p: &mut Position) -> String {
+    let next = h.steps;
+    match f
+        .last
+        .as_ref()
+        .filter(|e| e.kind == savepoint_core::journal::EntryKind::Sleep)
+    {
+        Some(e) => {
+            let at = next.saturating_sub(1);
+            p.entry = at;
+            p.kind = Some("sleep".into());
+            p.name = Some(e.name.clone());
+            p.wake_at = h.due;
+            format!("sleeping at entry {at} ({:?})", e.name)
+        }
+        None => {
+            p.wake_at = h.due;
+            format!(
+                "backing off before entry {next}{}",
+                h.waiting_for.as_deref().map(|w| format!(": {w}")).unwrap_or_default()
+            )
+        }
+    }
+}
+
+/// A waiting run: what it waits for, since when and until when.
+fn waiting(h: &RunHeader, p: &mut Position) -> String {
+    let next = h.steps;
+    let (kind, name) = h
+        .wait
+        .as_ref()
+        .map(|w| (w.kind.clone(), w.name.clone()))
+        .unwrap_or_default();
+    p.kind = Some(kind.clone());
+    p.name = Some(name.clone());
+    p.since = Some(h.updated_at);
+    // A wait with a timeout waits until its deadline (its due time).
+    p.wake_at = h.due;
+    let child = h.wait.as_ref().and_then(|w| w.payload["thread_id"].as_str());
+    match h.due {
+        Some(_) if kind == "child" => format!(
+            "waiting at entry {next} for child run {} to end (woken when it does; looks again at its due time)",
+            child.unwrap_or("?")
+        ),
+        Some(_) => format!("waiting at entry {next} for {kind} {name:?}, until its deadline"),
+        None => format!("waiting at entry {next} for {kind} {name:?}"),
+    }
+}
+
+/// A running run: its worker and lease, and whether the lease has expired.
+fn running(h: &RunHeader, f: &Facts, p: &mut Position) -> String {
+    let next = h.steps;
+    p.worker = h.owner.clone();
+    p.lease_until = Some(h.lease_until);
+    let who = h.owner.clone().unwrap_or_default();
+    match f.now.checked_sub(h.lease_until).filter(|late| *late > 0) {
+        Some(late) => format!(
+            "at entry {next}, but the lease of {who} expired {late} ms ago: the worker is gone and the run \
+             is handed to another"
+        ),
+        None => format!("running entry {next} on {who}"),
+    }
+}
+
+/// The position with its sentence, and how overdue a run waiting for a worker is (said in
+/// the sentence too).
+fn with_overdue(h: &RunHeader, f: &Facts, mut p: Position, text: String) -> Position {
+    let overdue = |due: u64| f.now.checked_sub(due).filter(|late| *late > OVERDUE_AFTER_MS);
     let late = match h.status {
         RunStatus::Sleeping | RunStatus::Pending | RunStatus::Waiting => h.due.and_then(overdue),
         _ => None,
@@ -168,16 +193,7 @@ pub(crate) fn run_view(h: &RunHeader, f: &Facts) -> RunView {
         error: h.error.clone(),
         blocked_reason: h.reason.clone().filter(|_| blocked),
         blocked_effect: h.blocked_effect.clone().filter(|_| blocked),
-        blocked_effect_holder: h
-            .blocked_effect_owner
-            .as_deref()
-            .and_then(Holder::parse)
-            .filter(|_| blocked)
-            .map(|holder| EffectHolder {
-                thread_id: holder.thread,
-                index: holder.index,
-                fence: holder.fence,
-            }),
+        blocked_effect_holder: effect_holder(h).filter(|_| blocked),
         cancel_reason: h.reason.clone().filter(|_| h.status == RunStatus::Cancelled),
         next: next_names(h),
         interrupts: interrupts(h),
@@ -187,25 +203,14 @@ pub(crate) fn run_view(h: &RunHeader, f: &Facts) -> RunView {
             payload: shown(&w.payload),
         }),
         waiting_for: h.waiting_for.clone().filter(|_| runnable),
-        waiting_on_effect: h
-            .wait_effect
-            .as_ref()
-            .filter(|_| runnable)
-            .map(|(key, tries)| WaitingOnEffect {
-                key: key.clone(),
-                tries: *tries,
-            }),
+        waiting_on_effect: waiting_on_effect(h).filter(|_| runnable),
         crashes: Some(h.crashes).filter(|n| *n > 0),
         crashed_by: h.crashed_by.clone().filter(|_| h.crashes > 0),
         due_at: h.due,
         deadline_at: h.deadline,
         queue: h.queue.clone(),
         home_queue: h.home_queue.clone(),
-        flow: h.flow.as_ref().map(|f| super::model::FlowView {
-            key: f.key.clone(),
-            limit: f.limit,
-            rate_per_sec: f.rate,
-        }),
+        flow: flow_view(h),
         priority: Some(h.priority).filter(|p| *p > 0),
         forked_from: h.forked_from.as_ref().map(|(thread, n)| super::model::Lineage {
             thread_id: thread.clone(),
@@ -217,20 +222,53 @@ pub(crate) fn run_view(h: &RunHeader, f: &Facts) -> RunView {
             thread_id: p.thread.to_string(),
             index: p.index,
         }),
-        children: h
-            .children
-            .iter()
-            .map(|c| super::model::ChildView {
-                index: c.index,
-                thread_id: c.thread.to_string(),
-                on_parent_cancel: c.on_parent_cancel.as_str().to_owned(),
-            })
-            .collect(),
+        children: child_views(h),
         created_at: h.created_at,
         updated_at: h.updated_at,
         // Only a run that ended has finished (a blocked run is resumed after a fix).
         finished_at: h.finished_at.filter(|_| h.status.is_final()),
     }
+}
+
+/// The holder of the effect key a run is blocked on, as recorded.
+fn effect_holder(h: &RunHeader) -> Option<EffectHolder> {
+    h.blocked_effect_owner
+        .as_deref()
+        .and_then(Holder::parse)
+        .map(|holder| EffectHolder {
+            thread_id: holder.thread,
+            index: holder.index,
+            fence: holder.fence,
+        })
+}
+
+/// The effect key a run backs off on, and its tries.
+fn waiting_on_effect(h: &RunHeader) -> Option<WaitingOnEffect> {
+    h.wait_effect.as_ref().map(|(key, tries)| WaitingOnEffect {
+        key: key.clone(),
+        tries: *tries,
+    })
+}
+
+/// A run's flow control as stored.
+fn flow_view(h: &RunHeader) -> Option<super::model::FlowView> {
+    h.flow.as_ref().map(|f| super::model::FlowView {
+        key: f.key.clone(),
+        limit: f.limit,
+        rate_per_sec: f.rate,
+    })
+}
+
+/// The child runs a run started.
+fn child_views(h: &RunHeader) -> Vec<super::model::ChildView> {
+    h.children
+        .iter()
+        .map(|c| super::model::ChildView {
+            index: c.index,
+            thread_id: c.thread.to_string(),
+            on_parent_cancel: c.on_parent_cancel.as_str().to_owned(),
+        })
+        .collect()
 }
 
 /// One journal entry as shown by history and export.

@@ -136,6 +136,102 @@ fn header_from_values(
     RunHeader::from_fields(thread, &fields).map(Some)
 }
 
+/// A run found in a listing index: its score, partition and thread id.
+type Candidate = (u64, u16, String);
+
+/// Where a [`ScriptStore::list_page`] scan is: its bounds, the last run it looked at and the
+/// runs it kept.
+struct PageScan<'f> {
+    /// What the page keeps.
+    filter: &'f ListFilter,
+    /// Lowest index score read (`from`, or `-inf`).
+    min: String,
+    /// Highest index score read (`until`, on the creation index only).
+    until: Option<u64>,
+    /// Runs read from every partition per round.
+    chunk: usize,
+    /// Runs the page holds at most.
+    limit: usize,
+    /// Run headers read at most.
+    scan_cap: usize,
+    /// The last run looked at.
+    cursor: Option<PageCursor>,
+    /// Run headers read so far.
+    read: usize,
+    /// The runs kept.
+    out: Vec<RunHeader>,
+    /// The cursor of the next page, once the page is full.
+    next: Option<PageCursor>,
+}
+
+impl<'f> PageScan<'f> {
+    /// A scan of the runs before `before` matching `filter`, nothing read yet.
+    fn new(filter: &'f ListFilter, before: Option<&PageCursor>, limit: usize, scan_cap: usize) -> Self {
+        // Blocked and waiting runs are read from their own indexes, scored by when they stopped
+        // (never before they were created, so `from` still bounds the scan there); elsewhere
+        // the score is the creation time, which `until` bounds too.
+        let own_index = matches!(filter.status, Some(RunStatus::Blocked | RunStatus::Waiting));
+        Self {
+            filter,
+            min: filter.from.map(|t| t.to_string()).unwrap_or_else(|| "-inf".into()),
+            until: filter.until.filter(|_| !own_index),
+            // Each round takes, from every partition, all runs tied with the cursor's score that
+            // come after it and the next `chunk` runs below that score; the newest `chunk` of
+            // those are the next `chunk` runs overall (a run among them is among its partition's
+            // own next `chunk`).
+            chunk: limit.clamp(10, 200),
+            limit,
+            scan_cap,
+            cursor: before.cloned(),
+            read: 0,
+            out: Vec::new(),
+            next: None,
+        }
+    }
+
+    /// The cursor, when runs tied with its score may still follow it (it is within `until`).
+    fn tie(&self) -> Option<&PageCursor> {
+        self.cursor.as_ref().filter(|c| self.until.is_none_or(|u| c.at <= u))
+    }
+
+    /// The highest score of the runs below the tie (exclusive of a tied cursor's score).
+    fn upper(&self) -> String {
+        match (self.tie(), &self.cursor, self.until) {
+            (Some(c), _, _) => format!("({}", c.at),
+            (None, Some(c), Some(u)) => c.at.min(u).to_string(),
+            (None, None, Some(u)) => u.to_string(),
+            (None, _, None) => "+inf".into(),
+        }
+    }
+
+    /// The newest `chunk` runs after the cursor among the partitions' replies to
+    /// [`ScriptStore::page_candidates`] (one or, with a tie, two replies a partition).
+    fn candidates(&self, replies: Vec<Vec<(String, u64)>>) -> Vec<Candidate> {
+        let per = if self.tie().is_some() { 2 } else { 1 };
+        let mut candidates: Vec<Candidate> = Vec::new();
+        for (i, ids) in replies.into_iter().enumerate() {
+            let p = (i / per) as u16;
+            candidates.extend(
+                ids.into_iter()
+                    .map(|(id, at)| (at, p, id))
+                    .filter(|(at, _, id)| self.cursor.as_ref().is_none_or(|c| c.is_after(*at, id))),
+            );
+        }
+        candidates.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.2.cmp(&a.2)));
+        candidates.truncate(self.chunk);
+        candidates
+    }
+
+    /// True when a run's header does not match the filter's status, workflow or creation
+    /// time bounds.
+    fn rejects(&self, h: &RunHeader) -> bool {
+        self.filter.status.is_some_and(|s| s != h.status)
+            || self.filter.workflow.as_deref().is_some_and(|w| w != h.workflow)
+            || self.filter.from.is_some_and(|f| h.created_at < f)
+            || self.filter.until.is_some_and(|u| h.created_at > u)
+    }
+}
+
 impl ScriptStore {
     /// A run's header and journal, if it exists.
     pub async fn get(&self, thread: &ThreadId) -> Result<Option<(RunHeader, Vec<Entry>)>, StoreError> {
@@ -259,108 +355,111 @@ impl ScriptStore {
         limit: usize,
         scan_cap: usize,
     ) -> Result<(Vec<RunHeader>, Option<PageCursor>), StoreError> {
-        let status = filter.status;
-        // Blocked and waiting runs are read from their own indexes, scored by when they stopped
-        // (never before they were created, so `from` still bounds the scan there); elsewhere
-        // the score is the creation time, which `until` bounds too.
-        let own_index = matches!(status, Some(RunStatus::Blocked | RunStatus::Waiting));
-        let index = |p: u16| match status {
-            Some(s @ (RunStatus::Blocked | RunStatus::Waiting)) => self.keys.status_index(p, s.as_str()),
-            _ => self.keys.index(p),
-        };
-        let min = filter.from.map(|t| t.to_string()).unwrap_or_else(|| "-inf".into());
-        let until = filter.until.filter(|_| !own_index);
-        let (mut out, mut read, mut next) = (Vec::new(), 0usize, None);
-        // Each round takes, from every partition, all runs tied with the cursor's score that
-        // come after it and the next `chunk` runs below that score; the newest `chunk` of
-        // those are the next `chunk` runs overall (a run among them is among its partition's
-        // own next `chunk`).
-        let chunk = limit.clamp(10, 200);
-        let mut cursor = before.cloned();
-        'rounds: loop {
-            let tie = cursor.as_ref().filter(|c| until.is_none_or(|u| c.at <= u));
-            let upper = match (tie, &cursor, until) {
-                (Some(c), _, _) => format!("({}", c.at),
-                (None, Some(c), Some(u)) => c.at.min(u).to_string(),
-                (None, None, Some(u)) => u.to_string(),
-                (None, _, None) => "+inf".into(),
-            };
-            let mut pipe = redis::pipe();
-            for p in 0..self.keys.partitions() {
-                if let Some(c) = tie {
-                    pipe.cmd("ZREVRANGEBYSCORE")
-                        .arg(index(p))
-                        .arg(c.at)
-                        .arg(c.at)
-                        .arg("WITHSCORES");
-                }
-                pipe.cmd("ZREVRANGEBYSCORE")
-                    .arg(index(p))
-                    .arg(&upper)
-                    .arg(&min)
-                    .arg("WITHSCORES")
-                    .arg("LIMIT")
-                    .arg(0)
-                    .arg(chunk);
-            }
-            let replies: Vec<Vec<(String, u64)>> = self.engine.pipeline(&pipe).await?;
-            let per = if tie.is_some() { 2 } else { 1 };
-            let mut candidates: Vec<(u64, u16, String)> = Vec::new();
-            for (i, ids) in replies.into_iter().enumerate() {
-                let p = (i / per) as u16;
-                candidates.extend(
-                    ids.into_iter()
-                        .map(|(id, at)| (at, p, id))
-                        .filter(|(at, _, id)| cursor.as_ref().is_none_or(|c| c.is_after(*at, id))),
-                );
-            }
+        let mut scan = PageScan::new(filter, before, limit, scan_cap);
+        loop {
+            let candidates = self.page_candidates(&scan).await?;
             if candidates.is_empty() {
                 break;
             }
-            candidates.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.2.cmp(&a.2)));
-            candidates.truncate(chunk);
-            // This round's headers in one round trip.
-            let mut pipe = redis::pipe();
-            for (_, p, id) in &candidates {
-                pipe.cmd("HMGET").arg(self.keys.run_in(*p, id)).arg(&HEADER_FIELDS[..]);
-            }
-            let headers: Vec<Vec<Option<Vec<u8>>>> = self.engine.pipeline(&pipe).await?;
-            let mut expired = Vec::new();
-            for ((at, p, id), values) in candidates.into_iter().zip(headers) {
-                if out.len() >= limit || read >= scan_cap {
-                    next = cursor.clone();
-                    break;
-                }
-                cursor = Some(PageCursor { at, thread: id.clone() });
-                read += 1;
-                let Ok(thread) = ThreadId::new(id.clone()) else {
-                    continue;
-                };
-                if filter.prefix.as_deref().is_some_and(|pre| !id.starts_with(pre)) {
-                    continue;
-                }
-                let Some(h) = header_from_values(self, &thread, values)? else {
-                    expired.push((p, id));
-                    continue;
-                };
-                if status.is_some_and(|s| s != h.status)
-                    || filter.workflow.as_deref().is_some_and(|w| w != h.workflow)
-                    || filter.from.is_some_and(|f| h.created_at < f)
-                    || filter.until.is_some_and(|u| h.created_at > u)
-                {
-                    continue;
-                }
-                out.push(h);
-            }
-            // Index entries whose run has expired.
-            for (p, id) in expired {
-                let _: i64 = self.engine.query(redis::cmd("ZREM").arg(index(p)).arg(&id)).await?;
-            }
-            if next.is_some() {
-                break 'rounds;
+            let headers = self.page_headers(&candidates).await?;
+            let expired = self.page_keep(&mut scan, candidates, headers)?;
+            self.drop_expired(filter.status, expired).await?;
+            if scan.next.is_some() {
+                break;
             }
         }
-        Ok((out, next))
+        Ok((scan.out, scan.next))
+    }
+
+    /// The index a listing of `status` reads in partition `p`: blocked and waiting runs have
+    /// their own, every other status the creation index.
+    fn page_index(&self, status: Option<RunStatus>, p: u16) -> String {
+        match status {
+            Some(s @ (RunStatus::Blocked | RunStatus::Waiting)) => self.keys.status_index(p, s.as_str()),
+            _ => self.keys.index(p),
+        }
+    }
+
+    /// One round's candidates: from every partition, the runs tied with the cursor's score
+    /// that come after it and the next `chunk` runs below that score; the newest `chunk`.
+    async fn page_candidates(&self, scan: &PageScan<'_>) -> Result<Vec<Candidate>, StoreError> {
+        let tie = scan.tie();
+        let upper = scan.upper();
+        let mut pipe = redis::pipe();
+        for p in 0..self.keys.partitions() {
+            let index = self.page_index(scan.filter.status, p);
+            if let Some(c) = tie {
+                pipe.cmd("ZREVRANGEBYSCORE")
+                    .arg(&index)
+                    .arg(c.at)
+                    .arg(c.at)
+                    .arg("WITHSCORES");
+            }
+            pipe.cmd("ZREVRANGEBYSCORE")
+                .arg(&index)
+                .arg(&upper)
+                .arg(&scan.min)
+                .arg("WITHSCORES")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(scan.chunk);
+        }
+        let replies: Vec<Vec<(String, u64)>> = self.engine.pipeline(&pipe).await?;
+        Ok(scan.candidates(replies))
+    }
+
+    /// The header values of a round's candidates (`HMGET`), in one round trip.
+    async fn page_headers(&self, candidates: &[Candidate]) -> Result<Vec<Vec<Option<Vec<u8>>>>, StoreError> {
+        let mut pipe = redis::pipe();
+        for (_, p, id) in candidates {
+            pipe.cmd("HMGET").arg(self.keys.run_in(*p, id)).arg(&HEADER_FIELDS[..]);
+        }
+        self.engine.pipeline(&pipe).await
+    }
+
+    /// Goes through a round's runs in order until the page is full, keeping those that match
+    /// the filter; returns the index entries (partition, thread id) whose run has expired.
+    fn page_keep(
+        &self,
+        scan: &mut PageScan<'_>,
+        candidates: Vec<Candidate>,
+        headers: Vec<Vec<Option<Vec<u8>>>>,
+    ) -> Result<Vec<(u16, String)>, StoreError> {
+        let mut expired = Vec::new();
+        for ((at, p, id), values) in candidates.into_iter().zip(headers) {
+            if scan.out.len() >= scan.limit || scan.read >= scan.scan_cap {
+                scan.next = scan.cursor.clone();
+                break;
+            }
+            scan.cursor = Some(PageCursor { at, thread: id.clone() });
+            scan.read += 1;
+            let Ok(thread) = ThreadId::new(id.clone()) else {
+                continue;
+            };
+            if scan.filter.prefix.as_deref().is_some_and(|pre| !id.starts_with(pre)) {
+                continue;
+            }
+            let Some(h) = header_from_values(self, &thread, values)? else {
+                expired.push((p, id));
+                continue;
+            };
+            if scan.rejects(&h) {
+                continue;
+            }
+            scan.out.push(h);
+        }
+        Ok(expired)
+    }
+
+    /// Removes index entries whose run has expired from the index a listing of `status` reads.
+    async fn drop_expired(&self, status: Option<RunStatus>, expired: Vec<(u16, String)>) -> Result<(), StoreError> {
+        for (p, id) in expired {
+            let _: i64 = self
+                .engine
+                .query(redis::cmd("ZREM").arg(self.page_index(status, p)).arg(&id))
+                .await?;
+        }
+        Ok(())
     }
 
     /// Runs by status among the newest `cap` runs of the creation index (blocked and waiting

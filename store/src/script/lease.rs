@@ -1,0 +1,204 @@
+//! What a lease holder writes: journal entries, the end of a slice or of the run, heartbeats,
+//! events and bookkeeping fields.
+
+use super::{ms, ScriptStore, Suspend, Suspended};
+use crate::model::{Finish, Lease};
+use crate::StoreError;
+use savepoint_core::journal::Entry;
+
+impl ScriptStore {
+    /// Appends journal entry `index` and extends the lease (one round trip per live step).
+    /// An effect entry also clears the run's record of the key at that index.
+    pub async fn commit(
+        &self,
+        lease: &mut Lease,
+        index: u32,
+        entry: &Entry,
+        event: (&str, &str),
+        consume_signal: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let settles = if entry.kind == savepoint_core::journal::EntryKind::Effect {
+            index.to_string()
+        } else {
+            String::new()
+        };
+        let mut inv = Self::fenced(&self.scripts.commit, lease);
+        inv.arg(index)
+            .arg(self.seal_entry(&lease.thread, index, entry))
+            .arg(ms(self.cfg.lease))
+            .arg(ms(self.cfg.grace));
+        inv.arg(self.cfg.event_cap)
+            .arg(event.0)
+            .arg(event.1)
+            .arg(consume_signal.unwrap_or(""))
+            .arg(settles)
+            .arg(if entry.attempts > 1 { "1" } else { "" });
+        let r = self.invoke(&inv).await?;
+        if r.tag() == "ok" {
+            lease.version = r.num(1);
+            Ok(())
+        } else {
+            Err(self.rejected(lease, &r))
+        }
+    }
+
+    /// Ends a slice without ending the run: sleeping, waiting or pending (yield / retry later).
+    #[tracing::instrument(level = "debug", name = "suspend", skip_all, fields(run.status = how.status.as_str()))]
+    pub async fn suspend(
+        &self,
+        lease: &mut Lease,
+        entry: Option<(u32, &Entry)>,
+        how: Suspend<'_>,
+        event: (&str, &str),
+    ) -> Result<Suspended, StoreError> {
+        let mut inv = Self::fenced(&self.scripts.suspend, lease);
+        self.entry_args(&mut inv, &lease.thread, entry);
+        inv.arg(how.status.as_str())
+            .arg(how.due_in.map(|d| ms(d).to_string()).unwrap_or_default());
+        match how.wait {
+            Some(w) => inv.arg(&w.kind).arg(&w.name).arg(
+                self.seal_run(&lease.thread, "wait_payload", &w.payload.to_string())
+                    .as_ref(),
+            ),
+            None => inv.arg("").arg("").arg(""),
+        };
+        let event = self.seal_event(&lease.thread, event.0, event.1);
+        inv.arg(self.cfg.event_cap)
+            .arg(event.0)
+            .arg(event.1)
+            .arg(ms(self.cfg.redeliver));
+        match how.backoff_on {
+            Some((key, n)) => inv.arg(key).arg(n),
+            None => inv.arg("").arg(""),
+        };
+        inv.arg(how.drop_begin.map(|i| i.to_string()).unwrap_or_default())
+            .arg(how.queue.unwrap_or(""));
+        let r = self.invoke(&inv).await?;
+        match r.tag().as_str() {
+            tag @ ("ok" | "woke") => {
+                lease.version = r.num(1);
+                let due = Some(r.num(2)).filter(|d| *d > 0);
+                Ok(Suspended {
+                    woke: tag == "woke",
+                    due,
+                    rv: r.num(3),
+                })
+            }
+            _ => Err(self.rejected(lease, &r)),
+        }
+    }
+
+    /// Ends the run (completed, failed) or stops it (blocked), optionally with a last entry.
+    #[tracing::instrument(level = "debug", name = "finish", skip_all, fields(run.status = how.status().as_str()))]
+    pub async fn finish(
+        &self,
+        lease: &mut Lease,
+        entry: Option<(u32, &Entry)>,
+        how: Finish<'_>,
+        event: (&str, &str),
+    ) -> Result<(), StoreError> {
+        let mut inv = Self::fenced(&self.scripts.finish, lease);
+        self.entry_args(&mut inv, &lease.thread, entry);
+        let (output, error, reason, effect) = match how {
+            Finish::Completed(o) => (o.to_string(), "", "", None),
+            Finish::Failed(e) => (String::new(), e, "", None),
+            Finish::Blocked { reason, effect } => (String::new(), "", reason, effect),
+            Finish::Rejected { reason, .. } => (String::new(), "", reason, None),
+        };
+        let t = &lease.thread;
+        inv.arg(how.status().as_str())
+            .arg(self.seal_run(t, "output", &output).as_ref());
+        inv.arg(self.seal_run(t, "error", error).as_ref())
+            .arg(self.seal_run(t, "reason", reason).as_ref())
+            .arg(effect.map(|e| e.0).unwrap_or(""));
+        let event = self.seal_event(t, event.0, event.1);
+        inv.arg(ms(self.cfg.retention))
+            .arg(self.cfg.event_cap)
+            .arg(event.0)
+            .arg(event.1);
+        inv.arg(effect.map(|e| e.1.token()).unwrap_or_default());
+        match how {
+            Finish::Rejected { wait, consumed, .. } => inv.arg(consumed).arg(&wait.kind).arg(&wait.name).arg(
+                self.seal_run(&lease.thread, "wait_payload", &wait.payload.to_string())
+                    .as_ref(),
+            ),
+            _ => inv.arg("").arg("").arg("").arg(""),
+        };
+        let r = self.invoke(&inv).await?;
+        if r.tag() == "ok" {
+            lease.version = r.num(1);
+            Ok(())
+        } else {
+            Err(self.rejected(lease, &r))
+        }
+    }
+
+    /// Extends the lease; returns the new expiry (server ms).
+    pub async fn heartbeat(&self, lease: &Lease) -> Result<u64, StoreError> {
+        let k = &lease.keys;
+        let mut inv = self.scripts.heartbeat.prepare_invoke();
+        inv.key(&k.run).key(&k.due);
+        inv.arg(lease.thread.as_str()).arg(&lease.owner).arg(lease.fence);
+        inv.arg(ms(self.cfg.lease)).arg(ms(self.cfg.grace));
+        let r = self.invoke(&inv).await?;
+        if r.tag() == "ok" {
+            Ok(r.num(1))
+        } else {
+            Err(self.rejected(lease, &r))
+        }
+    }
+
+    /// Records an event for a run the caller holds.
+    pub async fn event(&self, lease: &Lease, typ: &str, detail: &str) -> Result<(), StoreError> {
+        self.event_with(lease, typ, detail, None).await
+    }
+
+    /// Records that attempt `attempt` of the call at journal `index` failed and is retried
+    /// (a `retried` event), and keeps the count in the run (`t:<index>`), so a later slice
+    /// goes on from the next attempt instead of starting the retry budget over.
+    pub async fn retried(&self, lease: &Lease, index: u32, attempt: u32, detail: &str) -> Result<(), StoreError> {
+        self.event_with(lease, "retried", detail, Some((index, attempt))).await
+    }
+
+    async fn event_with(
+        &self,
+        lease: &Lease,
+        typ: &str,
+        detail: &str,
+        tries: Option<(u32, u32)>,
+    ) -> Result<(), StoreError> {
+        let k = &lease.keys;
+        let mut inv = self.scripts.event.prepare_invoke();
+        inv.key(&k.run).key(&k.events);
+        let (typ, detail) = self.seal_event(&lease.thread, typ, detail);
+        inv.arg(&lease.owner)
+            .arg(lease.fence)
+            .arg(self.cfg.event_cap)
+            .arg(typ)
+            .arg(detail);
+        match tries {
+            Some((index, attempt)) => inv.arg(index).arg(attempt),
+            None => inv.arg("").arg(""),
+        };
+        let r = self.invoke(&inv).await?;
+        if r.tag() == "ok" {
+            Ok(())
+        } else {
+            Err(self.rejected(lease, &r))
+        }
+    }
+
+    /// Sets a bookkeeping field of a run the caller holds (e.g. `cur`, the live call after a
+    /// crash, so a poison run's reason can name it).
+    pub async fn note(&self, lease: &Lease, field: &str, value: &str) -> Result<(), StoreError> {
+        let mut inv = self.scripts.note.prepare_invoke();
+        inv.key(&lease.keys.run);
+        inv.arg(&lease.owner).arg(lease.fence).arg(field).arg(value);
+        let r = self.invoke(&inv).await?;
+        if r.tag() == "ok" {
+            Ok(())
+        } else {
+            Err(self.rejected(lease, &r))
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The store handle: its connection, settings and the script plumbing every operation shares.
+
+use crate::RedisResultExt;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::reply::Reply;
+use super::scripts::{self, Scripts};
+use super::StoreConfig;
+use crate::cluster;
+use crate::engine::{Conn, Engine, Invocation};
+#[cfg(feature = "embedded")]
+use crate::mem::{self, MemEngine};
+use crate::model::Lease;
+use crate::StoreError;
+use savepoint_core::ids::ThreadId;
+use savepoint_core::journal::Entry;
+use savepoint_core::keys::Keys;
+
+/// The checkpoint store. Cheap to clone. On Redis: one multiplexed, auto-reconnecting
+/// connection; embedded: a shared handle on the in-process engine.
+#[derive(Clone)]
+pub struct ScriptStore {
+    pub(super) engine: Engine,
+    pub(super) keys: Keys,
+    pub(super) cfg: StoreConfig,
+    pub(super) scripts: Arc<Scripts>,
+    /// The namespace's naming secret, once read (`naming.rs`).
+    pub(super) naming: Arc<tokio::sync::OnceCell<[u8; 32]>>,
+}
+
+/// A duration in whole milliseconds (the scripts' unit).
+pub(super) fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+impl ScriptStore {
+    /// Connects (the connection manager reconnects with exponential backoff on its own).
+    /// `mem://NAME` opens the process-wide embedded instance `NAME` instead of a server;
+    /// `redis+cluster://host:port,…` a Redis Cluster through its seed nodes.
+    pub async fn connect(url: &str, keys: Keys, cfg: StoreConfig) -> Result<Self, StoreError> {
+        if let Some(name) = savepoint_core::mem::instance_name(url) {
+            #[cfg(feature = "embedded")]
+            return Ok(Self::embedded(mem::engine(name), keys, cfg));
+            #[cfg(not(feature = "embedded"))]
+            return Err(StoreError::Unsupported(format!(
+                "the store URL names the embedded engine ({name}), which this build leaves out \
+                 (savepoint-store's feature `embedded`)"
+            )));
+        }
+        let conn = match cluster::seed_urls(url) {
+            Some(seeds) => Conn::Cluster(cluster::ClusterConn::connect(seeds?, cfg.command_timeout, &cfg.tls).await?),
+            None => {
+                let client = if url.starts_with("rediss://") {
+                    crate::tls::install_crypto_provider();
+                    redis::Client::build_with_tls(url, crate::tls::redis_certs(&cfg.tls)).store()?
+                } else {
+                    redis::Client::open(url).store()?
+                };
+                let mcfg = ConnectionManagerConfig::new()
+                    .set_min_delay(Duration::from_millis(50))
+                    .set_max_delay(Duration::from_secs(2))
+                    .set_number_of_retries(6)
+                    .set_connection_timeout(Some(cfg.command_timeout.max(Duration::from_millis(500))))
+                    .set_response_timeout(Some(cfg.command_timeout));
+                Conn::Redis(ConnectionManager::new_with_config(client, mcfg).await.store()?)
+            }
+        };
+        Ok(Self::on(conn, keys, cfg))
+    }
+
+    /// A store on an embedded engine (the same scripts, run in-process).
+    #[cfg(feature = "embedded")]
+    pub fn embedded(engine: Arc<MemEngine>, keys: Keys, cfg: StoreConfig) -> Self {
+        Self::on(Conn::Mem(engine), keys, cfg)
+    }
+
+    fn on(conn: Conn, keys: Keys, cfg: StoreConfig) -> Self {
+        Self {
+            engine: Engine {
+                conn,
+                ack: cfg.replica_ack,
+            },
+            keys,
+            cfg,
+            scripts: Arc::new(Scripts::new()),
+            naming: Arc::default(),
+        }
+    }
+
+    /// The embedded engine this store runs on, if it is not Redis.
+    #[cfg(feature = "embedded")]
+    pub fn mem_engine(&self) -> Option<&Arc<MemEngine>> {
+        match &self.engine.conn {
+            Conn::Mem(m) => Some(m),
+            Conn::Redis(_) | Conn::Cluster(_) => None,
+        }
+    }
+
+    /// True when the store runs on a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.engine.conn, Conn::Cluster(_))
+    }
+
+    /// Runs one plain command (demo effects, the load generator, tests).
+    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
+        self.engine.query(cmd).await
+    }
+
+    /// Runs a pipeline of plain commands in one round trip and converts the replies.
+    pub async fn pipeline<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T, StoreError> {
+        self.engine.pipeline(pipe).await
+    }
+
+    /// The key layout.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// The timing settings.
+    pub fn config(&self) -> &StoreConfig {
+        &self.cfg
+    }
+
+    /// A script invocation for a lease holder: the run's four keys, then thread, owner,
+    /// fence and the version read (the compare-and-swap and fencing arguments).
+    pub(super) fn fenced<'a>(script: &'a scripts::ScriptDef, lease: &Lease) -> Invocation<'a> {
+        let k = &lease.keys;
+        let mut inv = script.prepare_invoke();
+        inv.key(&k.run).key(&k.due).key(&k.events).key(&k.signals);
+        inv.key(&k.blocked).key(&k.waiting);
+        inv.arg(lease.thread.as_str())
+            .arg(&lease.owner)
+            .arg(lease.fence)
+            .arg(lease.version);
+        inv
+    }
+
+    /// Optional journal entry arguments: index and (sealed) bytes, or two empty strings.
+    pub(super) fn entry_args(&self, inv: &mut Invocation<'_>, thread: &ThreadId, entry: Option<(u32, &Entry)>) {
+        match entry {
+            Some((i, e)) => inv.arg(i).arg(self.seal_entry(thread, i, e)),
+            None => inv.arg("").arg(""),
+        };
+    }
+
+    pub(super) async fn invoke(&self, inv: &Invocation<'_>) -> Result<Reply, StoreError> {
+        Reply::new(self.engine.eval(inv).await?)
+    }
+
+    pub(crate) fn rejected(&self, lease: &Lease, r: &Reply) -> StoreError {
+        let thread = lease.thread.to_string();
+        match r.tag().as_str() {
+            "missing" => StoreError::Missing(thread),
+            "fenced" => StoreError::Fenced {
+                thread,
+                status: r.text(1),
+                owner: r.text(2),
+                fence: r.text(3),
+            },
+            "conflict" => StoreError::Conflict {
+                thread,
+                version: r.text(1),
+            },
+            "index" => StoreError::Index {
+                thread,
+                steps: r.num(1) as u32,
+            },
+            "unused" => StoreError::UnusedIntent {
+                index: r.num(1) as u32,
+                fence: r.num(2),
+            },
+            other => StoreError::Reply(format!("unexpected reply {other:?}")),
+        }
+    }
+}
