@@ -575,7 +575,7 @@ async fn wait(client: &ApiClient, json: bool, thread: &str, timeout: Option<f64>
     let v = loop {
         // One long poll at a time, each shorter than the client's 30 s request timeout.
         let left = deadline.map_or(25.0, |d| d.saturating_duration_since(Instant::now()).as_secs_f64());
-        let v = client.result(thread, left.min(25.0)).await?;
+        let v = client.await_result(thread, left.min(25.0)).await?;
         let ended = wait_code(v["status"].as_str().unwrap_or("")).is_some();
         if ended || deadline.is_some_and(|d| Instant::now() >= d) {
             break v;

@@ -204,9 +204,9 @@ impl ApiClient {
             .await
     }
 
-    /// `GET /v1/runs/{thread}/result?timeout=S`: the run once it has ended or is blocked, or
-    /// as it stands after `timeout_s` seconds.
-    pub async fn result(&self, thread: &str, timeout_s: f64) -> Result<Value, ClientError> {
+    /// `GET /v1/runs/{thread}/result?timeout=S` (operation `await_result`), a long poll: the
+    /// run once it has ended or is blocked, or as it stands after `timeout_s` seconds.
+    pub async fn await_result(&self, thread: &str, timeout_s: f64) -> Result<Value, ClientError> {
         let path = format!("/v1/runs/{}/result?timeout={timeout_s:.3}", encode(thread));
         self.request(Method::GET, &path, None).await
     }

@@ -13,7 +13,7 @@ use super::control::valid_signal_name;
 use super::extract::parse_object;
 use super::extract::thread_id;
 use super::model::{CancelBody, ResolveBody, StartRequest, ValueBody};
-use super::result::ResultQuery;
+use super::await_result::ResultQuery;
 use super::runs::ListQuery;
 use super::ApiError;
 

@@ -21,7 +21,7 @@ pub mod fuzzing;
 mod lineage;
 mod model;
 mod ops;
-mod result;
+mod await_result;
 mod routes;
 mod runs;
 pub(crate) mod schedules;

@@ -3,7 +3,7 @@
 
 use axum::http::StatusCode;
 
-use super::{control, doctor, lineage, result, runs, schedules, spec, ApiError, ApiState};
+use super::{await_result, control, doctor, lineage, runs, schedules, spec, ApiError, ApiState};
 
 /// A handler's answer: a status with a typed JSON body, or an [`ApiError`].
 pub(crate) type Reply<T> = Result<(StatusCode, axum::Json<T>), ApiError>;
@@ -33,7 +33,7 @@ pub(super) fn api_routes() -> utoipa_axum::router::OpenApiRouter<ApiState> {
         .routes(routes!(runs::history))
         .routes(routes!(doctor::diagnosis))
         .routes(routes!(runs::export))
-        .routes(routes!(result::result))
+        .routes(routes!(await_result::await_result))
         .routes(routes!(control::resume))
         .routes(routes!(control::signal))
         .routes(routes!(control::cancel))

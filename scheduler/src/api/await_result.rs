@@ -60,7 +60,7 @@ fn parse_timeout(raw: Option<&str>) -> Result<Duration, ApiError> {
         (status = 202, description = "The timeout passed first: the run as it stands", body = RunView),
     )
 )]
-pub(crate) async fn result(
+pub(crate) async fn await_result(
     State(st): State<ApiState>,
     ApiPath(raw): ApiPath<String>,
     ApiQuery(q): ApiQuery<ResultQuery>,
