@@ -1,12 +1,11 @@
-//! The API's request and response bodies as types: the scheduler's handlers take and return
-//! them, a client reads and writes them, and with the feature `openapi` they describe
-//! themselves (`utoipa::ToSchema`): the OpenAPI document (`/openapi.json`,
-//! `docs/openapi.json`) is generated from the same types, so the published contract cannot
-//! drift from what the server sends.
+//! Runs: start, view, history, export, list, and the bodies and answers of the calls that
+//! steer a run (resume, signal, cancel, retry, fork, restart, resolve).
 
 use savepoint::core::model::RunStatus;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use super::numbers::{whole_u32, whole_u64_opt};
 
 /// Every error: a sentence saying what was wrong and, where there is one, what to do.
 #[derive(Debug, Serialize, Deserialize)]
@@ -81,7 +80,10 @@ pub struct StartRequest {
     /// The run's id (idempotency: the same id, workflow and input answer 200 with the run;
     /// another workflow or input is 409). Generated when absent.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9_.:-]{1,128}$", example = "approval-1"))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[A-Za-z0-9_.:-]{1,128}$", example = "approval-1")
+    )]
     pub thread_id: Option<String>,
     /// The run's timeout in seconds: it fails with `timed out: …` if it has not ended this
     /// long after its creation, whatever it is doing then (durable: kept in the run).
@@ -126,7 +128,10 @@ pub struct FlowView {
 pub struct FlowBody {
     /// The key.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128, example = "customer-7"))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 128, example = "customer-7")
+    )]
     pub key: Option<String>,
     /// Where in the input the key is (a JSON Pointer); its value must be a string or a number.
     #[serde(default)]
@@ -142,39 +147,6 @@ pub struct FlowBody {
     pub rate_per_sec: Option<f64>,
 }
 
-/// A JSON integer as a `u32`, also written as a float with no fraction (`2.0`: JSON Schema
-/// counts it an integer, and so do clients that only have doubles).
-pub fn whole_u32<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    whole(d)
-}
-
-/// [`whole_u32`] for a `u64`.
-pub fn whole_u64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    whole(d)
-}
-
-/// [`whole_u64`] for an optional field.
-pub fn whole_u64_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    Option::<serde_json::Number>::deserialize(d)?
-        .map(|n| whole_number(&n).ok_or_else(|| serde::de::Error::custom(format!("expected a whole number, got {n}"))))
-        .transpose()
-}
-
-fn whole_number<T: TryFrom<u64>>(n: &serde_json::Number) -> Option<T> {
-    n.as_u64()
-        .or_else(|| {
-            n.as_f64()
-                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 1.8e19)
-                .map(|f| f as u64)
-        })
-        .and_then(|v| T::try_from(v).ok())
-}
-
-fn whole<'de, D: serde::Deserializer<'de>, T: TryFrom<u64>>(d: D) -> Result<T, D::Error> {
-    let n = serde_json::Number::deserialize(d)?;
-    whole_number(&n).ok_or_else(|| serde::de::Error::custom(format!("expected a whole number in range, got {n}")))
-}
-
 /// Body of `POST /v1/runs/{thread_id}/fork`.
 #[derive(Debug, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -188,7 +160,10 @@ pub struct ForkBody {
     /// The new run's id (generated when absent). Forking again under the same id, from the
     /// same run and entry, answers 200 with that run.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9_.:-]{1,128}$", example = "invoice-1-retake"))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[A-Za-z0-9_.:-]{1,128}$", example = "invoice-1-retake")
+    )]
     pub thread_id: Option<String>,
     /// Effect keys the source recorded at or after `from_step` that the operator wants
     /// performed again (their records are deleted before the fork starts); by default a
@@ -587,7 +562,10 @@ pub struct ValueBody {
     /// A client id (1–128 characters, no control characters) that makes a retried POST
     /// deliver once.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]{1,128}$"))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 128, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]{1,128}$")
+    )]
     pub id: Option<String>,
 }
 
