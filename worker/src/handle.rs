@@ -1,5 +1,6 @@
 //! One delivery: decode → claim → ack → execute the slice (ARCHITECTURE §7).
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use savepoint_broker::Delivery;
@@ -37,6 +38,7 @@ async fn hand_on(shared: &Shared, d: &Delivery, task: &Task, rv: u64) {
     }
 }
 
+/// Dead-letters the message with `reason` (counted under `class`).
 async fn dead_letter(shared: &Shared, d: &Delivery, reason: &str, class: &str) {
     tracing::warn!(reason, "dead-lettering task message");
     inc(&metrics().dead_lettered, &[("reason", class)]);
@@ -45,6 +47,7 @@ async fn dead_letter(shared: &Shared, d: &Delivery, reason: &str, class: &str) {
     }
 }
 
+/// Acks the message.
 async fn settle(d: &Delivery) {
     if let Err(e) = d.ack().await {
         // The broker will redeliver; Redis state makes the duplicate harmless.
@@ -66,91 +69,18 @@ pub(crate) async fn handle_delivery(shared: &Shared, d: Delivery) {
     handle(shared, d).instrument(span).await
 }
 
+/// Handles one delivery: decodes its task, claims the run, reacts to a claim that finds no
+/// work here, acks, and runs the slice.
 async fn handle(shared: &Shared, d: Delivery) {
-    let task = match Task::decode(&d.data) {
-        Ok(t) => t,
-        Err(e) => return dead_letter(shared, &d, &e.to_string(), "undecodable").await,
+    let Some(task) = decode(shared, &d).await else {
+        return;
     };
-    tracing::Span::current().record("thread.id", tracing::field::display(&task.thread));
-    let expected = shared.store.keys().partition(&task.thread);
-    if task.partition != expected {
-        let reason = format!(
-            "task for {} names partition {} but the thread belongs to {expected}",
-            task.thread, task.partition
-        );
-        return dead_letter(shared, &d, &reason, "partition").await;
-    }
-    let claim_span = tracing::info_span!("claim", task.reason = task.reason.as_str());
-    let claimed = match shared
-        .store
-        .claim(&task.thread, shared.incarnation.as_str(), task.step, &shared.served)
-        .instrument(claim_span)
-        .await
-    {
-        Ok(c) => c,
-        Err(e) if e.is_transient() => {
-            tracing::warn!(error = %e, "claim failed (transient); requeueing");
-            inc(&metrics().claims, &[("outcome", "error")]);
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            if let Err(e) = d.requeue().await {
-                tracing::warn!(error = %e, "requeue failed");
-            }
-            return;
-        }
-        Err(e) => return dead_letter(shared, &d, &format!("claim of {} failed: {e}", task.thread), "claim").await,
+    let Some(claimed) = claim(shared, &d, &task).await else {
+        return;
     };
-    let outcome = match &claimed {
-        ClaimOutcome::Claimed(c) if c.takeover => "takeover",
-        ClaimOutcome::Claimed(_) => "claimed",
-        ClaimOutcome::Missing => "missing",
-        ClaimOutcome::Terminal(_) => "terminal",
-        ClaimOutcome::Waiting => "waiting",
-        ClaimOutcome::NotDue(_) => "not_due",
-        ClaimOutcome::Leased(_) => "leased",
-        ClaimOutcome::Stale(_) => "stale",
-        ClaimOutcome::Unserved { .. } => "unserved",
-        ClaimOutcome::Poison(_) => "poison",
-        ClaimOutcome::Misrouted(_) => "misrouted",
-    };
-    match &claimed {
-        ClaimOutcome::Unserved {
-            reason,
-            retry_in_ms,
-            workflow,
-            version,
-            rv,
-            tries,
-        } => {
-            tracing::info!(%reason, retry_in_ms, "not served here: given back untouched");
-            inc(&metrics().unserved, &[]);
-            // A few immediate hops find a serving consumer fast; past that (e.g. the serving
-            // worker just died and its registration has not expired) the back-off applies,
-            // so two workers never ping-pong a run through the queue.
-            if *tries <= MAX_HOPS && shared.served_elsewhere(workflow, *version).await {
-                hand_on(shared, &d, &task, *rv).await;
-            }
-        }
-        ClaimOutcome::Misrouted(queue) => {
-            // Published before the run was routed elsewhere, or by a publisher that did not
-            // know its queue: the task belongs to that queue's consumers.
-            tracing::debug!(%queue, "run routed to another task queue: forwarding the task");
-            let headers: Vec<(String, String)> = d.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-            if let Err(e) = shared.queues.publish(Some(queue), &d.data, &headers).await {
-                tracing::warn!(%queue, error = %e, "forwarding to the run's task queue failed; requeueing");
-                let _ = d.requeue().await;
-                return;
-            }
-            inc(&metrics().published, &[("reason", "forward")]);
-        }
-        ClaimOutcome::Poison(reason) => {
-            if savepoint_runtime::telemetry::outside_spans() {
-                tracing::warn!(thread.id = %task.thread, worker.id = %shared.incarnation, %reason, "poison run blocked");
-            } else {
-                tracing::warn!(%reason, "poison run blocked");
-            }
-            inc(&metrics().blocks, &[("reason", "poison")]);
-        }
-        _ => {}
+    let outcome = outcome_label(&claimed);
+    if react_to_claim(shared, &d, &task, &claimed).await.is_break() {
+        return;
     }
     inc(&metrics().claims, &[("outcome", outcome)]);
     let ClaimOutcome::Claimed(c) = claimed else {
@@ -167,4 +97,118 @@ async fn handle(shared: &Shared, d: Delivery) {
         return;
     }
     execute(shared, *c).await;
+}
+
+/// The delivery's task, once it decodes and names the right partition; else the message is
+/// dead-lettered.
+async fn decode(shared: &Shared, d: &Delivery) -> Option<Task> {
+    let task = match Task::decode(&d.data) {
+        Ok(t) => t,
+        Err(e) => {
+            dead_letter(shared, d, &e.to_string(), "undecodable").await;
+            return None;
+        }
+    };
+    tracing::Span::current().record("thread.id", tracing::field::display(&task.thread));
+    let expected = shared.store.keys().partition(&task.thread);
+    if task.partition != expected {
+        let reason = format!(
+            "task for {} names partition {} but the thread belongs to {expected}",
+            task.thread, task.partition
+        );
+        dead_letter(shared, d, &reason, "partition").await;
+        return None;
+    }
+    Some(task)
+}
+
+/// Claims the task's run; `None` when the claim failed (the message is requeued after a
+/// transient error, else dead-lettered).
+async fn claim(shared: &Shared, d: &Delivery, task: &Task) -> Option<ClaimOutcome> {
+    let claim_span = tracing::info_span!("claim", task.reason = task.reason.as_str());
+    match shared
+        .store
+        .claim(&task.thread, shared.incarnation.as_str(), task.step, &shared.served)
+        .instrument(claim_span)
+        .await
+    {
+        Ok(c) => Some(c),
+        Err(e) if e.is_transient() => {
+            tracing::warn!(error = %e, "claim failed (transient); requeueing");
+            inc(&metrics().claims, &[("outcome", "error")]);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if let Err(e) = d.requeue().await {
+                tracing::warn!(error = %e, "requeue failed");
+            }
+            None
+        }
+        Err(e) => {
+            dead_letter(shared, d, &format!("claim of {} failed: {e}", task.thread), "claim").await;
+            None
+        }
+    }
+}
+
+/// The `outcome` label of the claims metric.
+fn outcome_label(claimed: &ClaimOutcome) -> &'static str {
+    match claimed {
+        ClaimOutcome::Claimed(c) if c.takeover => "takeover",
+        ClaimOutcome::Claimed(_) => "claimed",
+        ClaimOutcome::Missing => "missing",
+        ClaimOutcome::Terminal(_) => "terminal",
+        ClaimOutcome::Waiting => "waiting",
+        ClaimOutcome::NotDue(_) => "not_due",
+        ClaimOutcome::Leased(_) => "leased",
+        ClaimOutcome::Stale(_) => "stale",
+        ClaimOutcome::Unserved { .. } => "unserved",
+        ClaimOutcome::Poison(_) => "poison",
+        ClaimOutcome::Misrouted(_) => "misrouted",
+    }
+}
+
+/// Acts on a claim that gave the run back: hands on a run served elsewhere, forwards a task
+/// to the run's queue, reports a poison run. Breaks when the message was requeued instead (a
+/// forward that failed): the delivery is done with.
+async fn react_to_claim(shared: &Shared, d: &Delivery, task: &Task, claimed: &ClaimOutcome) -> ControlFlow<()> {
+    match claimed {
+        ClaimOutcome::Unserved {
+            reason,
+            retry_in_ms,
+            workflow,
+            version,
+            rv,
+            tries,
+        } => {
+            tracing::info!(%reason, retry_in_ms, "not served here: given back untouched");
+            inc(&metrics().unserved, &[]);
+            // A few immediate hops find a serving consumer fast; past that (e.g. the serving
+            // worker just died and its registration has not expired) the back-off applies,
+            // so two workers never ping-pong a run through the queue.
+            if *tries <= MAX_HOPS && shared.served_elsewhere(workflow, *version).await {
+                hand_on(shared, d, task, *rv).await;
+            }
+        }
+        ClaimOutcome::Misrouted(queue) => {
+            // Published before the run was routed elsewhere, or by a publisher that did not
+            // know its queue: the task belongs to that queue's consumers.
+            tracing::debug!(%queue, "run routed to another task queue: forwarding the task");
+            let headers: Vec<(String, String)> = d.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            if let Err(e) = shared.queues.publish(Some(queue), &d.data, &headers).await {
+                tracing::warn!(%queue, error = %e, "forwarding to the run's task queue failed; requeueing");
+                let _ = d.requeue().await;
+                return ControlFlow::Break(());
+            }
+            inc(&metrics().published, &[("reason", "forward")]);
+        }
+        ClaimOutcome::Poison(reason) => {
+            if savepoint_runtime::telemetry::outside_spans() {
+                tracing::warn!(thread.id = %task.thread, worker.id = %shared.incarnation, %reason, "poison run blocked");
+            } else {
+                tracing::warn!(%reason, "poison run blocked");
+            }
+            inc(&metrics().blocks, &[("reason", "poison")]);
+        }
+        _ => {}
+    }
+    ControlFlow::Continue(())
 }

@@ -12,6 +12,7 @@ use savepoint_broker::{Broker, BrokerError, Consumer, Delivery, Queues};
 use savepoint_core::failpoints::{FailpointParseError, Failpoints};
 use savepoint_core::ids::Incarnation;
 use savepoint_core::metrics::metrics;
+use savepoint_core::outcome::CatalogEntry;
 use savepoint_runtime::config::Config;
 use savepoint_runtime::ops::{ops_router, Readiness};
 use savepoint_store::{until_ok, ScriptStore, StoreError};
@@ -155,42 +156,136 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
     // tests) pass failpoints with a crash hook that cancels `opts.crash`.
     let crash = opts.crash.clone();
     let ready = Readiness::default();
-    let mut ops = None;
-    if opts.serve_http && !cfg.worker.http_addr.is_empty() {
-        let addr = cfg.worker.http_addr.clone();
-        let listener = match tokio::net::TcpListener::bind(&addr).await {
-            Ok(l) => l,
-            // Several workers on one host (local dev): take a free port rather than fail.
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or("127.0.0.1");
-                let fallback = format!("{host}:0");
-                let l = tokio::net::TcpListener::bind(&fallback)
-                    .await
-                    .map_err(|source| WorkerError::Http { addr: fallback, source })?;
-                tracing::warn!(wanted = %addr, got = ?l.local_addr().ok(), "health/metrics address in use; using a free port");
-                l
-            }
-            Err(source) => return Err(WorkerError::Http { addr, source }),
-        };
-        tracing::info!(addr = ?listener.local_addr().ok(), "health and metrics listener");
-        ops = listener.local_addr().ok().map(advertised);
-        let app = ops_router(ready.clone());
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await;
-        });
+    let ops = if opts.serve_http && !cfg.worker.http_addr.is_empty() {
+        serve_ops(cfg.worker.http_addr.clone(), &ready, &shutdown).await?
+    } else {
+        None
+    };
+    let (shared, info) = start(&cfg, &opts, failpoints, ops, &shutdown).await?;
+    let registration = tokio::spawn(keep_registered(
+        shared.clone(),
+        info,
+        cfg.store().worker_ttl,
+        crash.clone(),
+    ));
+    let consume_stop = CancellationToken::new();
+    let mut consumers = start_consumers(&shared, &consume_stop).await?;
+    wake_unserved(&shared).await;
+    ready.set(true);
+    let mut tasks = consume(&shared, &mut consumers, cfg.worker.concurrency, &shutdown, &crash).await;
+    ready.set(false);
+    metrics().reconnects.set(shared.broker.reconnects() as i64);
+    if crash.is_cancelled() {
+        tracing::warn!(worker.id = %shared.incarnation, "worker crashed (simulated kill -9): dropping everything");
+        tasks.abort_all();
+        registration.abort();
+        drop(consumers);
+        return Ok(());
     }
-    let store = connect_store(&cfg, &shutdown).await?;
+    let grace = Duration::from_millis(cfg.worker.shutdown_grace_ms);
+    shut_down(&shared, tasks, consumers, &consume_stop, grace).await;
+    registration.abort();
+    if let Err(e) = shared.store.deregister_worker(shared.incarnation.as_str()).await {
+        tracing::debug!(error = %e, "deregistering failed; the registration expires on its own");
+    }
+    tracing::info!("worker stopped");
+    Ok(())
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` on `addr` until shutdown; returns the address
+/// others reach the listener at.
+async fn serve_ops(
+    addr: String,
+    ready: &Readiness,
+    shutdown: &CancellationToken,
+) -> Result<Option<String>, WorkerError> {
+    let listener = bind_ops(addr).await?;
+    tracing::info!(addr = ?listener.local_addr().ok(), "health and metrics listener");
+    let ops = listener.local_addr().ok().map(advertised);
+    let app = ops_router(ready.clone());
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await;
+    });
+    Ok(ops)
+}
+
+/// Binds the health listener to `addr`, or to a free port of its host when `addr` is in use.
+async fn bind_ops(addr: String) -> Result<tokio::net::TcpListener, WorkerError> {
+    match tokio::net::TcpListener::bind(&addr).await {
+        Ok(l) => Ok(l),
+        // Several workers on one host (local dev): take a free port rather than fail.
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or("127.0.0.1");
+            let fallback = format!("{host}:0");
+            let l = tokio::net::TcpListener::bind(&fallback)
+                .await
+                .map_err(|source| WorkerError::Http { addr: fallback, source })?;
+            tracing::warn!(wanted = %addr, got = ?l.local_addr().ok(), "health/metrics address in use; using a free port");
+            Ok(l)
+        }
+        Err(source) => Err(WorkerError::Http { addr, source }),
+    }
+}
+
+/// Connects to Redis and RabbitMQ, publishes the workflows' schemas, registers the worker and
+/// builds what its slices share; returns that and the worker's registration.
+async fn start(
+    cfg: &Config,
+    opts: &WorkerOptions,
+    failpoints: Failpoints,
+    ops: Option<String>,
+    shutdown: &CancellationToken,
+) -> Result<(Arc<Shared>, WorkerInfo), WorkerError> {
+    let store = connect_store(cfg, shutdown).await?;
     let broker = Broker::connect(cfg.broker(), Duration::from_secs(60)).await?;
     let queues = Queues::new(cfg.broker(), broker.clone());
     let served_queues = cfg.worker_queues();
     let incarnation = Incarnation::new(&cfg.worker.name);
     let catalog = opts.registry.catalog();
-    let info = WorkerInfo {
+    let info = worker_info(cfg, &incarnation, catalog.clone(), &served_queues, ops);
+    register(&store, &opts.registry, &info, cfg, shutdown).await?;
+    let fleet = store.live_workers().await.unwrap_or_default();
+    tracing::info!(worker.id = %incarnation, workflows = ?opts.registry.names(), concurrency = cfg.worker.concurrency, "worker started");
+    let child_starter = Arc::new(crate::slice::ChildStarter {
+        store: store.clone(),
+        queues: queues.clone(),
+    });
+    let shared = Arc::new(Shared {
+        run_store: Arc::new(store.clone()),
+        store,
+        broker,
+        queues,
+        served_queues: served_queues.clone().into(),
+        child_starter,
+        registry: opts.registry.clone(),
+        failpoints,
+        incarnation,
+        limits: cfg.limits(),
+        slices_stop: CancellationToken::new(),
+        served: ServedSpec::new(&catalog).on_queues(&served_queues),
+        fleet: std::sync::RwLock::new(fleet),
+        fleet_read: std::sync::Mutex::new(tokio::time::Instant::now()),
+        stubs: opts.stubs.clone(),
+        in_flight: Default::default(),
+        steps: Default::default(),
+    });
+    Ok((shared, info))
+}
+
+/// The worker's registration as it starts.
+fn worker_info(
+    cfg: &Config,
+    incarnation: &Incarnation,
+    workflows: Vec<CatalogEntry>,
+    served_queues: &[String],
+    ops: Option<String>,
+) -> WorkerInfo {
+    WorkerInfo {
         id: incarnation.as_str().to_owned(),
-        workflows: catalog.clone(),
+        workflows,
         queue: served_queues.join(","),
         until: 0,
         ttl_ms: cfg.store().worker_ttl.as_millis() as u64,
@@ -201,69 +296,64 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
         concurrency: cfg.worker.concurrency as u32,
         in_flight: 0,
         steps: 0,
-    };
+    }
+}
+
+/// Publishes the workflows' schemas, then registers the worker (retrying until shutdown).
+async fn register(
+    store: &ScriptStore,
+    registry: &Registry,
+    info: &WorkerInfo,
+    cfg: &Config,
+    shutdown: &CancellationToken,
+) -> Result<(), WorkerError> {
     // Schemas first: once the worker is registered, the API may start and answer its runs.
-    let schemas = opts.registry.schemas();
-    until_ok("publishing the workflows' schemas", None, &shutdown, || {
+    let schemas = registry.schemas();
+    until_ok("publishing the workflows' schemas", None, shutdown, || {
         store.publish_schemas(&schemas)
     })
     .await?;
-    until_ok("registering the worker", None, &shutdown, || {
-        store.register_worker(&info, cfg.store().worker_ttl)
+    until_ok("registering the worker", None, shutdown, || {
+        store.register_worker(info, cfg.store().worker_ttl)
     })
     .await?;
-    let fleet = store.live_workers().await.unwrap_or_default();
-    tracing::info!(worker.id = %incarnation, workflows = ?opts.registry.names(), concurrency = cfg.worker.concurrency, "worker started");
-    let consume_stop = CancellationToken::new();
-    let slices_stop = CancellationToken::new();
-    let child_starter = Arc::new(crate::slice::ChildStarter {
-        store: store.clone(),
-        queues: queues.clone(),
-    });
-    let shared = Arc::new(Shared {
-        run_store: Arc::new(store.clone()),
-        store,
-        broker: broker.clone(),
-        queues: queues.clone(),
-        served_queues: served_queues.clone().into(),
-        child_starter,
-        registry: opts.registry.clone(),
-        failpoints,
-        incarnation,
-        limits: cfg.limits(),
-        slices_stop: slices_stop.clone(),
-        served: ServedSpec::new(&catalog).on_queues(&served_queues),
-        fleet: std::sync::RwLock::new(fleet),
-        fleet_read: std::sync::Mutex::new(tokio::time::Instant::now()),
-        stubs: opts.stubs.clone(),
-        in_flight: Default::default(),
-        steps: Default::default(),
-    });
-    let registration = tokio::spawn(keep_registered(
-        shared.clone(),
-        info.clone(),
-        cfg.store().worker_ttl,
-        crash.clone(),
-    ));
-    // One consumer per task queue served (each its own connection on AMQP).
+    Ok(())
+}
+
+/// One consumer per task queue served (each its own connection on AMQP), ready.
+async fn start_consumers(shared: &Shared, consume_stop: &CancellationToken) -> Result<Vec<Consumer>, WorkerError> {
     let mut consumers = Vec::new();
-    for q in &served_queues {
-        let b = queues.get(q).await?;
+    for q in shared.served_queues.iter() {
+        let b = shared.queues.get(q).await?;
         let mut c = b.consumer(shared.incarnation.as_str(), consume_stop.clone());
         c.ready().await;
         consumers.push(c);
     }
-    tracing::info!(queues = ?served_queues, "consuming");
-    // Runs given back while no worker served them are due now: this one, consuming from now
-    // on, may serve them.
+    tracing::info!(queues = ?shared.served_queues, "consuming");
+    Ok(consumers)
+}
+
+/// Runs given back while no worker served them are due now: this one, consuming from now
+/// on, may serve them.
+async fn wake_unserved(shared: &Shared) {
     match shared.store.wake_unserved().await {
         Ok(0) => {}
         Ok(n) => tracing::info!(runs = n, "woke runs that were waiting for a worker"),
         Err(e) => tracing::warn!(error = %e, "waking runs that wait for a worker failed; their back-off applies"),
     }
-    let sem = Arc::new(Semaphore::new(cfg.worker.concurrency));
+}
+
+/// Takes deliveries, each handled in a task of its own under a permit of the concurrency
+/// limit, until shutdown, a crash, or a consumer's end; returns the tasks still running.
+async fn consume(
+    shared: &Arc<Shared>,
+    consumers: &mut [Consumer],
+    concurrency: usize,
+    shutdown: &CancellationToken,
+    crash: &CancellationToken,
+) -> JoinSet<()> {
+    let sem = Arc::new(Semaphore::new(concurrency));
     let mut tasks = JoinSet::new();
-    ready.set(true);
     loop {
         while tasks.try_join_next().is_some() {}
         let permit = tokio::select! {
@@ -276,26 +366,30 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
             biased;
             _ = shutdown.cancelled() => break,
             _ = crash.cancelled() => break,
-            d = next_delivery(&mut consumers) => match d { Some(d) => d, None => break },
+            d = next_delivery(consumers) => match d { Some(d) => d, None => break },
         };
-        metrics().reconnects.set(broker.reconnects() as i64);
+        metrics().reconnects.set(shared.broker.reconnects() as i64);
         let shared = shared.clone();
         tasks.spawn(async move {
             let _permit = permit;
             handle_delivery(&shared, delivery).await;
         });
     }
-    ready.set(false);
-    metrics().reconnects.set(broker.reconnects() as i64);
-    if crash.is_cancelled() {
-        tracing::warn!(worker.id = %shared.incarnation, "worker crashed (simulated kill -9): dropping everything");
-        tasks.abort_all();
-        registration.abort();
-        drop(consumers);
-        return Ok(());
-    }
+    tasks
+}
+
+/// The graceful part of a stop: in-flight slices yield at their next call, the consumers are
+/// drained (anything prefetched but not started is requeued), and slices still running after
+/// the `grace` period are abandoned.
+async fn shut_down(
+    shared: &Shared,
+    mut tasks: JoinSet<()>,
+    consumers: Vec<Consumer>,
+    consume_stop: &CancellationToken,
+    grace: Duration,
+) {
     tracing::info!(worker.id = %shared.incarnation, inflight = tasks.len(), "shutting down: in-flight runs yield at their next call");
-    slices_stop.cancel();
+    shared.slices_stop.cancel();
     consume_stop.cancel();
     // Drain the consumer: it cancels and anything prefetched but not started is requeued.
     let drain = tokio::spawn(async move {
@@ -303,7 +397,6 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
             while consumer.next().await.is_some() {}
         }
     });
-    let grace = Duration::from_millis(cfg.worker.shutdown_grace_ms);
     let drained = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
     if drained.is_err() {
         tracing::warn!(
@@ -313,12 +406,6 @@ pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationTo
         tasks.abort_all();
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
-    registration.abort();
-    if let Err(e) = shared.store.deregister_worker(shared.incarnation.as_str()).await {
-        tracing::debug!(error = %e, "deregistering failed; the registration expires on its own");
-    }
-    tracing::info!("worker stopped");
-    Ok(())
 }
 
 /// The next delivery from any of the consumers (`None` once one has shut down).

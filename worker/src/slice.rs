@@ -2,8 +2,10 @@
 //! suspend or yield (publishing a continuation task).
 
 use futures::FutureExt;
+use serde_json::Value;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -11,9 +13,10 @@ use tracing::Instrument;
 
 use futures::future::BoxFuture;
 
-use savepoint::workflow::decide::{self, Body, SliceEnd};
+use savepoint::journal::Entry;
+use savepoint::workflow::decide::{self, Body};
 use savepoint::workflow::{
-    busy_backoff, key_still_held, Ctx, CtxParts, Routing, RunError, SliceExit, TaskSink, WorkflowError,
+    busy_backoff, key_still_held, Ctx, CtxParts, DynWorkflow, Routing, RunError, TaskSink, WorkflowError,
 };
 use savepoint_broker::Queues;
 use savepoint_core::ids::{EffectKey, ThreadId};
@@ -27,6 +30,10 @@ use savepoint_store::{
 
 use crate::heartbeat::Heartbeat;
 use crate::shared::Shared;
+
+mod plan;
+
+use plan::{ClaimFacts, Early, EndAction};
 
 /// Why this worker cannot run a claimed run, if it cannot. (Workflow, version and schema are
 /// checked by the claim itself, which gives such runs back untouched.)
@@ -178,143 +185,227 @@ async fn still_backing_off(shared: &Shared, c: &Claimed, lease: &mut Lease) -> b
     }
 }
 
+/// Runs one slice of a claimed run: the checks before its body (any of which may end the
+/// slice), the body, and what its end calls for; then gives the flow slot back and counts it.
 async fn run_slice(shared: &Shared, c: Claimed) {
     let started = Instant::now();
-    metrics().inflight.inc();
-    shared.in_flight.fetch_add(1, Ordering::Relaxed);
-    let _done = scopeguard(|| {
-        metrics().inflight.dec();
-        shared.in_flight.fetch_sub(1, Ordering::Relaxed);
-    });
+    let _done = count_in_flight(shared);
     let mut lease = c.lease.clone();
-    if let Some(reason) = unreadable(&c) {
-        tracing::warn!(%reason, "cannot read the run: blocking it");
-        inc(&metrics().blocks, &[("reason", "unreadable")]);
-        let how = Finish::Blocked {
-            reason: &reason,
-            effect: None,
-        };
-        if let Err(e) = shared.store.finish(&mut lease, None, how, ("blocked", &reason)).await {
-            tracing::warn!(error = %e, "could not record the block");
-        }
-        inc(&metrics().slices, &[("end", "blocked")]);
-        return;
-    }
-    if c.header.parent.is_some() {
-        match orphaned(shared, &c).await {
-            Ok(None) => {}
-            Ok(Some(reason)) => {
-                // Its parent was cancelled and the cancel's cascade did not reach it (it
-                // was linked but not yet created then, or the cascade's write failed): the
-                // child cancels itself at its next claim, before any further call.
-                match shared.store.cancel(&lease.thread, &reason).await {
-                    Ok(_) => tracing::info!(%reason, "child run cancelled with its parent"),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not cancel a child of a cancelled parent; it is retried")
-                    }
-                }
-                inc(&metrics().slices, &[("end", "cancelled")]);
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "reading a child's parent failed; releasing the run for a retry");
-                release_for_retry(shared, &mut lease).await;
-                inc(&metrics().slices, &[("end", "transient")]);
-                return;
-            }
-        }
-    }
-    if let Some(deadline) = c.header.deadline.filter(|d| c.server_clock().earliest() >= *d) {
-        // Its deadline passed while it slept, waited, queued or lay with a dead worker: it
-        // fails without replaying.
-        if shared.failpoints.check("run.deadline.before_fail").await.is_err() {
-            return;
-        }
-        let reason = savepoint::workflow::decide::timeout_reason(deadline);
-        match shared
-            .store
-            .finish(&mut lease, None, Finish::Failed(&reason), ("failed", &reason))
-            .await
-        {
-            Ok(()) => {
-                tracing::info!(%reason, "run failed");
-                tell_parent(shared, &c, ChildResult::Failed(reason)).await;
-                if let Some(f) = &c.header.flow {
-                    // It may have been waiting in line for a slot.
-                    leave_slot(shared, f, &c.lease.thread, None, true).await;
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "could not fail a run past its deadline; it is retried"),
-        }
-        inc(&metrics().slices, &[("end", "failed")]);
-        return;
-    }
-    let Some(wf) = shared.registry.get(&c.header.workflow) else {
-        // The claim checked the served set; a registry without it serves nothing here.
-        release_for_retry(shared, &mut lease).await;
-        return;
+    let Admitted { wf, slot_sent } = match admit_slice(shared, &c, &mut lease).await {
+        Ok(admitted) => admitted,
+        Err(early) => return end_early(shared, &c, &mut lease, early).await,
     };
-    if still_backing_off(shared, &c, &mut lease).await {
-        inc(&metrics().slices, &[("end", "suspended")]);
-        return;
-    }
-    let flow = c.header.flow.clone();
-    let slot_sent = Instant::now();
-    if let Some(f) = &flow {
-        let start = c.header.steps == 0;
-        match shared
-            .store
-            .flow_acquire(f, &lease.thread, lease.fence, c.header.priority, start)
-            .await
-        {
-            Ok(Acquired::Slot) => {}
-            Ok(Acquired::Stale(holder)) => {
-                // A later slice of this run holds its slot: this one lost the run.
-                tracing::warn!(
-                    holder,
-                    fence = lease.fence,
-                    "a later slice holds the run's flow slot; giving the run up"
-                );
-                inc(&metrics().slices, &[("end", "lease_lost")]);
-                return;
-            }
-            Ok(wait) => {
-                wait_in_line(shared, &mut lease, f, wait).await;
-                inc(&metrics().slices, &[("end", "flow_waiting")]);
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "taking a flow-control slot failed; releasing the run for a retry");
-                release_for_retry(shared, &mut lease).await;
-                inc(&metrics().slices, &[("end", "transient")]);
-                return;
-            }
-        }
-    }
     let journal = c.journal.clone().unwrap_or_default();
     let replayed = journal.len();
     let lost = CancellationToken::new();
-    let cfg = shared.store.config();
-    let clock = LeaseClock::new(c.sent_at, cfg.lease, cfg.lease_margin);
-    if flow.is_some() {
-        clock.bind_slot(slot_sent);
-    }
+    let clock = lease_clock(shared, &c, slot_sent);
     let _hb = Heartbeat::start(
         shared.store.clone(),
         lease.clone(),
         clock.clone(),
         lost.clone(),
-        flow.clone(),
+        c.header.flow.clone(),
     );
-    let mut ctx = Ctx::new(CtxParts {
+    let mut ctx = context(
+        shared,
+        &c,
+        &*wf,
+        Session {
+            lease,
+            journal,
+            lost,
+            clock,
+        },
+    );
+    let result = run_body(&*wf, &mut ctx, c.header.input.clone()).await;
+    let at = ctx.next_index();
+    let recorded = ctx.journal().len() as u32;
+    shared
+        .steps
+        .fetch_add(u64::from(recorded).saturating_sub(replayed as u64), Ordering::Relaxed);
+    let mut lease = ctx.lease().clone();
+    let end = decide::slice_end(body_of(&result), at, recorded, ctx.journal().get(at as usize));
+    let action = plan::end_action(end, ctx.take_exit(), at, c.header.queue.as_deref());
+    let end = carry_out(shared, &c, &mut lease, action).await;
+    if let Some(f) = &c.header.flow {
+        // Only this slice's own slot (its fence): if the run was claimed again meanwhile (a
+        // yield already published, a pause past the lease), the next slice holds it now.
+        leave_slot(shared, f, &c.lease.thread, Some(c.lease.fence), false).await;
+    }
+    tracing::debug!(
+        end,
+        replayed,
+        live = ctx.live_calls(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "slice ended"
+    );
+    inc(&metrics().slices, &[("end", end)]);
+}
+
+/// Counts the slice as in flight (gauge and registration) until the guard drops.
+fn count_in_flight(shared: &Shared) -> Guard<impl FnMut() + '_> {
+    metrics().inflight.inc();
+    shared.in_flight.fetch_add(1, Ordering::Relaxed);
+    scopeguard(|| {
+        metrics().inflight.dec();
+        shared.in_flight.fetch_sub(1, Ordering::Relaxed);
+    })
+}
+
+/// A slice cleared to run its body: the workflow, and when its flow slot was asked for.
+struct Admitted {
+    wf: Arc<dyn DynWorkflow>,
+    slot_sent: Instant,
+}
+
+/// The checks before a slice runs its body, in order: the claim's facts (with a child's
+/// parent read), the workflow, an effect key the run still backs off on, its flow slot.
+async fn admit_slice(shared: &Shared, c: &Claimed, lease: &mut Lease) -> Result<Admitted, Early> {
+    let unreadable = unreadable(c);
+    let orphaned = match unreadable {
+        Some(_) => Ok(None),
+        None => orphaned(shared, c).await.map_err(|e| e.to_string()),
+    };
+    let facts = ClaimFacts {
+        unreadable,
+        orphaned,
+        past_deadline: c.header.deadline.filter(|d| c.server_clock().earliest() >= *d),
+    };
+    let wf = plan::admit(facts, shared.registry.get(&c.header.workflow))?;
+    if still_backing_off(shared, c, lease).await {
+        return Err(Early::BackedOff);
+    }
+    let slot_sent = Instant::now();
+    if let Some(f) = &c.header.flow {
+        let start = c.header.steps == 0;
+        let reply = shared
+            .store
+            .flow_acquire(f, &lease.thread, lease.fence, c.header.priority, start)
+            .await;
+        plan::flow_slot(reply.map_err(|e| e.to_string()))?;
+    }
+    Ok(Admitted { wf, slot_sent })
+}
+
+/// Carries out how a slice ends before its body runs, and counts the end.
+async fn end_early(shared: &Shared, c: &Claimed, lease: &mut Lease, early: Early) {
+    let end = match early {
+        Early::Unreadable(reason) => block_unreadable(shared, lease, &reason).await,
+        Early::Orphaned(reason) => {
+            // Its parent was cancelled and the cancel's cascade did not reach it (it
+            // was linked but not yet created then, or the cascade's write failed): the
+            // child cancels itself at its next claim, before any further call.
+            match shared.store.cancel(&lease.thread, &reason).await {
+                Ok(_) => tracing::info!(%reason, "child run cancelled with its parent"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not cancel a child of a cancelled parent; it is retried")
+                }
+            }
+            "cancelled"
+        }
+        Early::ParentUnread(e) => {
+            tracing::warn!(error = %e, "reading a child's parent failed; releasing the run for a retry");
+            release_for_retry(shared, lease).await;
+            "transient"
+        }
+        Early::PastDeadline(reason) => match fail_past_deadline(shared, c, lease, reason).await {
+            Some(end) => end,
+            None => return,
+        },
+        Early::Unregistered => {
+            // The claim checked the served set; a registry without it serves nothing here.
+            release_for_retry(shared, lease).await;
+            return;
+        }
+        Early::BackedOff => "suspended",
+        Early::SlotTaken(holder) => {
+            // A later slice of this run holds its slot: this one lost the run.
+            tracing::warn!(
+                holder,
+                fence = lease.fence,
+                "a later slice holds the run's flow slot; giving the run up"
+            );
+            "lease_lost"
+        }
+        Early::InLine(wait) => {
+            if let Some(f) = &c.header.flow {
+                wait_in_line(shared, lease, f, wait).await;
+            }
+            "flow_waiting"
+        }
+        Early::FlowUnavailable(e) => {
+            tracing::warn!(error = %e, "taking a flow-control slot failed; releasing the run for a retry");
+            release_for_retry(shared, lease).await;
+            "transient"
+        }
+    };
+    inc(&metrics().slices, &[("end", end)]);
+}
+
+/// Blocks a run whose journal cannot be read.
+async fn block_unreadable(shared: &Shared, lease: &mut Lease, reason: &str) -> &'static str {
+    tracing::warn!(%reason, "cannot read the run: blocking it");
+    inc(&metrics().blocks, &[("reason", "unreadable")]);
+    let how = Finish::Blocked { reason, effect: None };
+    if let Err(e) = shared.store.finish(lease, None, how, ("blocked", reason)).await {
+        tracing::warn!(error = %e, "could not record the block");
+    }
+    "blocked"
+}
+
+/// Fails a run whose deadline passed while it slept, waited, queued or lay with a dead
+/// worker, without replaying; `None` when an injected error stopped it first.
+async fn fail_past_deadline(shared: &Shared, c: &Claimed, lease: &mut Lease, reason: String) -> Option<&'static str> {
+    if shared.failpoints.check("run.deadline.before_fail").await.is_err() {
+        return None;
+    }
+    match shared
+        .store
+        .finish(lease, None, Finish::Failed(&reason), ("failed", &reason))
+        .await
+    {
+        Ok(()) => {
+            tracing::info!(%reason, "run failed");
+            tell_parent(shared, c, ChildResult::Failed(reason)).await;
+            if let Some(f) = &c.header.flow {
+                // It may have been waiting in line for a slot.
+                leave_slot(shared, f, &c.lease.thread, None, true).await;
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not fail a run past its deadline; it is retried"),
+    }
+    Some("failed")
+}
+
+/// The local lease deadline of the slice, from its claim (and its flow slot's, if any).
+fn lease_clock(shared: &Shared, c: &Claimed, slot_sent: Instant) -> LeaseClock {
+    let cfg = shared.store.config();
+    let clock = LeaseClock::new(c.sent_at, cfg.lease, cfg.lease_margin);
+    if c.header.flow.is_some() {
+        clock.bind_slot(slot_sent);
+    }
+    clock
+}
+
+/// What a slice's context takes over from the slice runner.
+struct Session {
+    lease: Lease,
+    journal: Vec<Entry>,
+    lost: CancellationToken,
+    clock: LeaseClock,
+}
+
+/// The workflow context of a slice of claimed run `c`.
+fn context(shared: &Shared, c: &Claimed, wf: &dyn DynWorkflow, s: Session) -> Ctx {
+    Ctx::new(CtxParts {
         store: shared.run_store.clone(),
-        lease,
-        journal,
+        lease: s.lease,
+        journal: s.journal,
         signals: c.signals.clone(),
         limits: shared.limits.clone(),
         failpoints: shared.failpoints.clone(),
-        lease_lost: lost,
-        clock,
+        lease_lost: s.lost,
+        clock: s.clock,
         crashes: c.header.crashes,
         busy_tries: c.header.wait_effect.as_ref().map(|w| w.1).unwrap_or(0),
         tries: c.tries.clone(),
@@ -335,120 +426,109 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         }),
         server_clock: c.server_clock(),
         traceparent: savepoint_runtime::telemetry::current_traceparent,
-    });
+    })
+}
+
+/// How a slice's workflow body ended: its result, or its panic; `None` when the context
+/// stopped it.
+type BodyResult = Option<std::thread::Result<Result<Value, RunError>>>;
+
+/// Runs the workflow body until it returns, panics, or the context stops the slice.
+async fn run_body(wf: &dyn DynWorkflow, ctx: &mut Ctx, input: Value) -> BodyResult {
     let stopped = ctx.exit_signal();
-    let result = {
-        let body = AssertUnwindSafe(wf.run(&mut ctx, c.header.input.clone())).catch_unwind();
-        tokio::select! {
-            biased;
-            _ = stopped.notified() => None,
-            r = body => Some(r),
-        }
-    };
-    let at = ctx.next_index();
-    let recorded = ctx.journal().len() as u32;
-    shared
-        .steps
-        .fetch_add(u64::from(recorded).saturating_sub(replayed as u64), Ordering::Relaxed);
-    let mut lease = ctx.lease().clone();
-    let trace = c.header.trace.as_deref();
-    let body = match &result {
+    let body = AssertUnwindSafe(wf.run(ctx, input)).catch_unwind();
+    tokio::select! {
+        biased;
+        _ = stopped.notified() => None,
+        r = body => Some(r),
+    }
+}
+
+/// The body's end as the slice-end decision reads it.
+fn body_of(result: &BodyResult) -> Body<'_> {
+    match result {
         Some(Err(panic)) => Body::Panicked(savepoint::workflow::panic_message(&**panic)),
         Some(Ok(Ok(output))) => Body::Returned(output),
         Some(Ok(Err(err @ RunError::Workflow(WorkflowError::Decode { .. })))) => Body::Undecodable(err.to_string()),
         Some(Ok(Err(err))) => Body::Errored(err.to_string()),
         None => Body::Stopped,
-    };
-    let end = match decide::slice_end(body, at, recorded, ctx.journal().get(at as usize)) {
-        SliceEnd::Block(reason, class) => block(shared, &mut lease, &reason, class).await,
-        SliceEnd::Complete(output) => {
-            let r = shared
-                .store
-                .finish(&mut lease, None, Finish::Completed(&output), ("completed", ""))
-                .await;
-            match r {
-                Ok(()) => {
-                    tell_parent(shared, &c, ChildResult::Completed(output.clone())).await;
-                    "completed"
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not record completion");
-                    "lease_lost"
-                }
-            }
-        }
-        SliceEnd::Fail(msg) => {
-            let r = shared
-                .store
-                .finish(&mut lease, None, Finish::Failed(&msg), ("failed", &msg))
-                .await;
-            match r {
-                Ok(()) => {
-                    tell_parent(shared, &c, ChildResult::Failed(msg)).await;
-                    "failed"
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not record failure");
-                    "lease_lost"
-                }
-            }
-        }
-        SliceEnd::FollowExit => match ctx.take_exit() {
-            Some(SliceExit::Yielded { rv, queue }) => {
-                let q = queue.as_deref().or(c.header.queue.as_deref());
-                publish(
-                    shared,
-                    &lease.thread,
-                    q,
-                    Some(ctx.next_index()),
-                    TaskReason::Continue,
-                    trace,
-                    rv,
-                )
-                .await;
-                "yielded"
-            }
-            Some(SliceExit::Suspended { woke: true, rv }) => {
-                let q = c.header.queue.as_deref();
-                publish(shared, &lease.thread, q, None, TaskReason::Signal, trace, rv).await;
-                "suspended"
-            }
-            Some(SliceExit::Suspended { woke: false, .. }) => "suspended",
-            Some(SliceExit::Blocked(_)) => "blocked",
-            Some(SliceExit::Failed(reason)) => {
-                tell_parent(shared, &c, ChildResult::Failed(reason)).await;
-                "failed"
-            }
-            Some(SliceExit::LeaseLost(reason)) => {
-                tracing::warn!(%reason, "lease lost; another worker or an operator owns the run now");
-                "lease_lost"
-            }
-            Some(SliceExit::Transient(reason)) => {
-                tracing::warn!(%reason, "slice stopped on a transient error; releasing the run for a retry");
-                release_for_retry(shared, &mut lease).await;
-                "transient"
-            }
-            Some(SliceExit::DeadlinePassed(reason)) => {
-                tracing::warn!(%reason, "local lease deadline passed: stopped; handing the run back if Redis lets us");
-                release_for_retry(shared, &mut lease).await;
-                "deadline"
-            }
-            Some(SliceExit::WouldRunLive(_)) | None => "transient",
-        },
-    };
-    if let Some(f) = &flow {
-        // Only this slice's own slot (its fence): if the run was claimed again meanwhile (a
-        // yield already published, a pause past the lease), the next slice holds it now.
-        leave_slot(shared, f, &c.lease.thread, Some(c.lease.fence), false).await;
     }
-    tracing::debug!(
-        end,
-        replayed,
-        live = ctx.live_calls(),
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        "slice ended"
-    );
-    inc(&metrics().slices, &[("end", end)]);
+}
+
+/// Carries out what the end of a slice's body calls for; returns how the slice ended (the
+/// `end` of the slices metric).
+async fn carry_out(shared: &Shared, c: &Claimed, lease: &mut Lease, action: EndAction) -> &'static str {
+    let trace = c.header.trace.as_deref();
+    match action {
+        EndAction::Block(reason, class) => block(shared, lease, &reason, class).await,
+        EndAction::Complete(output) => complete(shared, c, lease, output).await,
+        EndAction::Fail(msg) => fail(shared, c, lease, msg).await,
+        EndAction::Continue { queue, step, rv } => {
+            let q = queue.as_deref();
+            publish(shared, &lease.thread, q, Some(step), TaskReason::Continue, trace, rv).await;
+            "yielded"
+        }
+        EndAction::Wake(rv) => {
+            let q = c.header.queue.as_deref();
+            publish(shared, &lease.thread, q, None, TaskReason::Signal, trace, rv).await;
+            "suspended"
+        }
+        EndAction::TellFailed(reason) => {
+            tell_parent(shared, c, ChildResult::Failed(reason)).await;
+            "failed"
+        }
+        EndAction::LeaseLost(reason) => {
+            tracing::warn!(%reason, "lease lost; another worker or an operator owns the run now");
+            "lease_lost"
+        }
+        EndAction::Retry(reason) => {
+            tracing::warn!(%reason, "slice stopped on a transient error; releasing the run for a retry");
+            release_for_retry(shared, lease).await;
+            "transient"
+        }
+        EndAction::HandBack(reason) => {
+            tracing::warn!(%reason, "local lease deadline passed: stopped; handing the run back if Redis lets us");
+            release_for_retry(shared, lease).await;
+            "deadline"
+        }
+        EndAction::Ended(end) => end,
+    }
+}
+
+/// Records the run's completion with `output` and tells its parent.
+async fn complete(shared: &Shared, c: &Claimed, lease: &mut Lease, output: Value) -> &'static str {
+    let r = shared
+        .store
+        .finish(lease, None, Finish::Completed(&output), ("completed", ""))
+        .await;
+    match r {
+        Ok(()) => {
+            tell_parent(shared, c, ChildResult::Completed(output)).await;
+            "completed"
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not record completion");
+            "lease_lost"
+        }
+    }
+}
+
+/// Records the run's failure with `msg` and tells its parent.
+async fn fail(shared: &Shared, c: &Claimed, lease: &mut Lease, msg: String) -> &'static str {
+    let r = shared
+        .store
+        .finish(lease, None, Finish::Failed(&msg), ("failed", &msg))
+        .await;
+    match r {
+        Ok(()) => {
+            tell_parent(shared, c, ChildResult::Failed(msg)).await;
+            "failed"
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not record failure");
+            "lease_lost"
+        }
+    }
 }
 
 /// Why a child run about to start a slice must not run: its parent was cancelled and its link
@@ -507,6 +587,7 @@ async fn leave_slot(shared: &Shared, f: &Flow, thread: &ThreadId, fence: Option<
     }
 }
 
+/// Blocks the run with `reason` (counted under metric class `class`).
 async fn block(shared: &Shared, lease: &mut Lease, reason: &str, class: &str) -> &'static str {
     if savepoint_runtime::telemetry::outside_spans() {
         tracing::warn!(thread.id = %lease.thread, worker.id = %lease.owner, %reason, "run blocked");
@@ -539,6 +620,7 @@ async fn release_for_retry(shared: &Shared, lease: &mut Lease) {
     }
 }
 
+/// Runs its closure when dropped.
 struct Guard<F: FnMut()>(F);
 
 impl<F: FnMut()> Drop for Guard<F> {
@@ -547,6 +629,7 @@ impl<F: FnMut()> Drop for Guard<F> {
     }
 }
 
+/// A guard that runs `f` when dropped.
 fn scopeguard<F: FnMut()>(f: F) -> Guard<F> {
     Guard(f)
 }

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::commit::{plan_commit, CommitPlan, JournalSize, Write};
 use super::{RetryPolicy, StepError, WorkflowError};
 use crate::ids::{EffectKey, ThreadId};
 use crate::journal::{Entry, EntryKind, Outcome};
@@ -491,39 +492,44 @@ impl Ctx {
     pub(super) async fn commit(&mut self, mut entry: Entry, event: &str, consume_signal: Option<&str>) {
         entry.at = self.server_now_ms();
         let idx = self.cursor;
-        let size = entry.encode().len() as u64;
-        if self.journal_bytes + size > self.p.limits.max_journal_bytes {
-            let reason = format!(
-                "journal would exceed the maximum of {} bytes (SAVEPOINT_MAX_JOURNAL_BYTES): entry {idx} {} is {size} \
-                 bytes and the journal holds {}",
-                self.p.limits.max_journal_bytes, entry.name, self.journal_bytes
-            );
-            let r = self
-                .p
-                .store
-                .finish(&mut self.p.lease, None, Finish::Failed(&reason), ("failed", &reason))
-                .await;
-            return match r {
-                Ok(()) => self.stop::<()>(SliceExit::Failed(reason)).await,
-                Err(e) => self.store_failed::<()>(e).await,
-            };
+        let size = JournalSize {
+            held: self.journal_bytes,
+            entry: entry.encode().len() as u64,
+            max: self.p.limits.max_journal_bytes,
+        };
+        match plan_commit(&entry, idx, event, size) {
+            CommitPlan::Overflow(reason) => self.fail_journal_full(reason).await,
+            CommitPlan::Write(w) => {
+                self.journal_bytes += size.entry;
+                self.write_entry(entry, idx, event, w, consume_signal).await
+            }
         }
-        self.journal_bytes += size;
-        let is_step = entry.kind == EntryKind::Step;
-        if is_step {
+    }
+
+    /// Fails the run whose next entry would take its journal past the byte cap, and stops.
+    async fn fail_journal_full(&mut self, reason: String) {
+        let r = self
+            .p
+            .store
+            .finish(&mut self.p.lease, None, Finish::Failed(&reason), ("failed", &reason))
+            .await;
+        match r {
+            Ok(()) => self.stop::<()>(SliceExit::Failed(reason)).await,
+            Err(e) => self.store_failed::<()>(e).await,
+        }
+    }
+
+    /// Writes `entry` at `idx` as planned (with the step failpoints around it for a step),
+    /// counts it, and appends it to the journal.
+    async fn write_entry(&mut self, entry: Entry, idx: u32, event: &str, w: Write, consume_signal: Option<&str>) {
+        if w.step {
             self.failpoint("step.before_commit").await;
         }
-        // Plain step commits record no event (the journal entry is the record).
-        let detail = if event.is_empty() {
-            String::new()
-        } else {
-            format!("{idx} {}", entry.name)
-        };
         let started = Instant::now();
         let r = self
             .p
             .store
-            .commit(&mut self.p.lease, idx, &entry, (event, &detail), consume_signal)
+            .commit(&mut self.p.lease, idx, &entry, (event, &w.detail), consume_signal)
             .instrument(tracing::debug_span!("commit", step.index = idx))
             .await;
         if let Err(e) = r {
@@ -532,32 +538,32 @@ impl Ctx {
         self.p.clock.confirmed(started);
         let m = metrics();
         m.commit_seconds.observe(started.elapsed().as_secs_f64());
-        let outcome = match (&entry.outcome, event) {
-            (_, "effect_skipped") => "skipped",
-            (Outcome::Ok(_), _) => "ok",
-            (Outcome::Err(_), _) => "error",
-        };
         let kind = entry.kind.as_str();
         inc(
             &m.steps,
-            &[("workflow", &self.p.workflow), ("kind", kind), ("outcome", outcome)],
+            &[("workflow", &self.p.workflow), ("kind", kind), ("outcome", w.outcome)],
         );
         if let Some(key) = entry.key.as_deref() {
             self.unjournaled.retain(|k| k.as_str() != key);
-            if event == "effect_skipped" {
-                // A record this run found done may have been kept from expiring while the
-                // run was blocked: journaled now, it expires like any other.
-                if let Ok(key) = EffectKey::new(key.to_owned()) {
-                    if let Err(e) = self.p.store.effect_expire(&key).await {
-                        tracing::debug!(error = %e, "could not give a kept effect record its expiry back");
-                    }
-                }
+            if w.restore_expiry {
+                self.restore_expiry(key).await;
             }
         }
         self.p.journal.push(entry);
         self.cursor += 1;
-        if is_step {
+        if w.step {
             self.failpoint("step.after_commit").await;
+        }
+    }
+
+    /// Gives a kept effect record its expiry back.
+    async fn restore_expiry(&mut self, key: &str) {
+        // A record this run found done may have been kept from expiring while the run was
+        // blocked: journaled now, it expires like any other.
+        if let Ok(key) = EffectKey::new(key.to_owned()) {
+            if let Err(e) = self.p.store.effect_expire(&key).await {
+                tracing::debug!(error = %e, "could not give a kept effect record its expiry back");
+            }
         }
     }
 

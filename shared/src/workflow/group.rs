@@ -346,70 +346,112 @@ impl Ctx {
     /// takes the effects' intents, runs the functions concurrently, settles each as it ends and
     /// journals them in order.
     async fn group(&mut self, calls: Vec<Call<'_, Value>>) -> Vec<(String, EntryKind, Outcome)> {
-        let base = self.cursor;
         let kinds: Vec<(String, EntryKind)> = calls.iter().map(|c| (c.name.clone(), c.entry_kind())).collect();
-        let mut out: Vec<Option<Outcome>> = vec![None; calls.len()];
-        let mut live = Vec::new();
-        let mut ready: BTreeMap<usize, (Entry, &'static str)> = BTreeMap::new();
-        for (pos, call) in calls.into_iter().enumerate() {
-            let idx = base + pos as u32;
-            if live.is_empty() && ready.is_empty() {
-                match decide::replay(&self.p.journal, idx, &call.name, call.entry_kind()) {
-                    Replay::Recorded(e) => {
-                        out[pos] = Some(e.outcome.clone());
-                        self.cursor += 1;
-                        continue;
-                    }
-                    Replay::Live => {}
-                    Replay::Diverged(reason) => return self.block(&reason, None).await,
-                }
-            }
-            let in_group = !live.is_empty() || !ready.is_empty();
-            self.before_live_at(&call.name, idx, in_group).await;
-            let (key, policy, cut) = match call.kind {
-                CallKind::Step { retry } => (None, retry.unwrap_or_else(|| self.p.retry.clone()), Cut::Step),
-                CallKind::Effect { key, opts } => {
-                    let key = match EffectKey::new(key) {
-                        Ok(k) => k,
-                        Err(e) => return self.block(&format!("effect {:?}: {e}", call.name), None).await,
-                    };
-                    if let Some(v) = self.take_intent(&call.name, &key, &opts.policy, idx).await {
-                        if let Err(e) = (call.decodes)(&v) {
-                            return self.undecodable_result(&call.name, &key, idx, &e).await;
-                        }
-                        self.unjournaled.push(key.clone());
-                        ready.insert(
-                            pos,
-                            (effect_entry(&call.name, &key, Outcome::Ok(v), 0), "effect_skipped"),
-                        );
-                        continue;
-                    }
-                    let cut = Cut::effect(&opts.policy);
-                    (Some(key), opts.retry.unwrap_or_else(|| self.p.retry.clone()), cut)
-                }
-            };
-            live.push(Live {
-                pos,
-                idx,
-                name: call.name,
-                key,
-                policy,
-                cut,
-                run: call.run,
-            });
-        }
+        let (mut settling, live) = self.admit_group(calls).await;
         if !live.is_empty() && self.p.clock.expired() {
             self.stop::<()>(SliceExit::DeadlinePassed("before a parallel group".into()))
                 .await;
         }
         // Journal what is already settled first (effects found done): if that write fails, no
         // live effect has been called yet, so none is left in doubt.
-        let mut next = (self.cursor - base) as usize;
-        while let Some((entry, event)) = ready.remove(&next) {
-            out[next] = Some(entry.outcome.clone());
-            self.commit(entry, event, None).await;
-            next += 1;
+        settling.next = (self.cursor - settling.base) as usize;
+        self.journal_settled(&mut settling).await;
+        self.run_group(live, &mut settling).await;
+        group_results(settling.out, kinds)
+    }
+
+    /// The first part of [`Ctx::group`]: replays the recorded prefix, then passes each further
+    /// call through the gate in call order and takes its effect's intent: it runs live, or it
+    /// is settled already (an effect found done).
+    async fn admit_group<'a>(&mut self, calls: Vec<Call<'a, Value>>) -> (Settling, Vec<Live<'a>>) {
+        let base = self.cursor;
+        let mut settling = Settling {
+            base,
+            next: 0,
+            out: vec![None; calls.len()],
+            ready: BTreeMap::new(),
+        };
+        let mut live = Vec::new();
+        for (pos, call) in calls.into_iter().enumerate() {
+            let idx = base + pos as u32;
+            let in_group = !live.is_empty() || !settling.ready.is_empty();
+            if !in_group {
+                if let Some(outcome) = self.replay_in_group(&call.name, call.entry_kind(), idx).await {
+                    settling.out[pos] = Some(outcome);
+                    continue;
+                }
+            }
+            self.before_live_at(&call.name, idx, in_group).await;
+            match self.admit_call(pos, idx, call).await {
+                Admitted::Live(l) => live.push(l),
+                Admitted::Settled(entry, event) => {
+                    settling.ready.insert(pos, (entry, event));
+                }
+            }
         }
+        (settling, live)
+    }
+
+    /// The recorded outcome of the group's call `kind name` at `idx` (moving the cursor past
+    /// it), or `None` when the journal ends there; blocks the run on non-determinism. (It
+    /// takes the call's name, not the call: a `Call` is not `Sync`, and the workflow's future
+    /// must stay `Send`.)
+    async fn replay_in_group(&mut self, name: &str, kind: EntryKind, idx: u32) -> Option<Outcome> {
+        match decide::replay(&self.p.journal, idx, name, kind) {
+            Replay::Recorded(e) => {
+                let outcome = e.outcome.clone();
+                self.cursor += 1;
+                Some(outcome)
+            }
+            Replay::Live => None,
+            Replay::Diverged(reason) => self.block(&reason, None).await,
+        }
+    }
+
+    /// A call of a group that passed the gate: a step runs live; an effect takes its intent
+    /// and runs live, or is settled already when its key is done.
+    async fn admit_call<'a>(&mut self, pos: usize, idx: u32, call: Call<'a, Value>) -> Admitted<'a> {
+        let (key, policy, cut) = match call.kind {
+            CallKind::Step { retry } => (None, retry.unwrap_or_else(|| self.p.retry.clone()), Cut::Step),
+            CallKind::Effect { key, opts } => {
+                let key = match EffectKey::new(key) {
+                    Ok(k) => k,
+                    Err(e) => return self.block(&format!("effect {:?}: {e}", call.name), None).await,
+                };
+                if let Some(v) = self.take_intent(&call.name, &key, &opts.policy, idx).await {
+                    if let Err(e) = (call.decodes)(&v) {
+                        return self.undecodable_result(&call.name, &key, idx, &e).await;
+                    }
+                    self.unjournaled.push(key.clone());
+                    return Admitted::Settled(effect_entry(&call.name, &key, Outcome::Ok(v), 0), "effect_skipped");
+                }
+                let cut = Cut::effect(&opts.policy);
+                (Some(key), opts.retry.unwrap_or_else(|| self.p.retry.clone()), cut)
+            }
+        };
+        Admitted::Live(Live {
+            pos,
+            idx,
+            name: call.name,
+            key,
+            policy,
+            cut,
+            run: call.run,
+        })
+    }
+
+    /// Journals every settled call whose predecessors are journaled.
+    async fn journal_settled(&mut self, s: &mut Settling) {
+        while let Some((entry, event)) = s.ready.remove(&s.next) {
+            s.out[s.next] = Some(entry.outcome.clone());
+            self.commit(entry, event, None).await;
+            s.next += 1;
+        }
+    }
+
+    /// Runs the group's live calls concurrently (each marked called first), settles each as it
+    /// ends and journals the settled ones in order.
+    async fn run_group(&mut self, live: Vec<Live<'_>>, s: &mut Settling) {
         let mut names = BTreeMap::new();
         for l in &live {
             names.insert(l.pos, (l.idx, l.name.clone(), l.key.clone()));
@@ -420,12 +462,7 @@ impl Ctx {
         let mut running: FuturesUnordered<BoxFuture<'_, Finished>> =
             live.into_iter().map(|l| launch(&tools, stubs.clone(), l)).collect();
         loop {
-            // Journal every settled call whose predecessors are journaled.
-            while let Some((entry, event)) = ready.remove(&next) {
-                out[next] = Some(entry.outcome.clone());
-                self.commit(entry, event, None).await;
-                next += 1;
-            }
+            self.journal_settled(s).await;
             let Some((pos, finished)) = self.guarded(running.next()).await else {
                 break;
             };
@@ -441,15 +478,8 @@ impl Ctx {
                 }
                 Some(key) => self.settle_effect(&name, &key, idx, attempted).await,
             };
-            ready.insert(pos, settled);
+            s.ready.insert(pos, settled);
         }
-        out.into_iter()
-            .zip(kinds)
-            .map(|(o, (name, kind))| {
-                let o = o.unwrap_or_else(|| Outcome::Err("a parallel call did not finish".into()));
-                (name, kind, o)
-            })
-            .collect()
     }
 
     /// Settles an effect of a group the moment its function returns: the key is marked done
@@ -482,6 +512,39 @@ impl Ctx {
             }
         }
     }
+}
+
+/// A group's calls as they settle: each one's outcome by position, and the entries settled
+/// but not journaled yet (waiting for every call before them).
+struct Settling {
+    /// The journal index of the group's first call.
+    base: u32,
+    /// The position of the next call to journal.
+    next: usize,
+    /// Each call's outcome, once replayed or journaled.
+    out: Vec<Option<Outcome>>,
+    /// Settled calls by position: the entry and its event.
+    ready: BTreeMap<usize, (Entry, &'static str)>,
+}
+
+/// Where a call of a group goes once it passed the gate.
+enum Admitted<'a> {
+    /// It runs live.
+    Live(Live<'a>),
+    /// It is settled already (an effect found done): this entry and event are journaled in
+    /// its turn.
+    Settled(Entry, &'static str),
+}
+
+/// The group's results in call order, a call that never finished as a failure.
+fn group_results(out: Vec<Option<Outcome>>, kinds: Vec<(String, EntryKind)>) -> Vec<(String, EntryKind, Outcome)> {
+    out.into_iter()
+        .zip(kinds)
+        .map(|(o, (name, kind))| {
+            let o = o.unwrap_or_else(|| Outcome::Err("a parallel call did not finish".into()));
+            (name, kind, o)
+        })
+        .collect()
 }
 
 /// A live call's attempts as a future of its own (a step's panic is a failed attempt; an

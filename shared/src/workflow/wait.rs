@@ -123,57 +123,93 @@ impl Ctx {
             return e.outcome;
         }
         self.before_live(name).await;
-        let found = if kind == EntryKind::Interrupt {
-            self.p
-                .signals
-                .get_key_value(&field)
-                .map(|(k, v)| (k.clone(), v.clone()))
-        } else {
-            self.buffered(&field)
-        };
-        if let Some((f, v)) = found {
-            self.p.signals.remove(&f);
-            if let Err(e) = serde_json::from_value::<T>(v.clone()) {
-                // A wrong-shaped answer must not end the run: it is dropped and the run is
-                // blocked, still waiting, so the next answer resumes it.
-                let reason = format!(
-                    "the value sent to {} {name:?} does not decode: {e}; send it again with the right shape (the run \
-                     still waits for it)",
-                    kind.as_str()
-                );
-                let wait = Wait {
-                    kind: kind.as_str().to_owned(),
-                    name: name.to_owned(),
-                    payload,
-                };
-                let how = Finish::Rejected {
-                    reason: &reason,
-                    wait: &wait,
-                    consumed: &f,
-                };
-                return self.block_as(&reason, how).await;
-            }
-            let event = if kind == EntryKind::Interrupt {
-                "interrupt_answered"
-            } else {
-                "signal_received"
-            };
-            let v = if deadline.is_some() { json!({ "answer": v }) } else { v };
-            self.commit(Entry::new(name, kind, Outcome::Ok(v.clone()), 1), event, Some(&f))
-                .await;
-            return Outcome::Ok(v);
+        if let Some(sent) = self.take_sent(kind, &field) {
+            return self.receive::<T>(kind, name, sent, payload, deadline).await;
         }
         let now = self.server_now_ms();
         if let Some(d) = deadline.filter(|d| now >= *d) {
-            let v = json!({ "timed_out": true, "deadline": d });
-            self.commit(
-                Entry::new(name, kind, Outcome::Ok(v.clone()), 1),
-                "wait_timed_out",
-                None,
-            )
-            .await;
-            return Outcome::Ok(v);
+            return self.time_out(kind, name, d).await;
         }
+        self.suspend_waiting(kind, name, payload, deadline.map(|d| d.saturating_sub(now)))
+            .await
+    }
+
+    /// Takes the value already sent for `field` out of the buffer, if any: (field, value). An
+    /// interrupt's answer has one field; a signal's values queue under the field as a prefix.
+    fn take_sent(&mut self, kind: EntryKind, field: &str) -> Option<(String, Value)> {
+        let found = if kind == EntryKind::Interrupt {
+            self.p.signals.get_key_value(field).map(|(k, v)| (k.clone(), v.clone()))
+        } else {
+            self.buffered(field)
+        };
+        if let Some((f, _)) = &found {
+            self.p.signals.remove(f);
+        }
+        found
+    }
+
+    /// Journals the value sent to the wait (consuming its buffered field), or blocks the run
+    /// if it does not decode into `T`.
+    async fn receive<T: DeserializeOwned>(
+        &mut self,
+        kind: EntryKind,
+        name: &str,
+        (f, v): (String, Value),
+        payload: Value,
+        deadline: Option<u64>,
+    ) -> Outcome {
+        if let Err(e) = serde_json::from_value::<T>(v.clone()) {
+            // A wrong-shaped answer must not end the run: it is dropped and the run is
+            // blocked, still waiting, so the next answer resumes it.
+            let reason = format!(
+                "the value sent to {} {name:?} does not decode: {e}; send it again with the right shape (the run \
+                 still waits for it)",
+                kind.as_str()
+            );
+            let wait = Wait {
+                kind: kind.as_str().to_owned(),
+                name: name.to_owned(),
+                payload,
+            };
+            let how = Finish::Rejected {
+                reason: &reason,
+                wait: &wait,
+                consumed: &f,
+            };
+            return self.block_as(&reason, how).await;
+        }
+        let event = if kind == EntryKind::Interrupt {
+            "interrupt_answered"
+        } else {
+            "signal_received"
+        };
+        let v = if deadline.is_some() { json!({ "answer": v }) } else { v };
+        self.commit(Entry::new(name, kind, Outcome::Ok(v.clone()), 1), event, Some(&f))
+            .await;
+        Outcome::Ok(v)
+    }
+
+    /// Journals that the wait's deadline `d` passed with no value.
+    async fn time_out(&mut self, kind: EntryKind, name: &str, d: u64) -> Outcome {
+        let v = json!({ "timed_out": true, "deadline": d });
+        self.commit(
+            Entry::new(name, kind, Outcome::Ok(v.clone()), 1),
+            "wait_timed_out",
+            None,
+        )
+        .await;
+        Outcome::Ok(v)
+    }
+
+    /// Suspends the run as waiting for the value (due in `due_in_ms` if the wait has a
+    /// deadline) and stops the slice.
+    async fn suspend_waiting(
+        &mut self,
+        kind: EntryKind,
+        name: &str,
+        payload: Value,
+        due_in_ms: Option<u64>,
+    ) -> Outcome {
         let wait = Wait {
             kind: kind.as_str().to_owned(),
             name: name.to_owned(),
@@ -185,7 +221,7 @@ impl Ctx {
             "waiting_signal"
         };
         let how = Suspend {
-            due_in: deadline.map(|d| Duration::from_millis(d.saturating_sub(now))),
+            due_in: due_in_ms.map(Duration::from_millis),
             ..Suspend::waiting(&wait)
         };
         let r = self.p.store.suspend(&mut self.p.lease, None, how, (event, name)).await;

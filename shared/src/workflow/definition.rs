@@ -1,0 +1,58 @@
+//! The [`Workflow`] trait: what a durable workflow is to the worker that runs it.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::future::Future;
+
+#[cfg(doc)]
+use super::Registry;
+use super::{Ctx, RetryPolicy, Schemas, WorkflowError};
+
+/// A durable workflow. Register it with a [`Registry`]; the worker runs it.
+///
+/// ```ignore
+/// struct Approval;
+/// impl Workflow for Approval {
+///     const NAME: &'static str = "approval";
+///     type Input = serde_json::Value;
+///     type Output = serde_json::Value;
+///     async fn run(&self, ctx: &mut Ctx, _input: Self::Input) -> Result<Self::Output, WorkflowError> {
+///         ctx.step("first", || async { Ok::<_, StepError>(()) }).await?;
+///         let answer: String = ctx.interrupt("gate", serde_json::json!({"question": "Approve?"})).await?;
+///         Ok(serde_json::json!({"log": ["first", format!("gate={answer}")]}))
+///     }
+/// }
+/// ```
+pub trait Workflow: Send + Sync + 'static {
+    /// The name runs are started under.
+    const NAME: &'static str;
+    /// The code version; new runs record it.
+    const VERSION: u32 = 1;
+    /// The oldest recorded version this code can still replay (use `ctx.patched` to branch).
+    const MIN_VERSION: u32 = 1;
+    /// Input, decoded from the run's JSON input.
+    type Input: DeserializeOwned + Send;
+    /// Output, encoded to JSON when the run completes.
+    type Output: Serialize + Send;
+
+    /// The workflow body. Suspension (sleep, interrupt, signal, yield) is handled by the
+    /// runtime: the future simply stops being polled.
+    fn run(
+        &self,
+        ctx: &mut Ctx,
+        input: Self::Input,
+    ) -> impl Future<Output = Result<Self::Output, WorkflowError>> + Send;
+
+    /// Retry policy of the workflow's steps unless a call gives its own.
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::default()
+    }
+
+    /// JSON Schemas of the values the workflow takes from outside (input, interrupt answers,
+    /// signal values, effect results), from their Rust types. The worker publishes them; the
+    /// API refuses (422) a start, resume, signal or resolve whose value does not match,
+    /// before anything changes. None by default.
+    fn schemas(&self) -> Schemas {
+        Schemas::default()
+    }
+}
