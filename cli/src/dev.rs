@@ -199,7 +199,7 @@ pub async fn run(mut cfg: Config, args: DevArgs) -> anyhow::Result<()> {
          savepoint start approval\n  savepoint list\n  savepoint doctor <thread>\nCtrl-C to stop."
     );
     let term = CancellationToken::new();
-    tokio::spawn(savepoint_worker::signals::on_terminate(term.clone()));
+    tokio::spawn(savepoint_runtime::shutdown::on_terminate(term.clone()));
     term.cancelled().await;
     fleet.stop.cancel();
     for h in fleet.handles {

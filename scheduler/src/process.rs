@@ -33,27 +33,6 @@ fn load(args: Args) -> anyhow::Result<Config> {
     Ok(cfg)
 }
 
-/// Cancels `shutdown` on SIGTERM or SIGINT.
-async fn on_signal(shutdown: CancellationToken) {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
-            }
-            Err(_) => {
-                let _ = ctrl_c.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-    tracing::info!("shutdown requested");
-    shutdown.cancel();
-}
-
 /// Runs the scheduler process; exit code 0 on a clean stop, 1 on failure.
 pub async fn main() -> ExitCode {
     let cfg = match load(Args::parse()) {
@@ -65,7 +44,7 @@ pub async fn main() -> ExitCode {
     };
     let _telemetry = savepoint_runtime::telemetry::init(&cfg.log_format, "savepoint-scheduler");
     let shutdown = CancellationToken::new();
-    tokio::spawn(on_signal(shutdown.clone()));
+    tokio::spawn(savepoint_runtime::shutdown::on_terminate(shutdown.clone()));
     match crate::run(cfg, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

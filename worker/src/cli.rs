@@ -67,7 +67,7 @@ where
     }
     let _telemetry = savepoint_runtime::telemetry::init(&cfg.log_format, "savepoint-worker");
     let shutdown = CancellationToken::new();
-    tokio::spawn(crate::signals::on_terminate(shutdown.clone()));
+    tokio::spawn(savepoint_runtime::shutdown::on_terminate(shutdown.clone()));
     let store = match ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store()).await {
         Ok(s) => s,
         Err(e) => {

@@ -25,7 +25,6 @@ mod heartbeat;
 pub mod replay;
 mod runtime;
 mod shared;
-pub use savepoint_runtime::signals;
 mod slice;
 
 pub use runtime::{run, run_with, WorkerError, WorkerOptions};
