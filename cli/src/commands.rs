@@ -241,21 +241,39 @@ pub struct StartArgs {
     pub timeout: Option<std::time::Duration>,
 }
 
+/// A duration argument that does not read as `<n>ms|s|m|h|d`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DurationArgError {
+    /// No whole number leads it.
+    NotANumber(String),
+    /// The unit is none of `ms`, `s`, `m`, `h`, `d` (unit, argument).
+    UnknownUnit(String, String),
+}
+
+impl std::fmt::Display for DurationArgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotANumber(s) => write!(f, "{s:?} is not a duration like 90s, 30m, 2h or 7d"),
+            Self::UnknownUnit(unit, s) => write!(f, "unknown unit {unit:?} in {s:?} (use ms, s, m, h or d)"),
+        }
+    }
+}
+
+impl std::error::Error for DurationArgError {}
+
 /// A duration as `<n>ms|s|m|h|d` (seconds without a unit).
-fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+fn parse_duration(s: &str) -> Result<std::time::Duration, DurationArgError> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (n, unit) = s.split_at(split);
-    let n: u64 = n
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 90s, 30m, 2h or 7d"))?;
+    let n: u64 = n.parse().map_err(|_| DurationArgError::NotANumber(s.to_owned()))?;
     let ms = match unit {
         "ms" => n,
         "" | "s" => n * 1000,
         "m" => n * 60_000,
         "h" => n * 3_600_000,
         "d" => n * 86_400_000,
-        other => return Err(format!("unknown unit {other:?} in {s:?} (use ms, s, m, h or d)")),
+        other => return Err(DurationArgError::UnknownUnit(other.to_owned(), s.to_owned())),
     };
     Ok(std::time::Duration::from_millis(ms))
 }
