@@ -173,7 +173,10 @@ impl<W: Workflow> Run<W> {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let v = self.api.await_result(&self.thread, left.min(POLL).as_secs_f64()).await?;
+            let v = self
+                .api
+                .await_result(&self.thread, left.min(POLL).as_secs_f64())
+                .await?;
             match v["status"].as_str().unwrap_or("") {
                 "completed" => {
                     return serde_json::from_value(v["output"].clone()).map_err(|e| ClientError::Decode {

@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::time::Duration;
 
 use crate::journal::{Entry, EntryKind};
-use crate::model::{EffectClaim, Holder};
+use crate::model::{BlockKind, EffectClaim, Holder};
 
 /// What replay returns for a call at the cursor.
 #[derive(Debug, Clone, PartialEq)]
@@ -206,8 +206,8 @@ pub enum SliceEnd {
     Complete(Value),
     /// Record failure with this error.
     Fail(String),
-    /// Block the run (reason, metric class).
-    Block(String, &'static str),
+    /// Block the run (reason, kind of block).
+    Block(String, BlockKind),
     /// The context already wrote what it had to: follow its exit.
     FollowExit,
 }
@@ -219,7 +219,7 @@ pub fn slice_end(body: Body<'_>, at: u32, recorded: u32, next: Option<&Entry>) -
     match body {
         Body::Panicked(msg) => SliceEnd::Block(
             format!("workflow code panicked after entry {at}: {msg}; fix the code and retry the run"),
-            "panic",
+            BlockKind::Panic,
         ),
         Body::Returned(_) | Body::Errored(_) if at < recorded => SliceEnd::Block(
             format!(
@@ -228,7 +228,7 @@ pub fn slice_end(body: Body<'_>, at: u32, recorded: u32, next: Option<&Entry>) -
                 next.map(|e| e.kind.as_str()).unwrap_or("an entry"),
                 next.map(|e| e.name.as_str()).unwrap_or("")
             ),
-            "non_determinism",
+            BlockKind::NonDeterminism,
         ),
         Body::Returned(v) => SliceEnd::Complete(v.clone()),
         Body::Errored(e) => SliceEnd::Fail(e),
@@ -236,7 +236,7 @@ pub fn slice_end(body: Body<'_>, at: u32, recorded: u32, next: Option<&Entry>) -
         // waits for it instead of failing for good.
         Body::Undecodable(e) => SliceEnd::Block(
             format!("{e}; fix the type in the code (or answer again where the run waits) and retry the run"),
-            "bad_value",
+            BlockKind::Undecodable,
         ),
         Body::Stopped => SliceEnd::FollowExit,
     }
@@ -426,7 +426,7 @@ mod tests {
         );
         assert!(matches!(
             slice_end(Body::Undecodable("value of \"x\" does not decode".into()), 2, 2, None),
-            SliceEnd::Block(r, "bad_value") if r.contains("does not decode")
+            SliceEnd::Block(r, BlockKind::Undecodable) if r.contains("does not decode")
         ));
         assert_eq!(
             slice_end(Body::Errored("bad".into()), 2, 2, None),
@@ -434,15 +434,17 @@ mod tests {
         );
         let next = step("c");
         match slice_end(Body::Returned(&out), 1, 2, Some(&next)) {
-            SliceEnd::Block(r, "non_determinism") => assert!(r.contains("entry 1") && r.contains("\"c\""), "{r}"),
+            SliceEnd::Block(r, BlockKind::NonDeterminism) => {
+                assert!(r.contains("entry 1") && r.contains("\"c\""), "{r}")
+            }
             other => panic!("{other:?}"),
         }
         assert!(matches!(
             slice_end(Body::Errored("x".into()), 0, 1, Some(&next)),
-            SliceEnd::Block(_, "non_determinism")
+            SliceEnd::Block(_, BlockKind::NonDeterminism)
         ));
         assert!(
-            matches!(slice_end(Body::Panicked("boom".into()), 0, 0, None), SliceEnd::Block(r, "panic") if r.contains("boom"))
+            matches!(slice_end(Body::Panicked("boom".into()), 0, 0, None), SliceEnd::Block(r, BlockKind::Panic) if r.contains("boom"))
         );
         assert_eq!(slice_end(Body::Stopped, 0, 3, Some(&next)), SliceEnd::FollowExit);
     }

@@ -76,6 +76,61 @@ impl std::fmt::Display for RunStatus {
     }
 }
 
+/// Why a blocked run is blocked (the run hash's `bk`), written with the block: what settles
+/// it depends on it, and code decides on it, never on the words of the reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockKind {
+    /// An effect's outcome is unknown (its intent is in doubt): an operator resolves it.
+    InDoubt,
+    /// The workflow code no longer takes the path the journal recorded.
+    NonDeterminism,
+    /// Taken over too often at one journal position without progress (the claim blocks it).
+    Poison,
+    /// The workflow code panicked.
+    Panic,
+    /// A value did not decode: a delivered answer, a recorded result, the run's journal.
+    Undecodable,
+    /// Another block (a misused API: an invalid effect key, an effect raced in a select, one
+    /// key used twice at once).
+    Other,
+}
+
+impl BlockKind {
+    /// All kinds.
+    pub const ALL: [BlockKind; 6] = [
+        BlockKind::InDoubt,
+        BlockKind::NonDeterminism,
+        BlockKind::Poison,
+        BlockKind::Panic,
+        BlockKind::Undecodable,
+        BlockKind::Other,
+    ];
+
+    /// The stored name (`bk`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockKind::InDoubt => "in_doubt",
+            BlockKind::NonDeterminism => "non_determinism",
+            BlockKind::Poison => "poison",
+            BlockKind::Panic => "panic",
+            BlockKind::Undecodable => "undecodable",
+            BlockKind::Other => "other",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for BlockKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What a waiting run waits for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Wait {
@@ -128,6 +183,9 @@ pub struct RunHeader {
     pub error: Option<String>,
     /// Why the run is blocked or was cancelled.
     pub reason: Option<String>,
+    /// The kind of block a blocked run is in (`bk`; `None`: not blocked, or blocked before the
+    /// field existed).
+    pub block_kind: Option<BlockKind>,
     /// The in-doubt effect key a blocked run waits on.
     pub blocked_effect: Option<String>,
     /// The record the block waits on (`thread\x1findex\x1ffence`), so a resolve settles
@@ -223,6 +281,8 @@ impl RunHeader {
             output: json(map, "output")?,
             error: text(map, "error"),
             reason: text(map, "reason"),
+            // (A kind a newer build wrote is a block all the same.)
+            block_kind: text(map, "bk").map(|k| BlockKind::parse(&k).unwrap_or(BlockKind::Other)),
             blocked_effect: text(map, "blocked_fx"),
             blocked_effect_owner: text(map, "blocked_fx_owner"),
             waiting_for: text(map, "waiting_for"),
@@ -519,6 +579,8 @@ pub enum Finish<'a> {
     Blocked {
         /// Why.
         reason: &'a str,
+        /// The kind of block (stored as `bk`).
+        kind: BlockKind,
         /// The effect key and its holder, when an effect's outcome is unknown.
         effect: Option<(&'a str, &'a Holder)>,
     },
@@ -541,6 +603,15 @@ impl Finish<'_> {
             Finish::Completed(_) => RunStatus::Completed,
             Finish::Failed(_) => RunStatus::Failed,
             Finish::Blocked { .. } | Finish::Rejected { .. } => RunStatus::Blocked,
+        }
+    }
+
+    /// The kind of block it writes (`None`: it ends the run); a rejected value is undecodable.
+    pub fn block_kind(&self) -> Option<BlockKind> {
+        match self {
+            Finish::Completed(_) | Finish::Failed(_) => None,
+            Finish::Blocked { kind, .. } => Some(*kind),
+            Finish::Rejected { .. } => Some(BlockKind::Undecodable),
         }
     }
 }
@@ -599,4 +670,30 @@ pub struct Flow {
     pub limit: u32,
     /// Starts per second of the key, if limited.
     pub rate: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_block_kind_round_trips_through_its_stored_name() {
+        for kind in BlockKind::ALL {
+            assert_eq!(BlockKind::parse(kind.as_str()), Some(kind));
+            assert_eq!(serde_json::to_value(kind).unwrap(), Value::String(kind.as_str().into()));
+        }
+        assert_eq!(BlockKind::parse("nope"), None);
+    }
+
+    #[test]
+    fn a_header_reads_the_block_kind_and_no_field_as_none() {
+        let t = ThreadId::new("t-1").unwrap();
+        let mut map = BTreeMap::from([("status".to_owned(), b"blocked".to_vec())]);
+        let read = |map: &BTreeMap<String, Vec<u8>>| RunHeader::from_fields(&t, map).map(|h| h.block_kind).ok();
+        assert_eq!(read(&map), Some(None), "blocked before the field existed");
+        map.insert("bk".into(), b"poison".to_vec());
+        assert_eq!(read(&map), Some(Some(BlockKind::Poison)));
+        map.insert("bk".into(), b"newer_kind".to_vec());
+        assert_eq!(read(&map), Some(Some(BlockKind::Other)));
+    }
 }

@@ -25,7 +25,8 @@ use savepoint_core::metrics::{inc, metrics};
 use savepoint_core::protocol::{Task, TaskReason};
 use savepoint_store::Suspend;
 use savepoint_store::{
-    Acquired, ChildResult, Claimed, Finish, Flow, Lease, ParentCancel, RunStatus, ScriptStore, SignalOutcome, FLOW_PARK,
+    Acquired, BlockKind, ChildResult, Claimed, Finish, Flow, Lease, ParentCancel, RunStatus, ScriptStore,
+    SignalOutcome, FLOW_PARK,
 };
 
 use crate::heartbeat::Heartbeat;
@@ -346,7 +347,11 @@ async fn end_early(shared: &Shared, c: &Claimed, lease: &mut Lease, early: Early
 async fn block_unreadable(shared: &Shared, lease: &mut Lease, reason: &str) -> &'static str {
     tracing::warn!(%reason, "cannot read the run: blocking it");
     inc(&metrics().blocks, &[("reason", "unreadable")]);
-    let how = Finish::Blocked { reason, effect: None };
+    let how = Finish::Blocked {
+        reason,
+        kind: BlockKind::Undecodable,
+        effect: None,
+    };
     if let Err(e) = shared.store.finish(lease, None, how, ("blocked", reason)).await {
         tracing::warn!(error = %e, "could not record the block");
     }
@@ -460,7 +465,7 @@ fn body_of(result: &BodyResult) -> Body<'_> {
 async fn carry_out(shared: &Shared, c: &Claimed, lease: &mut Lease, action: EndAction) -> &'static str {
     let trace = c.header.trace.as_deref();
     match action {
-        EndAction::Block(reason, class) => block(shared, lease, &reason, class).await,
+        EndAction::Block(reason, kind) => block(shared, lease, &reason, kind).await,
         EndAction::Complete(output) => complete(shared, c, lease, output).await,
         EndAction::Fail(msg) => fail(shared, c, lease, msg).await,
         EndAction::Continue { queue, step, rv } => {
@@ -587,15 +592,19 @@ async fn leave_slot(shared: &Shared, f: &Flow, thread: &ThreadId, fence: Option<
     }
 }
 
-/// Blocks the run with `reason` (counted under metric class `class`).
-async fn block(shared: &Shared, lease: &mut Lease, reason: &str, class: &str) -> &'static str {
+/// Blocks the run with `reason`, a block of `kind` (counted under its metric class).
+async fn block(shared: &Shared, lease: &mut Lease, reason: &str, kind: BlockKind) -> &'static str {
     if savepoint_runtime::telemetry::outside_spans() {
         tracing::warn!(thread.id = %lease.thread, worker.id = %lease.owner, %reason, "run blocked");
     } else {
         tracing::warn!(%reason, "run blocked");
     }
-    inc(&metrics().blocks, &[("reason", class)]);
-    let how = Finish::Blocked { reason, effect: None };
+    inc(&metrics().blocks, &[("reason", plan::block_class(kind))]);
+    let how = Finish::Blocked {
+        reason,
+        kind,
+        effect: None,
+    };
     match shared.store.finish(lease, None, how, ("blocked", reason)).await {
         Ok(()) => "blocked",
         Err(e) => {

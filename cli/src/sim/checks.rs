@@ -1,5 +1,5 @@
 use savepoint_core::ids::ThreadId;
-use savepoint_store::{ChildLink, ParentCancel, RunHeader, RunStatus};
+use savepoint_store::{BlockKind, ChildLink, ParentCancel, RunHeader, RunStatus};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -325,7 +325,7 @@ async fn child_checks(w: &World, t: &ThreadId, link: &ChildLink, cancelled_at: O
             w.holdings(child).await
         ));
     }
-    if c.status == RunStatus::Blocked && !c.reason.as_deref().unwrap_or("").contains("outcome unknown") {
+    if c.status == RunStatus::Blocked && c.block_kind != Some(BlockKind::InDoubt) {
         bad.push(format!(
             "child {child} blocked for a reason the workload cannot cause: {:?}",
             c.reason

@@ -1,7 +1,7 @@
 use axum::http::Method;
 use savepoint_core::ids::ThreadId;
 use savepoint_core::journal::EntryKind;
-use savepoint_store::RunStatus;
+use savepoint_store::{BlockKind, RunStatus};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -158,9 +158,7 @@ async fn retry_blocked_runs(
         let Some((h, _)) = w.read(t).await else { continue };
         let retry = h.status == RunStatus::Blocked
             && h.blocked_effect.is_none()
-            && h.reason
-                .as_deref()
-                .is_some_and(|r| r.starts_with("crashed ") || r.contains(workload::PLANTED_BUG));
+            && (h.block_kind == Some(BlockKind::Poison) || workload::blocked_by_planted_bug(&h));
         if !retry {
             continue;
         }

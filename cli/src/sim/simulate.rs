@@ -12,7 +12,7 @@ use savepoint_runtime::security::Redacted;
 use savepoint_scheduler::assembly;
 use savepoint_scheduler::{run_scanner, Publisher, ScanSettings};
 use savepoint_store::mem::{install_engine, MemEngine};
-use savepoint_store::{RunHeader, RunStatus, ScriptStore};
+use savepoint_store::{BlockKind, RunHeader, RunStatus, ScriptStore};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -37,7 +37,7 @@ pub(super) async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
     let name = sim_name(seed);
     let mut sim = match assemble(seed, args, &name).await {
         Ok(sim) => sim,
-        Err(what) => return failed(seed, what),
+        Err(e) => return failed(seed, e.to_string()),
     };
     let mut load = plan_runs(&mut sim.w, args);
     let mut p = Progress::new(load.runs.len());
@@ -54,6 +54,24 @@ pub(super) async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
     };
     final_checks(&mut sim, &load, &mut p, &operated, args).await;
     finish(seed, &name, sim, p.violations).await
+}
+
+/// Why a seed's engine could not be connected.
+#[derive(Debug)]
+enum SetupError {
+    /// The embedded store refused.
+    Store(savepoint_store::StoreError),
+    /// The embedded queue refused.
+    Broker(savepoint_broker::BrokerError),
+}
+
+impl std::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Store(e) => write!(f, "store: {e}"),
+            Self::Broker(e) => write!(f, "broker: {e}"),
+        }
+    }
 }
 
 /// A seed that could not even start (its report is the one violation).
@@ -102,7 +120,7 @@ fn sim_config(name: &str) -> Config {
 
 /// Connects the embedded store and queue under the fault plan, and starts the API with two
 /// schedule firers, two scanner replicas and the workers.
-async fn assemble(seed: u64, args: &SimArgs, name: &str) -> Result<Sim, String> {
+async fn assemble(seed: u64, args: &SimArgs, name: &str) -> Result<Sim, SetupError> {
     // A fixed server clock: the same seed sees the same timestamps.
     install_engine(name, MemEngine::starting_at(SERVER_BASE_US));
     let cfg = sim_config(name);
@@ -118,10 +136,10 @@ async fn assemble(seed: u64, args: &SimArgs, name: &str) -> Result<Sim, String> 
     });
     let store = ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
         .await
-        .map_err(|e| format!("store: {e}"))?;
+        .map_err(SetupError::Store)?;
     let broker = Broker::connect(cfg.broker(), Duration::from_secs(1))
         .await
-        .map_err(|e| format!("broker: {e}"))?;
+        .map_err(SetupError::Broker)?;
     if let Some(engine) = store.mem_engine() {
         engine.set_faults(Some(plan.clone() as Arc<dyn Faults>));
     }
@@ -698,16 +716,12 @@ async fn check_run_end(
 /// blocked on it after that is checked with the operator's actions.)
 fn check_block_reason(trace: &Trace, t: &ThreadId, h: &RunHeader, violations: &mut Vec<String>) {
     let reason = h.reason.as_deref().unwrap_or("");
-    let class = if reason.contains("outcome unknown") {
-        "in_doubt"
-    } else if reason.starts_with("crashed ") {
-        "poison"
-    } else if reason.starts_with("non-determinism") {
-        "non_determinism"
-    } else if reason.contains(workload::PLANTED_BUG) {
-        "planted_bug"
-    } else {
-        "other"
+    let class = match h.block_kind {
+        Some(BlockKind::InDoubt) => "in_doubt",
+        Some(BlockKind::Poison) => "poison",
+        Some(BlockKind::NonDeterminism) => "non_determinism",
+        Some(BlockKind::Panic) if workload::blocked_by_planted_bug(h) => "planted_bug",
+        _ => "other",
     };
     trace.count(&format!("blocked.{class}"));
     if !matches!(class, "in_doubt" | "poison" | "planted_bug") {

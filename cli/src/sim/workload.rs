@@ -15,6 +15,7 @@ use std::time::Duration;
 use savepoint::workflow::{
     Call, Ctx, EffectCtx, EffectOptions, EffectPolicy, Registry, RetryPolicy, StepError, Workflow, WorkflowError,
 };
+use savepoint_store::{BlockKind, RunHeader};
 
 /// The flow-control keys of the `metered` runs and their limits.
 pub(crate) const FLOW_KEYS: [(&str, usize); 2] = [("fa", 1), ("fb", 2)];
@@ -35,6 +36,12 @@ pub(crate) struct Provider {
 /// What a planted bug's panic says: the workflow code panics there until the operator
 /// deploys the fix ([`Provider::fix`]) and retries the run.
 pub(crate) const PLANTED_BUG: &str = "planted bug";
+
+/// True for a run the planted bug blocked: a panic of the workflow code whose message is the
+/// planted one (any other panic is an engine bug).
+pub(crate) fn blocked_by_planted_bug(h: &RunHeader) -> bool {
+    h.block_kind == Some(BlockKind::Panic) && h.reason.as_deref().is_some_and(|r| r.contains(PLANTED_BUG))
+}
 
 struct State {
     applied: BTreeMap<String, Vec<u64>>,

@@ -10,9 +10,10 @@ use savepoint_core::ids::{EffectKey, ThreadId};
 use savepoint_core::journal::{Entry, EntryKind, Outcome};
 use savepoint_integration_tests::{embedded_config, fresh_namespace};
 use savepoint_store::mem::MemEngine;
+use savepoint_store::{BlockKind, ClaimOutcome, EffectClaim, Finish, Holder, RunStatus, ScriptStore, StoreError, Wait};
 use savepoint_store::{CatalogEntry, CreateOptions, Flow};
-use savepoint_store::{ClaimOutcome, EffectClaim, Finish, Holder, RunStatus, ScriptStore, StoreError, Wait};
-use savepoint_store::{CreateOutcome, EffectDone, EffectRelease, EffectUnused, ServedSpec, SignalOutcome, Suspend};
+use savepoint_store::{CreateOutcome, EffectDone, EffectRelease, EffectUnused, RestartOutcome, RetryOutcome};
+use savepoint_store::{ServedSpec, SignalOutcome, StoreConfig, Suspend};
 
 #[cfg(feature = "services")]
 async fn redis_store() -> ScriptStore {
@@ -351,6 +352,7 @@ async fn finish_cancel_unblock_and_retention(s: ScriptStore) {
         None,
         Finish::Blocked {
             reason: "effect k outcome unknown",
+            kind: BlockKind::InDoubt,
             effect: Some(("k", &holder)),
         },
         ("blocked", ""),
@@ -360,12 +362,17 @@ async fn finish_cancel_unblock_and_retention(s: ScriptStore) {
     let ttl: i64 = s.query(redis::cmd("PTTL").arg(&s.keys().run(&t3).run)).await.unwrap();
     assert_eq!(ttl, -1, "blocked runs wait for an operator and do not expire");
     assert_eq!(
+        s.header(&t3).await.unwrap().unwrap().block_kind,
+        Some(BlockKind::InDoubt)
+    );
+    assert_eq!(
         s.unblock(&t3, "other", "").await.unwrap(),
         Err(("blocked".into(), "k".into()))
     );
     assert!(s.unblock(&t3, "k", "applied").await.unwrap().is_ok());
     let h = s.header(&t3).await.unwrap().unwrap();
     assert_eq!((h.status, h.reason, h.blocked_effect), (RunStatus::Pending, None, None));
+    assert_eq!(h.block_kind, None);
 }
 
 async fn scan_due_hands_each_run_out_once_per_period(s: ScriptStore) {
@@ -633,6 +640,7 @@ async fn rejected_answers_and_reopened_results(s: ScriptStore) {
     assert_eq!(h.wait.as_ref().map(|w| w.name.as_str()), Some("gate"), "{h:?}");
     assert_eq!(h.finished_at, None, "a blocked run has not finished");
     assert!(h.reason.as_deref().unwrap_or("").contains("does not decode"));
+    assert_eq!(h.block_kind, Some(BlockKind::Undecodable));
     assert_eq!(s.list(Some(RunStatus::Blocked), 10).await.unwrap().len(), 1);
     // A signal of another kind is only buffered; the answer unblocks it.
     assert!(matches!(
@@ -644,7 +652,11 @@ async fn rejected_answers_and_reopened_results(s: ScriptStore) {
         SignalOutcome::Woke(_)
     ));
     let h = s.header(&t).await.unwrap().unwrap();
-    assert_eq!((h.status, h.reason.clone()), (RunStatus::Pending, None), "{h:?}");
+    assert_eq!(
+        (h.status, h.reason.clone(), h.block_kind),
+        (RunStatus::Pending, None, None),
+        "{h:?}"
+    );
     assert!(s.list(Some(RunStatus::Blocked), 10).await.unwrap().is_empty());
     let c = claim(&s, &t, "w1").await;
     assert_eq!(
@@ -784,6 +796,7 @@ async fn an_unused_intent_recorded_by_its_holder_is_not_blocked_on(s: ScriptStor
             None,
             Finish::Blocked {
                 reason: "in doubt",
+                kind: BlockKind::InDoubt,
                 effect: Some((key.as_str(), &holder(1))),
             },
             ("blocked", "in doubt"),
@@ -801,6 +814,7 @@ async fn an_unused_intent_recorded_by_its_holder_is_not_blocked_on(s: ScriptStor
         None,
         Finish::Blocked {
             reason: "in doubt",
+            kind: BlockKind::InDoubt,
             effect: Some((key.as_str(), &holder(2))),
         },
         ("blocked", "in doubt"),
@@ -879,6 +893,75 @@ async fn a_task_for_a_leased_run_does_not_push_its_safety_net_out(s: ScriptStore
     assert_eq!(score(&s).await, net);
 }
 
+/// The run hash's `bk` field of run `t`, as stored.
+async fn stored_block_kind(s: &ScriptStore, t: &ThreadId) -> Option<String> {
+    s.query(redis::cmd("HGET").arg(&s.keys().run(t).run).arg("bk"))
+        .await
+        .unwrap()
+}
+
+/// Blocks a freshly claimed run `t` with a block of `kind` (no effect).
+async fn block_as(s: &ScriptStore, t: &ThreadId, kind: BlockKind) {
+    let mut c = claim(s, t, "w").await;
+    let how = Finish::Blocked {
+        reason: "workflow code panicked after entry 0: boom",
+        kind,
+        effect: None,
+    };
+    s.finish(&mut c.lease, None, how, ("blocked", "")).await.unwrap();
+}
+
+/// A store on the backend and namespace of `s` whose claim blocks a run as poison at its
+/// first takeover.
+async fn poisoning(s: &ScriptStore) -> ScriptStore {
+    let cfg = StoreConfig {
+        max_crashes: 1,
+        ..s.config().clone()
+    };
+    #[cfg(feature = "services")]
+    if s.mem_engine().is_none() {
+        let url = savepoint_integration_tests::services().await.redis_url.clone();
+        return ScriptStore::connect(&url, s.keys().clone(), cfg).await.expect("redis");
+    }
+    let engine = s.mem_engine().expect("an embedded store").clone();
+    ScriptStore::embedded(engine, s.keys().clone(), cfg)
+}
+
+/// A block records its kind (`bk`) with its reason, and what makes the run runnable again
+/// (retry, restart) or cancels it takes the kind away with the reason; the claim's poison
+/// block records `poison`.
+async fn a_block_records_its_kind_and_unblocking_clears_it(s: ScriptStore) {
+    let t = new_run(&s, json!(null)).await;
+    block_as(&s, &t, BlockKind::Panic).await;
+    assert_eq!(stored_block_kind(&s, &t).await.as_deref(), Some("panic"));
+    let h = s.header(&t).await.unwrap().unwrap();
+    assert_eq!((h.status, h.block_kind), (RunStatus::Blocked, Some(BlockKind::Panic)));
+    assert!(matches!(s.retry(&t, "fixed").await.unwrap(), RetryOutcome::Queued(_)));
+    assert_eq!(stored_block_kind(&s, &t).await, None);
+    let h = s.header(&t).await.unwrap().unwrap();
+    assert_eq!((h.status, h.reason, h.block_kind), (RunStatus::Pending, None, None));
+    // Blocked again (another kind), then cancelled: the reason is the cancel's, with no kind.
+    block_as(&s, &t, BlockKind::NonDeterminism).await;
+    assert_eq!(stored_block_kind(&s, &t).await.as_deref(), Some("non_determinism"));
+    assert!(s.cancel(&t, "operator").await.unwrap().is_ok());
+    assert_eq!(stored_block_kind(&s, &t).await, None);
+    // The claim blocks a run as poison; a restart clears the kind.
+    let p = poisoning(&s).await;
+    let t = new_run(&p, json!(null)).await;
+    claim(&p, &t, "w1").await;
+    tokio::time::sleep(p.config().lease + Duration::from_millis(100)).await;
+    let poisoned = p.claim(&t, "w2", None, &ServedSpec::any()).await.unwrap();
+    assert!(matches!(poisoned, ClaimOutcome::Poison(_)), "{poisoned:?}");
+    let h = p.header(&t).await.unwrap().unwrap();
+    assert_eq!((h.status, h.block_kind), (RunStatus::Blocked, Some(BlockKind::Poison)));
+    assert!(matches!(
+        p.restart(&t, 0, "fixed").await.unwrap(),
+        RestartOutcome::Queued(_, RunStatus::Blocked)
+    ));
+    assert_eq!(stored_block_kind(&p, &t).await, None);
+    assert_eq!(p.header(&t).await.unwrap().unwrap().block_kind, None);
+}
+
 /// Each contract test, once per backend.
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
@@ -915,4 +998,5 @@ conformance!(
     orphaned_intents_and_operator_settlement,
     a_run_that_needs_a_feature_the_worker_does_not_know_is_given_back_untouched,
     an_unused_intent_recorded_by_its_holder_is_not_blocked_on,
+    a_block_records_its_kind_and_unblocking_clears_it,
 );

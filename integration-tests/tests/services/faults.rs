@@ -7,12 +7,12 @@
 use serde_json::json;
 use std::time::Duration;
 
+use savepoint_cli::loadgen::receiver::{self, ReceiverOptions};
 use savepoint_core::ids::{EffectKey, ThreadId};
 use savepoint_integration_tests::procs::{free_port, killed_by_signal, scrape, Proc};
 use savepoint_integration_tests::proxy::Proxy;
 use savepoint_integration_tests::scenario::World;
 use savepoint_integration_tests::wait_until;
-use savepoint_cli::loadgen::receiver::{self, ReceiverOptions};
 use savepoint_store::EffectRecord;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_it-worker");

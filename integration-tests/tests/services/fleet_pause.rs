@@ -9,9 +9,9 @@ use rand::Rng;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use savepoint_cli::loadgen::receiver::{self, ReceiverOptions};
 use savepoint_integration_tests::procs::Proc;
 use savepoint_integration_tests::scenario::World;
-use savepoint_cli::loadgen::receiver::{self, ReceiverOptions};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_it-worker");
 const RUNS: usize = 200;

@@ -1,8 +1,8 @@
 //! The load generator against a real fleet (in-process scheduler, one worker process):
 //! its figures add up and it reports a healthy run as healthy.
 
-use savepoint_integration_tests::scenario::World;
 use savepoint_cli::loadgen::{run, LoadgenArgs};
+use savepoint_integration_tests::scenario::World;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_it-worker");
 

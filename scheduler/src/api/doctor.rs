@@ -197,7 +197,7 @@ mod tests {
     use savepoint_core::ids::ThreadId;
     use savepoint_core::journal::EntryKind;
     use savepoint_store::CatalogEntry;
-    use savepoint_store::RunStatus;
+    use savepoint_store::{BlockKind, RunStatus};
 
     fn header(status: RunStatus) -> RunHeader {
         let fields = std::collections::BTreeMap::from([
@@ -223,8 +223,31 @@ mod tests {
     }
 
     #[test]
-    fn blocks_are_classified_by_the_runs_fields() {
+    fn blocks_are_classified_by_their_recorded_kind() {
         let mut h = header(RunStatus::Blocked);
+        // The kind decides, whatever the reason says and however often the run crashed.
+        h.reason = Some("non-determinism at entry 1: the workflow returned but …".into());
+        h.crashes = 3;
+        h.block_kind = Some(BlockKind::Panic);
+        assert_eq!(block_case(&h, 3), Case::Blocked);
+        h.reason = Some("anything".into());
+        h.block_kind = Some(BlockKind::NonDeterminism);
+        assert_eq!(block_case(&h, 3), Case::BlockedNonDeterminism);
+        h.crashes = 0;
+        h.block_kind = Some(BlockKind::Poison);
+        assert_eq!(block_case(&h, 3), Case::BlockedPoison);
+        h.block_kind = Some(BlockKind::InDoubt);
+        assert_eq!(block_case(&h, 3), Case::BlockedInDoubt);
+        for kind in [BlockKind::Undecodable, BlockKind::Other] {
+            h.block_kind = Some(kind);
+            assert_eq!(block_case(&h, 3), Case::Blocked, "{kind}");
+        }
+    }
+
+    #[test]
+    fn runs_blocked_before_block_kinds_are_classified_by_their_other_fields() {
+        let mut h = header(RunStatus::Blocked);
+        assert_eq!(h.block_kind, None);
         h.reason = Some("non-determinism at entry 1: the workflow returned but …".into());
         assert_eq!(block_case(&h, 3), Case::BlockedNonDeterminism);
         h.reason = Some("workflow code panicked after entry 0: boom; fix the code and retry the run".into());

@@ -9,11 +9,11 @@ use axum::extract::Query;
 use axum::http::{StatusCode, Uri};
 use savepoint_core::ids::{EffectKey, ThreadId};
 
+use super::await_result::ResultQuery;
 use super::control::valid_signal_name;
 use super::extract::parse_object;
 use super::extract::thread_id;
 use super::model::{CancelBody, ResolveBody, StartRequest, ValueBody};
-use super::await_result::ResultQuery;
 use super::runs::ListQuery;
 use super::ApiError;
 

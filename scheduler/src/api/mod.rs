@@ -10,6 +10,7 @@
 //! the routes that exist.
 
 pub(crate) mod auth;
+mod await_result;
 pub(crate) mod body;
 mod checks;
 mod control;
@@ -21,7 +22,6 @@ pub mod fuzzing;
 mod lineage;
 mod model;
 mod ops;
-mod await_result;
 mod routes;
 mod runs;
 pub(crate) mod schedules;

@@ -202,9 +202,11 @@ fn start_reply(thread: &ThreadId, outcome: CreateOutcome) -> Reply<StartReply> {
     let (code, status) = match outcome {
         CreateOutcome::Created => (StatusCode::CREATED, Status::PENDING),
         CreateOutcome::Exists(status) => (StatusCode::OK, status.into()),
-        CreateOutcome::Conflict(workflow) => return Err(ApiError::conflict(format!(
+        CreateOutcome::Conflict(workflow) => {
+            return Err(ApiError::conflict(format!(
             "thread id {thread} is already used by a run of workflow {workflow:?} with a different workflow or input"
-        ))),
+        )))
+        }
     };
     Ok((
         code,

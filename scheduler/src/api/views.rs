@@ -373,6 +373,7 @@ mod tests {
             output: None,
             error: None,
             reason: Some("effect ledger:1 outcome unknown".into()),
+            block_kind: Some(savepoint_store::BlockKind::InDoubt),
             blocked_effect: Some("ledger:1".into()),
             blocked_effect_owner: None,
             waiting_for: None,

@@ -22,7 +22,7 @@ use crate::journal::{Entry, EntryKind, Outcome};
 use savepoint_core::failpoints::{Action, Failpoints};
 use savepoint_core::lease::LeaseClock;
 use savepoint_core::metrics::{inc, labels, metrics};
-use savepoint_core::model::{Finish, Holder, Lease, RunStatus};
+use savepoint_core::model::{BlockKind, Finish, Holder, Lease, RunStatus};
 use savepoint_core::outcome::Suspend;
 use savepoint_core::seam::RunStore;
 use savepoint_core::StoreError;
@@ -341,14 +341,14 @@ impl Ctx {
                 Some(e)
             }
             super::decide::Replay::Live => None,
-            super::decide::Replay::Diverged(reason) => self.block(&reason, None).await,
+            super::decide::Replay::Diverged(reason) => self.block(BlockKind::NonDeterminism, &reason, None).await,
         }
     }
 
     /// Stops the run as blocked with a reason (and the in-doubt effect key with the record it
-    /// waits on, if any).
-    pub(super) async fn block<T>(&mut self, reason: &str, effect: Option<(&str, &Holder)>) -> T {
-        self.block_as(reason, Finish::Blocked { reason, effect }).await
+    /// waits on, if any), a block of `kind`.
+    pub(super) async fn block<T>(&mut self, kind: BlockKind, reason: &str, effect: Option<(&str, &Holder)>) -> T {
+        self.block_as(reason, Finish::Blocked { reason, kind, effect }).await
     }
 
     /// Blocks the run as `how` says ([`Finish::Blocked`] or [`Finish::Rejected`]).
@@ -367,12 +367,7 @@ impl Ctx {
     /// its holder recorded as never acted on.
     pub(super) async fn write_block(&mut self, reason: &str, how: Finish<'_>) -> Result<(), StoreError> {
         self.keep_unjournaled().await;
-        let class = match how {
-            Finish::Blocked { effect: Some(_), .. } => "effect_in_doubt",
-            Finish::Rejected { .. } => "bad_value",
-            _ if reason.starts_with("non-determinism") => "non_determinism",
-            _ => "other",
-        };
+        let class = block_class(&how);
         self.p
             .store
             .finish(&mut self.p.lease, None, how, ("blocked", reason))
@@ -736,6 +731,19 @@ impl Ctx {
         .instrument(span)
         .await;
         decode_outcome("step", name, outcome)
+    }
+}
+
+/// The metric class (`reason` of the blocks counter) a block written as `how` counts under.
+fn block_class(how: &Finish<'_>) -> &'static str {
+    match how {
+        Finish::Blocked { effect: Some(_), .. } => "effect_in_doubt",
+        Finish::Rejected { .. } => "bad_value",
+        Finish::Blocked {
+            kind: BlockKind::NonDeterminism,
+            ..
+        } => "non_determinism",
+        _ => "other",
     }
 }
 

@@ -21,10 +21,10 @@ use tracing::Instrument;
 use super::ctx::{decode_outcome, Attempted, Ctx, HeldIntent, SliceExit};
 use super::decide::{self, Intent};
 use super::{RetryPolicy, StepError, WorkflowError};
-use crate::ids::{EffectKey, ThreadId};
+use crate::ids::{EffectKey, IdError, ThreadId};
 use crate::journal::{Entry, EntryKind, Outcome};
 use savepoint_core::metrics::{inc, metrics};
-use savepoint_core::model::{EffectClaim, Finish, Holder, RunStatus};
+use savepoint_core::model::{BlockKind, EffectClaim, Finish, Holder, RunStatus};
 use savepoint_core::outcome::{EffectDone, EffectRecord, EffectRelease, Suspend};
 use savepoint_core::seam::RunStore;
 
@@ -189,7 +189,7 @@ impl Ctx {
         self.before_live(name).await;
         let key = match EffectKey::new(key.into()) {
             Ok(k) => k,
-            Err(e) => return self.block(&format!("effect {name:?}: {e}"), None).await,
+            Err(e) => return self.block_on_bad_key(name, e).await,
         };
         let idx = self.cursor;
         let intent_span =
@@ -216,14 +216,14 @@ impl Ctx {
                 Err(e) => {
                     let holder = self.holder(idx);
                     let reason = format!("effect {name:?} result does not encode as JSON: {e}");
-                    return self.block(&reason, Some((key.as_str(), &holder))).await;
+                    return self.block_on_key(&reason, &key, &holder).await;
                 }
             },
             Called::Unknown(cause) => {
                 // It may have happened: in doubt, as after a crash, under the same policy.
                 let holder = self.holder(idx);
                 let reason = format!("effect {key} outcome unknown: {cause}");
-                return self.block(&reason, Some((key.as_str(), &holder))).await;
+                return self.block_on_key(&reason, &key, &holder).await;
             }
             Called::Failed(e, attempts) => {
                 let (entry, event) = self.failed(name, &key, e, attempts, idx).await;
@@ -273,7 +273,7 @@ impl Ctx {
                 "effect {key} outcome unknown: the result settled for effect {name:?} (by an operator or a \
                  reconcile) does not decode: {err}; resolve it again with a result of the right shape"
             );
-            return self.block(&reason, Some((key.as_str(), &holder))).await;
+            return self.block_on_key(&reason, key, &holder).await;
         }
         let reason = format!(
             "the result recorded for effect {name:?} (key {key}) does not decode: {err}; fix the type in the code \
@@ -281,7 +281,19 @@ impl Ctx {
         );
         // The record is the only proof the effect happened until the fixed code journals it.
         self.unjournaled.push(key.clone());
-        self.block(&reason, None).await
+        self.block(BlockKind::Undecodable, &reason, None).await
+    }
+
+    /// Blocks the run on the in-doubt effect `key`, whose record `holder` holds.
+    pub(super) async fn block_on_key<T>(&mut self, reason: &str, key: &EffectKey, holder: &Holder) -> T {
+        self.block(BlockKind::InDoubt, reason, Some((key.as_str(), holder)))
+            .await
+    }
+
+    /// Blocks the run at the effect `name`, whose key is not a valid effect key (`error`).
+    pub(super) async fn block_on_bad_key<T>(&mut self, name: &str, error: IdError) -> T {
+        let reason = format!("effect {name:?}: {error}");
+        self.block(BlockKind::Other, &reason, None).await
     }
 
     /// Forgets the intent held at `idx` (settled).
@@ -345,7 +357,7 @@ impl Ctx {
                  the clock or randomness",
                 key.as_str()
             );
-            self.block::<()>(&reason, None).await;
+            self.block::<()>(BlockKind::NonDeterminism, &reason, None).await;
         }
     }
 
@@ -389,13 +401,11 @@ impl Ctx {
                     let tries = self.p.busy_tries;
                     return self.back_off(name, key, &holder, tries, idx).await;
                 }
-                Intent::Block(reason, holder) => {
-                    if holder.is_some() {
-                        inc(&metrics().effects, &[("outcome", "in_doubt")]);
-                    }
-                    let effect = holder.as_ref().map(|h| (key.as_str(), h));
-                    return self.block(&reason, effect).await;
+                Intent::Block(reason, Some(holder)) => {
+                    inc(&metrics().effects, &[("outcome", "in_doubt")]);
+                    return self.block_on_key(&reason, key, &holder).await;
                 }
+                Intent::Block(reason, None) => return self.block(BlockKind::Other, &reason, None).await,
                 Intent::Fenced(reason) => return self.stop(SliceExit::LeaseLost(reason)).await,
                 Intent::InDoubt(holder, rule) => {
                     inc(&metrics().effects, &[("outcome", "in_doubt")]);
@@ -619,10 +629,11 @@ impl Ctx {
     /// run) recorded that it never called the effect: then the intent is taken over.
     async fn block_in_doubt(&mut self, reason: &str, key: &EffectKey, holder: &Holder) -> Doubt {
         if self.p.replay_only {
-            return self.block(reason, Some((key.as_str(), holder))).await;
+            return self.block_on_key(reason, key, holder).await;
         }
         let how = Finish::Blocked {
             reason,
+            kind: BlockKind::InDoubt,
             effect: Some((key.as_str(), holder)),
         };
         match self.write_block(reason, how).await {

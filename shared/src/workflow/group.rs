@@ -33,7 +33,7 @@ use super::effect::effect_entry;
 use super::{EffectCtx, EffectOptions, RetryPolicy, StepError, WorkflowError};
 use crate::ids::EffectKey;
 use crate::journal::{Entry, EntryKind, Outcome};
-use savepoint_core::model::Holder;
+use savepoint_core::model::{BlockKind, Holder};
 
 /// A call's function with its result type erased: the attempt's JSON result (or the encode
 /// error of a result that did not encode), or the function's error.
@@ -289,7 +289,7 @@ impl Ctx {
                 "select {name:?} holds the effect {effect:?}: only steps can race (a dropped effect call would be in \
                  doubt); run effects with ctx.all or ctx.join"
             );
-            return self.block(&reason, None).await;
+            return self.block(BlockKind::Other, &reason, None).await;
         }
         self.before_live(name).await;
         let tools = self.call_tools();
@@ -404,7 +404,7 @@ impl Ctx {
                 Some(outcome)
             }
             Replay::Live => None,
-            Replay::Diverged(reason) => self.block(&reason, None).await,
+            Replay::Diverged(reason) => self.block(BlockKind::NonDeterminism, &reason, None).await,
         }
     }
 
@@ -416,7 +416,7 @@ impl Ctx {
             CallKind::Effect { key, opts } => {
                 let key = match EffectKey::new(key) {
                     Ok(k) => k,
-                    Err(e) => return self.block(&format!("effect {:?}: {e}", call.name), None).await,
+                    Err(e) => return self.block_on_bad_key(&call.name, e).await,
                 };
                 if let Some(v) = self.take_intent(&call.name, &key, &opts.policy, idx).await {
                     if let Err(e) = (call.decodes)(&v) {
@@ -503,12 +503,12 @@ impl Ctx {
             }
             Attempted::Done(Ok(Err(encode)), _) => {
                 let reason = format!("effect {name:?} {encode}");
-                self.block(&reason, Some((key.as_str(), &holder))).await
+                self.block_on_key(&reason, key, &holder).await
             }
             Attempted::Done(Err(e), attempts) => self.failed(name, key, e, attempts, idx).await,
             Attempted::Unknown(cause) => {
                 let reason = format!("effect {key} outcome unknown: {cause}");
-                self.block(&reason, Some((key.as_str(), &holder))).await
+                self.block_on_key(&reason, key, &holder).await
             }
         }
     }

@@ -2,7 +2,7 @@
 //! events and bookkeeping fields.
 
 use super::{ms, ScriptStore, Suspend, Suspended};
-use crate::model::{Finish, Lease};
+use crate::model::{BlockKind, Finish, Lease};
 use crate::StoreError;
 use savepoint_core::journal::Entry;
 
@@ -102,7 +102,7 @@ impl ScriptStore {
         let (output, error, reason, effect) = match how {
             Finish::Completed(o) => (o.to_string(), "", "", None),
             Finish::Failed(e) => (String::new(), e, "", None),
-            Finish::Blocked { reason, effect } => (String::new(), "", reason, effect),
+            Finish::Blocked { reason, effect, .. } => (String::new(), "", reason, effect),
             Finish::Rejected { reason, .. } => (String::new(), "", reason, None),
         };
         let t = &lease.thread;
@@ -124,6 +124,7 @@ impl ScriptStore {
             ),
             _ => inv.arg("").arg("").arg("").arg(""),
         };
+        inv.arg(how.block_kind().map(BlockKind::as_str).unwrap_or(""));
         let r = self.invoke(&inv).await?;
         if r.tag() == "ok" {
             lease.version = r.num(1);

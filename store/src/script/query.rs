@@ -72,7 +72,7 @@ impl std::fmt::Display for PageCursor {
 }
 
 /// Every field of the run hash except the journal (`j:<i>`).
-const HEADER_FIELDS: [&str; 43] = [
+const HEADER_FIELDS: [&str; 44] = [
     "wf",
     "wfv",
     "schema",
@@ -91,6 +91,7 @@ const HEADER_FIELDS: [&str; 43] = [
     "output",
     "error",
     "reason",
+    "bk",
     "blocked_fx",
     "blocked_fx_owner",
     "waiting_for",

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use savepoint::workflow::decide::{timeout_reason, SliceEnd};
 use savepoint::workflow::SliceExit;
-use savepoint_store::Acquired;
+use savepoint_store::{Acquired, BlockKind};
 
 /// How a slice ends before its workflow body runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,8 +76,8 @@ pub(super) fn flow_slot(reply: Result<Acquired, String>) -> Result<(), Early> {
 /// What the runtime does at the end of a slice whose body ran.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum EndAction {
-    /// Block the run (reason, metric class).
-    Block(String, &'static str),
+    /// Block the run (reason, kind of block).
+    Block(String, BlockKind),
     /// Record completion with this output, then tell the parent.
     Complete(Value),
     /// Record failure with this error, then tell the parent.
@@ -111,10 +111,23 @@ pub(super) enum EndAction {
 /// `run_queue` the task queue the run is routed to.
 pub(super) fn end_action(end: SliceEnd, exit: Option<SliceExit>, at: u32, run_queue: Option<&str>) -> EndAction {
     match end {
-        SliceEnd::Block(reason, class) => EndAction::Block(reason, class),
+        SliceEnd::Block(reason, kind) => EndAction::Block(reason, kind),
         SliceEnd::Complete(output) => EndAction::Complete(output),
         SliceEnd::Fail(msg) => EndAction::Fail(msg),
         SliceEnd::FollowExit => follow_exit(exit, at, run_queue),
+    }
+}
+
+/// The metric class (`reason` of the blocks counter) a block of `kind` the slice writes
+/// counts under.
+pub(super) fn block_class(kind: BlockKind) -> &'static str {
+    match kind {
+        BlockKind::Panic => "panic",
+        BlockKind::NonDeterminism => "non_determinism",
+        BlockKind::Undecodable => "bad_value",
+        BlockKind::InDoubt => "effect_in_doubt",
+        BlockKind::Poison => "poison",
+        BlockKind::Other => "other",
     }
 }
 
@@ -210,8 +223,8 @@ mod tests {
             EndAction::Fail("bad".into())
         );
         assert_eq!(
-            end_action(SliceEnd::Block("panicked".into(), "panic"), None, 2, None),
-            EndAction::Block("panicked".into(), "panic")
+            end_action(SliceEnd::Block("panicked".into(), BlockKind::Panic), None, 2, None),
+            EndAction::Block("panicked".into(), BlockKind::Panic)
         );
     }
 

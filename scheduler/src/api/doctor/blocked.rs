@@ -1,36 +1,45 @@
 //! The verdict on a blocked run: which kind of block, and what settles it.
 
-use savepoint_store::RunHeader;
+use savepoint_store::{BlockKind, RunHeader};
 
 use super::actions::{cancel_action, deploy_action, resolve_actions, retry_action};
 use super::verdict::Verdict;
 use super::{Action, Case};
 
-/// True when a block's reason is in the words of a non-determinism block (`non-determinism
-/// at entry …`, as the worker's replay writes it). The run header keeps no typed field for
-/// the kind of block a worker wrote, so this one kind is still read from the reason.
-fn reads_as_non_determinism(h: &RunHeader) -> bool {
-    h.reason.as_deref().unwrap_or("").starts_with("non-determinism")
+/// The doctor's case for a block of `kind`, as the run records it.
+fn case_of(kind: BlockKind) -> Case {
+    match kind {
+        BlockKind::InDoubt => Case::BlockedInDoubt,
+        BlockKind::NonDeterminism => Case::BlockedNonDeterminism,
+        BlockKind::Poison => Case::BlockedPoison,
+        BlockKind::Panic | BlockKind::Undecodable | BlockKind::Other => Case::Blocked,
+    }
 }
 
-/// True for a poison run: the claim script blocks a run taken over `max_crashes` times at
-/// one journal position (the header's `crashes`), and no successful claim leaves that many.
-/// (`max_crashes` is at least 1; 0, not known, counts any takeover.)
-fn is_poison(h: &RunHeader, max_crashes: u32) -> bool {
-    h.crashes >= max_crashes.max(1)
+/// The case of a run blocked before runs recorded their kind of block (no `bk` field): read
+/// from what the run held then. An in-doubt block names its effect key; a non-determinism
+/// block's reason is in the words the worker's replay writes (`non-determinism at entry …`);
+/// a poison run was taken over `max_crashes` times at one journal position (the header's
+/// `crashes`), which no successful claim leaves (`max_crashes` is at least 1; 0, not known,
+/// counts any takeover). Only for those older runs: a newer one is judged by its kind.
+fn case_before_block_kinds(h: &RunHeader, max_crashes: u32) -> Case {
+    if h.blocked_effect.is_some() {
+        Case::BlockedInDoubt
+    } else if h.reason.as_deref().unwrap_or("").starts_with("non-determinism") {
+        Case::BlockedNonDeterminism
+    } else if h.crashes >= max_crashes.max(1) {
+        Case::BlockedPoison
+    } else {
+        Case::Blocked
+    }
 }
 
 /// Which kind of block the run is in: on an in-doubt effect key, non-determinism, a poison
 /// run, or another block.
 pub(super) fn block_case(h: &RunHeader, max_crashes: u32) -> Case {
-    if h.blocked_effect.is_some() {
-        Case::BlockedInDoubt
-    } else if reads_as_non_determinism(h) {
-        Case::BlockedNonDeterminism
-    } else if is_poison(h, max_crashes) {
-        Case::BlockedPoison
-    } else {
-        Case::Blocked
+    match h.block_kind {
+        Some(kind) => case_of(kind),
+        None => case_before_block_kinds(h, max_crashes),
     }
 }
 

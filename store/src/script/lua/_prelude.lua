@@ -47,7 +47,7 @@ local function unblock_run(run, due_set, ev, blocked, thread, ver, redeliver_ms,
   local t = now_ms()
   local due = t + tonumber(redeliver_ms)
   redis.call('HSET', run, 'status', 'pending', 'ver', tonumber(ver) + 1, 'updated', t, 'due', due)
-  redis.call('HDEL', run, 'reason', 'blocked_fx', 'blocked_fx_owner', 'finished')
+  redis.call('HDEL', run, 'reason', 'bk', 'blocked_fx', 'blocked_fx_owner', 'finished')
   redis.call('ZADD', due_set, due, thread)
   redis.call('ZREM', blocked, thread)
   event(ev, cap, 'effect_resolved', detail, t)

@@ -14,7 +14,8 @@ if terminal[h[1]] and h[1] ~= 'blocked' then return { 'terminal', h[1] } end
 local t = now_ms()
 redis.call('HSET', KEYS[1], 'status', 'cancelled', 'fence', tonumber(h[2]) + 1, 'owner', '',
   'lease', 0, 'ver', tonumber(h[3]) + 1, 'updated', t, 'finished', t, 'reason', ARGV[4])
-redis.call('HDEL', KEYS[1], 'due')
+-- (The reason is the cancel's now: a blocked run's kind of block goes with its old one.)
+redis.call('HDEL', KEYS[1], 'due', 'bk')
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('ZREM', KEYS[6], ARGV[1])

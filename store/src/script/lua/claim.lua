@@ -16,7 +16,8 @@
 --        | {'leased', owner} | {'stale', steps}
 --        | {'unserved', reason, retry_in_ms, workflow, version, rv, tries} (this worker cannot run it:
 --          given back untouched, due again after a growing back-off, the reason shown on the run)
---        | {'poison', reason} (taken over max-crashes times at one journal position: blocked)
+--        | {'poison', reason} (taken over max-crashes times at one journal position: blocked,
+--          block kind `bk` poison)
 --        | {'misrouted', queue} (the run is routed to a task queue this worker does not serve:
 --          untouched; the worker forwards the task there)
 -- Effects: status running, owner, fence+1, lease expiry, due = expiry + grace, version+1,
@@ -101,7 +102,7 @@ if crashes >= tonumber(ARGV[9]) then
   local reason = 'crashed ' .. tostring(crashes) .. ' times at ' .. at ..
     ' without progress; workers: ' .. crashed_by
   redis.call('HSET', KEYS[1], 'status', 'blocked', 'owner', '', 'lease', 0, 'ver', tonumber(h[7]) + 1,
-    'updated', t, 'reason', reason, 'crashes', crashes, 'crashed_by', crashed_by, 'rv', rv)
+    'updated', t, 'reason', reason, 'bk', 'poison', 'crashes', crashes, 'crashed_by', crashed_by, 'rv', rv)
   -- (A blocked run that keeps a wait takes answers: this one must not.)
   redis.call('HDEL', KEYS[1], 'due', 'wait_kind', 'wait_name', 'wait_payload')
   redis.call('ZREM', KEYS[2], ARGV[1])

@@ -8,7 +8,8 @@
 --       16 the in-doubt record the block waits on, 'thread\31index\31fence' ('' = none),
 --       17 blocked on a delivered value that did not decode: its signal field, consumed
 --          ('' = none), 18 wait kind, 19 wait name, 20 wait payload: the wait is kept, so the
---          run takes a new answer (see signal.lua)
+--          run takes a new answer (see signal.lua), 21 the kind of block (`bk`: in_doubt |
+--          non_determinism | panic | undecodable | other; '' = not blocked)
 -- Returns: {'ok', new_version} | {'missing'} | {'fenced', ...} | {'conflict', v} | {'index', steps}
 --        | {'unused', index, fence} (the in-doubt record of ARGV 16 is this run's own unused
 --          intent: not blocked)
@@ -40,6 +41,7 @@ end
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'output', ARGV[8]) end
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[9]) end
 if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'reason', ARGV[10]) end
+if ARGV[21] ~= '' then redis.call('HSET', KEYS[1], 'bk', ARGV[21]) end
 if ARGV[11] ~= '' then redis.call('HSET', KEYS[1], 'blocked_fx', ARGV[11]) end
 if ARGV[16] ~= '' then redis.call('HSET', KEYS[1], 'blocked_fx_owner', ARGV[16]) end
 if ARGV[7] == 'blocked' then redis.call('ZADD', KEYS[5], t, ARGV[1]) end

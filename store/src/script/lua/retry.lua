@@ -12,7 +12,7 @@ local t = now_ms()
 local due = t + tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], 'status', 'pending', 'ver', tonumber(h[3]) + 1, 'updated', t, 'due', due,
   'crashes', 0)
-redis.call('HDEL', KEYS[1], 'reason', 'finished', 'crashed_by', 'cstep', 'cur')
+redis.call('HDEL', KEYS[1], 'reason', 'bk', 'finished', 'crashed_by', 'cstep', 'cur')
 redis.call('ZADD', KEYS[2], due, ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 event(KEYS[3], ARGV[3], 'retried_by_operator', ARGV[4], t)

@@ -2,7 +2,7 @@
 -- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 run signals hash,
 --       5 partition waiting index, 6 partition blocked index
 -- A run blocked because the value it was given did not decode keeps its wait and takes a new
--- one like a waiting run (it leaves the blocked index and loses its reason).
+-- one like a waiting run (it leaves the blocked index and loses its reason and block kind).
 -- ARGV: 1 thread id, 2 kind (interrupt | signal), 3 name ('' = the pending interrupt),
 --       4 value (JSON), 5 redeliver_ms, 6 event cap, 7 client id ('' = none: not deduplicated),
 --       8 most named signals the run may hold unconsumed (#n counts them)
@@ -57,7 +57,7 @@ if waiting and h[3] == name then
   redis.call('ZREM', KEYS[5], ARGV[1])
   if h[1] == 'blocked' then
     redis.call('ZREM', KEYS[6], ARGV[1])
-    redis.call('HDEL', KEYS[1], 'reason')
+    redis.call('HDEL', KEYS[1], 'reason', 'bk')
   end
   event(KEYS[3], ARGV[6], kind == 'interrupt' and 'resumed' or 'signalled', name, t)
   -- A new due regime: a task published before it (rv seen then) must not mark this run queued.
