@@ -3,7 +3,7 @@
 
 /// Errors of the store. Plain data (no client library's type), so a result that holds one can
 /// be cloned and kept.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     /// Redis could not be reached or answered with an error. Classified when it was read
     /// (the store's `redis_error`), so the contract carries no Redis type.

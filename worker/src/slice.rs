@@ -265,7 +265,7 @@ async fn admit_slice(shared: &Shared, c: &Claimed, lease: &mut Lease) -> Result<
     let unreadable = unreadable(c);
     let orphaned = match unreadable {
         Some(_) => Ok(None),
-        None => orphaned(shared, c).await.map_err(|e| e.to_string()),
+        None => orphaned(shared, c).await,
     };
     let facts = ClaimFacts {
         unreadable,
@@ -283,7 +283,7 @@ async fn admit_slice(shared: &Shared, c: &Claimed, lease: &mut Lease) -> Result<
             .store
             .flow_acquire(f, &lease.thread, lease.fence, c.header.priority, start)
             .await;
-        plan::flow_slot(reply.map_err(|e| e.to_string()))?;
+        plan::flow_slot(reply)?;
     }
     Ok(Admitted { wf, slot_sent })
 }

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use savepoint::workflow::decide::{timeout_reason, SliceEnd};
 use savepoint::workflow::SliceExit;
-use savepoint_store::{Acquired, BlockKind};
+use savepoint_store::{Acquired, BlockKind, StoreError};
 
 /// How a slice ends before its workflow body runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -17,7 +17,7 @@ pub(super) enum Early {
     /// Its parent was cancelled and the cancel did not reach it: cancel it with this reason.
     Orphaned(String),
     /// Reading its parent failed (this error): release the run for a retry.
-    ParentUnread(String),
+    ParentUnread(StoreError),
     /// Its deadline passed before the slice: fail it with this reason.
     PastDeadline(String),
     /// This worker does not have its workflow: release the run for a retry.
@@ -29,7 +29,7 @@ pub(super) enum Early {
     /// No flow slot or start token is free: the run waits in line.
     InLine(Acquired),
     /// Taking a flow slot failed (this error): release the run for a retry.
-    FlowUnavailable(String),
+    FlowUnavailable(StoreError),
 }
 
 /// What the claim (and the read of a child's parent) say about a slice, in the order they
@@ -40,7 +40,7 @@ pub(super) struct ClaimFacts {
     pub unreadable: Option<String>,
     /// Why a child run must not run (its parent was cancelled), or the error reading the
     /// parent gave.
-    pub orphaned: Result<Option<String>, String>,
+    pub orphaned: Result<Option<String>, StoreError>,
     /// The run's deadline (server ms), if it has passed.
     pub past_deadline: Option<u64>,
 }
@@ -64,7 +64,7 @@ pub(super) fn admit<W>(facts: ClaimFacts, workflow: Option<W>) -> Result<W, Earl
 }
 
 /// What taking the run's flow slot answered means: run on, or end the slice.
-pub(super) fn flow_slot(reply: Result<Acquired, String>) -> Result<(), Early> {
+pub(super) fn flow_slot(reply: Result<Acquired, StoreError>) -> Result<(), Early> {
     match reply {
         Ok(Acquired::Slot) => Ok(()),
         Ok(Acquired::Stale(holder)) => Err(Early::SlotTaken(holder)),
@@ -187,10 +187,13 @@ mod tests {
         );
         let f = ClaimFacts {
             unreadable: None,
-            orphaned: Err("redis down".into()),
+            orphaned: Err(StoreError::Unavailable("redis down".into())),
             ..all.clone()
         };
-        assert_eq!(admit(f, Some(())), Err(Early::ParentUnread("redis down".into())));
+        assert_eq!(
+            admit(f, Some(())),
+            Err(Early::ParentUnread(StoreError::Unavailable("redis down".into())))
+        );
         let f = ClaimFacts {
             past_deadline: Some(100),
             ..clear()
@@ -206,8 +209,8 @@ mod tests {
         let rate = Acquired::Rate(Duration::from_millis(50));
         assert_eq!(flow_slot(Ok(rate.clone())), Err(Early::InLine(rate)));
         assert_eq!(
-            flow_slot(Err("timeout".into())),
-            Err(Early::FlowUnavailable("timeout".into()))
+            flow_slot(Err(StoreError::Unavailable("timeout".into()))),
+            Err(Early::FlowUnavailable(StoreError::Unavailable("timeout".into())))
         );
     }
 
