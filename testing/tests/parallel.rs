@@ -128,8 +128,8 @@ impl Workflow for Slow {
     async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let (a, b) = ctx
             .join(
-                Call::step("n", || async { Ok::<_, StepError>(7u32) }),
-                Call::step("s", || async { Ok::<_, StepError>("text".to_owned()) }),
+                Call::step("n", || async { Ok(7u32) }),
+                Call::step("s", || async { Ok("text".to_owned()) }),
             )
             .await;
         let (n, s) = (a?, b?);
@@ -138,7 +138,7 @@ impl Workflow for Slow {
                 "race",
                 vec![Call::step("never", || async {
                     tokio::time::sleep(Duration::from_secs(3600)).await;
-                    Ok::<_, StepError>(1u32)
+                    Ok(1u32)
                 })],
                 Duration::from_secs(60),
             )

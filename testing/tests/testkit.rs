@@ -71,9 +71,7 @@ impl Workflow for Nap {
         let before = ctx.now().await;
         ctx.sleep("nap", Duration::from_secs(hours * 3600)).await?;
         let after = ctx.now().await;
-        let woke: String = ctx
-            .step("woke", || async { Ok::<_, StepError>("up".to_owned()) })
-            .await?;
+        let woke: String = ctx.step("woke", || async { Ok("up".to_owned()) }).await?;
         Ok(json!({"slept_ms": after - before, "woke": woke}))
     }
 }
@@ -230,10 +228,8 @@ impl Workflow for RenamedInvoice {
     type Output = Value;
 
     async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
-        let text: String = ctx
-            .step("read_pdf", || async { Ok::<_, StepError>(String::new()) })
-            .await?;
-        let n: usize = ctx.step("count_lines", || async { Ok::<_, StepError>(0usize) }).await?;
+        let text: String = ctx.step("read_pdf", || async { Ok(String::new()) }).await?;
+        let n: usize = ctx.step("count_lines", || async { Ok(0usize) }).await?;
         Ok(json!({"text": text, "n": n}))
     }
 }

@@ -261,9 +261,7 @@ impl Workflow for Order {
     async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
         let id = input["id"].as_u64().unwrap_or(0);
         let p = &self.0;
-        let price: u64 = ctx
-            .step("price", || async move { Ok::<_, StepError>(100 + id) })
-            .await?;
+        let price: u64 = ctx.step("price", || async move { Ok(100 + id) }).await?;
         let key = format!("charge:{id}");
         let charged: Value = if self.1 {
             ctx.step("charge", || {
@@ -301,7 +299,7 @@ impl Workflow for Order {
                 let order = order.clone();
                 async move {
                     p.flaky(&order, fails)?;
-                    Ok::<_, StepError>(format!("parcel-{id}"))
+                    Ok(format!("parcel-{id}"))
                 }
             })
             .await?;
@@ -339,10 +337,7 @@ impl Workflow for Approve {
         let id = input["id"].as_u64().unwrap_or(0);
         let p = &self.0;
         let asked: String = ctx
-            .step(
-                "ask",
-                || async move { Ok::<_, StepError>(format!("approve order {id}?")) },
-            )
+            .step("ask", || async move { Ok(format!("approve order {id}?")) })
             .await?;
         let ok: bool = ctx.interrupt("gate", json!({"question": asked})).await?;
         let thread = ctx.thread_id().to_string();
@@ -390,7 +385,7 @@ impl Workflow for Metered {
                     async move {
                         let _inside = p.enter(&k, limit, &t);
                         tokio::time::sleep(Duration::from_millis(ms)).await;
-                        Ok::<_, StepError>(ms)
+                        Ok(ms)
                     }
                 })
                 .await?;
@@ -432,7 +427,7 @@ impl Workflow for Kid {
 
     async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
         let id = input["id"].as_u64().unwrap_or(0);
-        let n: u64 = ctx.step("count", || async move { Ok::<_, StepError>(id * 2) }).await?;
+        let n: u64 = ctx.step("count", || async move { Ok(id * 2) }).await?;
         ctx.sleep("nap", Duration::from_millis(input["nap_ms"].as_u64().unwrap_or(0)))
             .await?;
         let p = &self.0;
@@ -461,7 +456,7 @@ impl Workflow for Batch {
         let results = ctx
             .all(vec![
                 Call::effect("a", format!("batch-a:{id}"), |fx| async move { p.apply(&fx).await }),
-                Call::step("middle", move || async move { Ok::<_, StepError>(json!(id)) }),
+                Call::step("middle", move || async move { Ok(json!(id)) }),
                 Call::effect("b", format!("batch-b:{id}"), |fx| async move { p.apply(&fx).await }),
             ])
             .await;
@@ -521,7 +516,7 @@ impl Workflow for Tock {
                 % 2200;
         ctx.step("work", || async move {
             tokio::time::sleep(Duration::from_millis(ms)).await;
-            Ok::<_, StepError>(ms)
+            Ok(ms)
         })
         .await?;
         let p = &self.0;

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use savepoint::workflow::{Ctx, StepError, Workflow, WorkflowError};
+use savepoint::workflow::{Ctx, Workflow, WorkflowError};
 
 /// The human-approval workflow.
 pub struct Approval;
@@ -14,9 +14,7 @@ impl Workflow for Approval {
     type Output = Value;
 
     async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
-        let first: String = ctx
-            .step("first", || async { Ok::<_, StepError>("first".to_owned()) })
-            .await?;
+        let first: String = ctx.step("first", || async { Ok("first".to_owned()) }).await?;
         let answer: Value = ctx
             .interrupt("gate", json!({"question": "Approve this payment?"}))
             .await?;

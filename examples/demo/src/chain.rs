@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use savepoint::workflow::{Ctx, StepError, Workflow, WorkflowError};
+use savepoint::workflow::{Ctx, Workflow, WorkflowError};
 
 /// Input.
 #[derive(Debug, Deserialize)]
@@ -44,7 +44,7 @@ impl Workflow for Chain {
                     if !pad.is_empty() {
                         out["pad"] = json!(pad);
                     }
-                    Ok::<_, StepError>(out)
+                    Ok(out)
                 })
                 .await?;
         }

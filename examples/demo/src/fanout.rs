@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::time::Duration;
 
-use savepoint::workflow::{Call, Ctx, EffectOptions, EffectPolicy, Selected, StepError, Workflow, WorkflowError};
+use savepoint::workflow::{Call, Ctx, EffectOptions, EffectPolicy, Selected, Workflow, WorkflowError};
 
 use crate::EffectLog;
 
@@ -65,14 +65,14 @@ impl Workflow for Fanout {
         let doc = |name: &'static str| {
             Call::step(&format!("fetch.{name}"), move || async move {
                 tokio::time::sleep(fetch).await;
-                Ok::<_, StepError>(json!({"doc": name}))
+                Ok(json!({"doc": name}))
             })
         };
         let effect = |name: &'static str, key: String| {
             Call::effect_with(name, key, reconcile(), move |fx| async move {
                 tokio::time::sleep(fetch).await;
                 log.record(t, name, &fx.key).await?;
-                Ok::<_, StepError>(json!({"applied": fx.key}))
+                Ok(json!({"applied": fx.key}))
             })
         };
         let group = ctx
@@ -88,11 +88,11 @@ impl Workflow for Fanout {
             .collect::<Result<Vec<Value>, _>>()?;
         let slow = Call::step("quote.slow", move || async move {
             tokio::time::sleep(Duration::from_secs(30)).await;
-            Ok::<_, StepError>(json!({"carrier": "slow"}))
+            Ok(json!({"carrier": "slow"}))
         });
         let fast = Call::step("quote.fast", move || async move {
             tokio::time::sleep(fetch).await;
-            Ok::<_, StepError>(json!({"carrier": "fast"}))
+            Ok(json!({"carrier": "fast"}))
         });
         let quote = match ctx.select("quote", vec![slow, fast], Duration::from_secs(20)).await? {
             Selected::First(_, v) => Some(v),

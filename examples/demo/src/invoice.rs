@@ -105,14 +105,14 @@ impl Workflow for Invoice {
                 EffectOptions::policy(reconcile),
                 |fx| async move {
                     log.record(t, "ledger.post", &fx.key).await?;
-                    Ok::<_, StepError>(serde_json::json!({"posted": fx.key}))
+                    Ok(serde_json::json!({"posted": fx.key}))
                 },
             )
             .await?;
         let _sent: serde_json::Value = ctx
             .effect("email.send", format!("email:{thread}"), |fx| async move {
                 log.record(t, "email.send", &fx.key).await?;
-                Ok::<_, StepError>(serde_json::json!({"sent": fx.key}))
+                Ok(serde_json::json!({"sent": fx.key}))
             })
             .await?;
         Ok(totals)

@@ -85,9 +85,7 @@ impl Workflow for Webhook {
                     )
                     .await?;
             }
-            let _: u32 = ctx
-                .step(&format!("step-{i}"), || async move { Ok::<_, StepError>(i) })
-                .await?;
+            let _: u32 = ctx.step(&format!("step-{i}"), || async move { Ok(i) }).await?;
         }
         Ok(json!({"steps": input.steps}))
     }

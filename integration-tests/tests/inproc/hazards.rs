@@ -118,7 +118,7 @@ impl Workflow for FxProbe {
     type Input = Value;
     type Output = Value;
     async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
-        let _: u32 = ctx.step("first", || async { Ok::<_, StepError>(1) }).await?;
+        let _: u32 = ctx.step("first", || async { Ok(1) }).await?;
         let key = format!("charge:{}", text(&input, "id"));
         let opts = EffectOptions {
             retry: Some(fast_retry(3)),
@@ -232,7 +232,7 @@ impl Workflow for FxOnce {
                 let calls = calls.clone();
                 async move {
                     let n = calls.bump(&fx.key);
-                    Ok::<_, StepError>(json!({"n": n, "fence": fx.fence}))
+                    Ok(json!({"n": n, "fence": fx.fence}))
                 }
             })
             .await?;
@@ -413,7 +413,7 @@ impl Workflow for UseKey {
                 let performed = performed.clone();
                 async move {
                     performed.bump(&fx.key);
-                    Ok::<_, StepError>(json!("performed"))
+                    Ok(json!("performed"))
                 }
             })
             .await?;
@@ -761,12 +761,12 @@ impl Workflow for Shrink {
     type Input = Value;
     type Output = Value;
     async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
-        let a: String = ctx.step("a", || async { Ok::<_, StepError>("a".to_owned()) }).await?;
+        let a: String = ctx.step("a", || async { Ok("a".to_owned()) }).await?;
         if self.0 == 2 {
             return Ok(json!([a]));
         }
-        let b: String = ctx.step("b", || async { Ok::<_, StepError>("b".to_owned()) }).await?;
-        let c: String = ctx.step("c", || async { Ok::<_, StepError>("c".to_owned()) }).await?;
+        let b: String = ctx.step("b", || async { Ok("b".to_owned()) }).await?;
+        let c: String = ctx.step("c", || async { Ok("c".to_owned()) }).await?;
         let gate: String = ctx.interrupt("gate", json!({})).await?;
         Ok(json!([a, b, c, gate]))
     }
@@ -850,11 +850,11 @@ impl Workflow for Patchy {
     type Output = Value;
     async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let first = if self.0 { Some(ctx.patched("x").await) } else { None };
-        let _: u32 = ctx.step("a", || async { Ok::<_, StepError>(1) }).await?;
-        let _: u32 = ctx.step("b", || async { Ok::<_, StepError>(2) }).await?;
+        let _: u32 = ctx.step("a", || async { Ok(1) }).await?;
+        let _: u32 = ctx.step("b", || async { Ok(2) }).await?;
         let gate: Value = ctx.interrupt("gate", json!({})).await?;
         let second = if self.0 { Some(ctx.patched("x").await) } else { None };
-        let _: u32 = ctx.step("c", || async { Ok::<_, StepError>(3) }).await?;
+        let _: u32 = ctx.step("c", || async { Ok(3) }).await?;
         Ok(json!({"first": first, "second": second, "gate": gate}))
     }
 }
@@ -946,7 +946,7 @@ impl Workflow for Twice {
                             .await
                             .expect("intent");
                         assert_eq!(claim, EffectClaim::Won);
-                        Ok::<_, StepError>(1)
+                        Ok(1)
                     }
                 })
                 .await?;
@@ -956,7 +956,7 @@ impl Workflow for Twice {
             let performed = performed.clone();
             async move {
                 let n = performed.bump(&fx.key);
-                Ok::<_, StepError>(json!({"n": n, "index": fx.index}))
+                Ok(json!({"n": n, "index": fx.index}))
             }
         };
         let a: Value = ctx.effect("a", key.clone(), call.clone()).await?;
@@ -1029,7 +1029,7 @@ impl Workflow for StepPanic {
                     if n < 3 {
                         panic!("flaky boom {n}");
                     }
-                    Ok::<_, StepError>(n)
+                    Ok(n)
                 }
             })
             .await?;
@@ -1040,7 +1040,7 @@ impl Workflow for StepPanic {
                     if calls.bump("doomed") > 0 {
                         panic!("doomed boom");
                     }
-                    Ok::<_, StepError>(0)
+                    Ok(0)
                 }
             })
             .await;
@@ -1167,7 +1167,7 @@ impl Workflow for CodePanic {
     type Input = Value;
     type Output = Value;
     async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
-        let _: u32 = ctx.step("before", || async { Ok::<_, StepError>(1) }).await?;
+        let _: u32 = ctx.step("before", || async { Ok(1) }).await?;
         if input["panic"].as_bool().unwrap_or(true) {
             panic!("the code is broken");
         }
@@ -1214,7 +1214,7 @@ impl Workflow for EffectPanic {
                     if n == 1 {
                         panic!("provider client crashed");
                     }
-                    Ok::<_, StepError>(json!({"n": n}))
+                    Ok(json!({"n": n}))
                 }
             })
             .await?;
@@ -1417,13 +1417,13 @@ impl Workflow for Pair {
             .all(vec![
                 savepoint::workflow::Call::effect_with("slow", format!("slow:{t}"), slow, |_fx: EffectCtx| async {
                     tokio::time::sleep(Duration::from_secs(5)).await;
-                    Ok::<_, StepError>(json!("slow"))
+                    Ok(json!("slow"))
                 }),
                 savepoint::workflow::Call::effect("quick", format!("quick:{t}"), move |_fx: EffectCtx| {
                     let calls = Arc::clone(&calls);
                     async move {
                         *calls.lock().unwrap() += 1;
-                        Ok::<_, StepError>(json!("quick"))
+                        Ok(json!("quick"))
                     }
                 }),
             ])

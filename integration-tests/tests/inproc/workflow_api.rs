@@ -22,7 +22,7 @@ impl Workflow for Timer {
     type Input = Value;
     type Output = Value;
     async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
-        let _: u32 = ctx.step("before", || async { Ok::<_, StepError>(1) }).await?;
+        let _: u32 = ctx.step("before", || async { Ok(1) }).await?;
         ctx.sleep("nap", Duration::from_millis(400)).await?;
         let now = ctx.now().await;
         let id = ctx.uuid().await;
@@ -95,9 +95,7 @@ impl Workflow for Saga {
             })
             .await;
         let err = r.expect_err("charge always fails");
-        let undo: String = ctx
-            .step("compensate", || async { Ok::<_, StepError>("refunded".to_owned()) })
-            .await?;
+        let undo: String = ctx.step("compensate", || async { Ok("refunded".to_owned()) }).await?;
         Ok(json!({"flaky": n, "error": err.to_string(), "undo": undo}))
     }
 }
@@ -179,17 +177,14 @@ impl Workflow for Shape {
     type Input = Value;
     type Output = Value;
     async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
-        let mut log = vec![ctx.step("a", || async { Ok::<_, StepError>("a".to_owned()) }).await?];
+        let mut log = vec![ctx.step("a", || async { Ok("a".to_owned()) }).await?];
         let second = match self.0 {
             1 => "b",
             2 => "c",
             _ if ctx.patched("use-c").await => "c",
             _ => "b",
         };
-        log.push(
-            ctx.step(second, || async move { Ok::<_, StepError>(second.to_owned()) })
-                .await?,
-        );
+        log.push(ctx.step(second, || async move { Ok(second.to_owned()) }).await?);
         let answer: String = ctx.interrupt("gate", json!({})).await?;
         log.push(answer);
         Ok(json!(log))
@@ -283,7 +278,7 @@ impl Workflow for Slow {
                 async move {
                     tokio::time::sleep(Duration::from_secs(6)).await;
                     finished.fetch_add(1, Ordering::SeqCst);
-                    Ok::<_, StepError>(1)
+                    Ok(1)
                 }
             })
             .await?;
@@ -420,7 +415,7 @@ impl Workflow for ClockKey {
                 let charges = charges.clone();
                 async move {
                     charges.fetch_add(1, Ordering::SeqCst);
-                    Ok::<_, StepError>(json!({"charged": fx.key}))
+                    Ok(json!({"charged": fx.key}))
                 }
             })
             .await?;
@@ -484,7 +479,7 @@ impl Workflow for Pay {
                 let charges = charges.clone();
                 async move {
                     charges.fetch_add(1, Ordering::SeqCst);
-                    Ok::<_, StepError>(Charged { charge_id: fx.key })
+                    Ok(Charged { charge_id: fx.key })
                 }
             })
             .await?;

@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 use std::time::Duration;
 
-use savepoint::workflow::{Ctx, Registry, StepError, Workflow, WorkflowError};
+use savepoint::workflow::{Ctx, Registry, Workflow, WorkflowError};
 use savepoint_core::ids::ThreadId;
 use savepoint_integration_tests::inproc::InProc;
 use savepoint_integration_tests::procs::{free_port, killed_by_signal};
@@ -94,7 +94,7 @@ impl Workflow for Nap {
     type Input = Value;
     type Output = Value;
     async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
-        ctx.step("before", || async { Ok::<_, StepError>(1) }).await?;
+        ctx.step("before", || async { Ok(1) }).await?;
         ctx.sleep("cool_off", Duration::from_secs(60)).await?;
         Ok(json!("woke"))
     }
@@ -295,7 +295,7 @@ impl Workflow for Drift {
     type Output = Value;
     async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let first = if self.0 == 1 { "a" } else { "x" };
-        ctx.step(first, || async { Ok::<_, StepError>(1) }).await?;
+        ctx.step(first, || async { Ok(1) }).await?;
         let v: Value = ctx.interrupt("gate", json!({})).await?;
         Ok(v)
     }

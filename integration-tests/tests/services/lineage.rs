@@ -178,7 +178,7 @@ impl Workflow for Fragile {
         let n: u32 = ctx
             .step("load", || {
                 let load = load.clone();
-                async move { Ok::<_, StepError>(load.fetch_add(1, Ordering::SeqCst) + 1) }
+                async move { Ok(load.fetch_add(1, Ordering::SeqCst) + 1) }
             })
             .await?;
         let charge = self.charge.clone();
@@ -186,7 +186,7 @@ impl Workflow for Fragile {
         let c: u32 = ctx
             .effect("charge", key, |_fx| {
                 let charge = charge.clone();
-                async move { Ok::<_, StepError>(charge.fetch_add(1, Ordering::SeqCst) + 1) }
+                async move { Ok(charge.fetch_add(1, Ordering::SeqCst) + 1) }
             })
             .await?;
         let (fixed, ship) = (self.fixed.clone(), self.ship.clone());

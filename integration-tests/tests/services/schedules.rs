@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use chrono::NaiveDateTime;
-use savepoint::workflow::{Ctx, Registry, StepError, Workflow, WorkflowError};
+use savepoint::workflow::{Ctx, Registry, Workflow, WorkflowError};
 use savepoint_core::ids::ThreadId;
 use savepoint_integration_tests::inproc::InProc;
 use savepoint_integration_tests::procs::{killed_by_signal, Proc};
@@ -153,7 +153,7 @@ impl Workflow for Slow {
     async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
         ctx.step("work", || async {
             tokio::time::sleep(Duration::from_millis(2500)).await;
-            Ok::<_, StepError>(json!("done"))
+            Ok(json!("done"))
         })
         .await
     }

@@ -8,9 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use savepoint::workflow::{
-    Ctx, EffectOptions, EffectPolicy, Registry, RetryPolicy, StepError, Workflow, WorkflowError,
-};
+use savepoint::workflow::{Ctx, EffectOptions, EffectPolicy, Registry, RetryPolicy, Workflow, WorkflowError};
 use savepoint_core::ids::ThreadId;
 use savepoint_integration_tests::cleanup;
 use savepoint_integration_tests::inproc::InProc;
@@ -58,7 +56,7 @@ impl Workflow for Sleeper {
     type Input = Value;
     type Output = Value;
     async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
-        let _: u32 = ctx.step("before", || async { Ok::<_, StepError>(1) }).await?;
+        let _: u32 = ctx.step("before", || async { Ok(1) }).await?;
         ctx.sleep("nap", Duration::from_secs(3600)).await?;
         Ok(json!("woke"))
     }
@@ -237,7 +235,7 @@ impl Workflow for Hangs {
                     if n == 1 {
                         tokio::time::sleep(Duration::from_secs(20)).await;
                     }
-                    Ok::<_, StepError>(n)
+                    Ok(n)
                 }
             })
             .await?;
@@ -257,7 +255,7 @@ impl Workflow for Hangs {
                     effect_calls.fetch_add(1, Ordering::SeqCst);
                     async {
                         tokio::time::sleep(Duration::from_secs(20)).await;
-                        Ok::<_, StepError>(1)
+                        Ok(1)
                     }
                 })
                 .await?;

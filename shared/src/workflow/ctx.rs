@@ -652,12 +652,11 @@ impl Ctx {
 
     /// `step`: at-least-once work, retried by the workflow's policy; the result (or final
     /// error) is journaled and replayed.
-    pub async fn step<T, F, Fut, E>(&mut self, name: &str, f: F) -> Result<T, WorkflowError>
+    pub async fn step<T, F, Fut>(&mut self, name: &str, f: F) -> Result<T, WorkflowError>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Into<StepError>,
+        Fut: Future<Output = Result<T, StepError>>,
     {
         let policy = self.p.retry.clone();
         self.step_with(name, &policy, f).await
@@ -667,12 +666,11 @@ impl Ctx {
     /// consumes that queue (`SAVEPOINT_WORKER_QUEUES`) for this call, e.g. a GPU fleet, and back
     /// to its home queue for the next call that is not routed there. That worker must host
     /// this workflow too (it replays the journal up to the call).
-    pub async fn step_on<T, F, Fut, E>(&mut self, queue: &str, name: &str, f: F) -> Result<T, WorkflowError>
+    pub async fn step_on<T, F, Fut>(&mut self, queue: &str, name: &str, f: F) -> Result<T, WorkflowError>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Into<StepError>,
+        Fut: Future<Output = Result<T, StepError>>,
     {
         let policy = self.p.retry.clone();
         self.route = Some(queue.to_owned());
@@ -682,12 +680,11 @@ impl Ctx {
     }
 
     /// `step` with its own retry policy.
-    pub async fn step_with<T, F, Fut, E>(&mut self, name: &str, policy: &RetryPolicy, f: F) -> Result<T, WorkflowError>
+    pub async fn step_with<T, F, Fut>(&mut self, name: &str, policy: &RetryPolicy, f: F) -> Result<T, WorkflowError>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Into<StepError>,
+        Fut: Future<Output = Result<T, StepError>>,
     {
         if let Some(e) = self.replayed(name, EntryKind::Step).await {
             return decode_outcome("step", name, e.outcome);
@@ -701,7 +698,7 @@ impl Ctx {
             let attempted = match &stubs {
                 Some(stubs) => {
                     self.attempt_loop(name, policy, Cut::Step, |attempt| {
-                        stubs.choose(name, attempt, &mut f).run::<T, E>(name)
+                        stubs.choose(name, attempt, &mut f).run::<T, StepError>(name)
                     })
                     .await
                 }

@@ -17,7 +17,7 @@ use super::{Ctx, RetryPolicy, Schemas, WorkflowError};
 ///     type Input = serde_json::Value;
 ///     type Output = serde_json::Value;
 ///     async fn run(&self, ctx: &mut Ctx, _input: Self::Input) -> Result<Self::Output, WorkflowError> {
-///         ctx.step("first", || async { Ok::<_, StepError>(()) }).await?;
+///         ctx.step("first", || async { Ok(()) }).await?;
 ///         let answer: String = ctx.interrupt("gate", serde_json::json!({"question": "Approve?"})).await?;
 ///         Ok(serde_json::json!({"log": ["first", format!("gate={answer}")]}))
 ///     }

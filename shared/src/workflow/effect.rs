@@ -159,18 +159,17 @@ enum Called<T> {
 impl Ctx {
     /// `effect` with the default in-doubt policy (`block`). `f` receives an [`EffectCtx`]
     /// with the key and the fencing token so it can pass both to providers that honour them.
-    pub async fn effect<T, F, Fut, E>(&mut self, name: &str, key: impl Into<String>, f: F) -> Result<T, WorkflowError>
+    pub async fn effect<T, F, Fut>(&mut self, name: &str, key: impl Into<String>, f: F) -> Result<T, WorkflowError>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(EffectCtx) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Into<StepError>,
+        Fut: Future<Output = Result<T, StepError>>,
     {
         self.effect_with(name, key, EffectOptions::default(), f).await
     }
 
     /// `effect` with options (in-doubt policy, retry policy).
-    pub async fn effect_with<T, F, Fut, E>(
+    pub async fn effect_with<T, F, Fut>(
         &mut self,
         name: &str,
         key: impl Into<String>,
@@ -180,8 +179,7 @@ impl Ctx {
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(EffectCtx) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Into<StepError>,
+        Fut: Future<Output = Result<T, StepError>>,
     {
         if let Some(e) = self.replayed(name, EntryKind::Effect).await {
             return decode_outcome("effect", name, e.outcome);

@@ -61,8 +61,9 @@ impl<E: Into<anyhow::Error>> From<E> for StepError {
     }
 }
 
-/// What step and effect functions return: `StepResult::Ok(value)` (or `anyhow::Ok(value)`)
-/// at the end of an `async` block names the error type, so no `Ok::<_, StepError>` is needed.
+/// What step and effect functions return. The calls name the error type, so a closure's
+/// `async` block ends in a plain `Ok(value)` and `?` inside it takes any error (each becomes
+/// a retryable [`StepError`]); this alias is for functions written outside the call.
 pub type StepResult<T> = Result<T, StepError>;
 
 /// An error returned to (and from) workflow code.

@@ -91,11 +91,10 @@ where
 
 impl<'a, T: Serialize + DeserializeOwned> Call<'a, T> {
     /// A step (at-least-once, retried by the workflow's policy), as `ctx.step`.
-    pub fn step<F, Fut, E>(name: &str, mut f: F) -> Self
+    pub fn step<F, Fut>(name: &str, mut f: F) -> Self
     where
         F: FnMut() -> Fut + Send + 'a,
-        Fut: Future<Output = Result<T, E>> + Send + 'a,
-        E: Into<StepError>,
+        Fut: Future<Output = Result<T, StepError>> + Send + 'a,
     {
         Self {
             name: name.to_owned(),
@@ -107,11 +106,10 @@ impl<'a, T: Serialize + DeserializeOwned> Call<'a, T> {
     }
 
     /// A step with its own retry policy, as `ctx.step_with`.
-    pub fn step_with<F, Fut, E>(name: &str, policy: RetryPolicy, f: F) -> Self
+    pub fn step_with<F, Fut>(name: &str, policy: RetryPolicy, f: F) -> Self
     where
         F: FnMut() -> Fut + Send + 'a,
-        Fut: Future<Output = Result<T, E>> + Send + 'a,
-        E: Into<StepError>,
+        Fut: Future<Output = Result<T, StepError>> + Send + 'a,
     {
         let mut call = Self::step(name, f);
         call.kind = CallKind::Step { retry: Some(policy) };
@@ -119,21 +117,19 @@ impl<'a, T: Serialize + DeserializeOwned> Call<'a, T> {
     }
 
     /// An exactly-once effect under `key` (in-doubt policy `block`), as `ctx.effect`.
-    pub fn effect<F, Fut, E>(name: &str, key: impl Into<String>, f: F) -> Self
+    pub fn effect<F, Fut>(name: &str, key: impl Into<String>, f: F) -> Self
     where
         F: FnMut(EffectCtx) -> Fut + Send + 'a,
-        Fut: Future<Output = Result<T, E>> + Send + 'a,
-        E: Into<StepError>,
+        Fut: Future<Output = Result<T, StepError>> + Send + 'a,
     {
         Self::effect_with(name, key, EffectOptions::default(), f)
     }
 
     /// An effect with options, as `ctx.effect_with`.
-    pub fn effect_with<F, Fut, E>(name: &str, key: impl Into<String>, opts: EffectOptions, f: F) -> Self
+    pub fn effect_with<F, Fut>(name: &str, key: impl Into<String>, opts: EffectOptions, f: F) -> Self
     where
         F: FnMut(EffectCtx) -> Fut + Send + 'a,
-        Fut: Future<Output = Result<T, E>> + Send + 'a,
-        E: Into<StepError>,
+        Fut: Future<Output = Result<T, StepError>> + Send + 'a,
     {
         Self {
             name: name.to_owned(),

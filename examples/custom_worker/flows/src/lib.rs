@@ -16,7 +16,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use savepoint::workflow::{Call, Ctx, Schemas, StepError, StepResult, Workflow, WorkflowError};
+use savepoint::workflow::{Call, Ctx, Schemas, StepError, Workflow, WorkflowError};
 
 /// Where the workflow's effects land: the payment provider and the warehouse. Each call
 /// carries the effect's idempotency key, which a real provider deduplicates on.
@@ -127,12 +127,12 @@ impl Workflow for Fulfil {
             .join(
                 Call::effect("stock.reserve", format!("stock:{}", order.order_id), |fx| async move {
                     shop.record(t, "stock.reserve", &fx.key).await?;
-                    StepResult::Ok(true)
+                    Ok(true)
                 }),
                 Call::step("shipping.quote", || async {
-                    // Any error type works with `?` (anyhow's included): it is a retryable failure.
+                    // Any error type works with `?`: it is a retryable failure.
                     let cents: u64 = format!("{}", 450 + 50 * u64::from(order.qty)).parse()?;
-                    anyhow::Ok(cents)
+                    Ok(cents)
                 }),
             )
             .await;
@@ -142,7 +142,7 @@ impl Workflow for Fulfil {
         let charge: Charge = ctx
             .effect("card.charge", format!("charge:{}", order.order_id), |fx| async move {
                 shop.record(t, "card.charge", &fx.key).await?;
-                StepResult::Ok(Charge {
+                Ok(Charge {
                     charge_id: format!("ch_{}", fx.key),
                     amount_cents: order.amount_cents,
                 })
@@ -158,7 +158,7 @@ impl Workflow for Fulfil {
         if !approval.approved {
             ctx.effect("refund", format!("refund:{}", order.order_id), |fx| async move {
                 shop.record(t, "refund", &fx.key).await?;
-                StepResult::Ok(())
+                Ok(())
             })
             .await?;
             return Ok(Fulfilled {
@@ -175,7 +175,7 @@ impl Workflow for Fulfil {
                 let carrier = carrier.clone();
                 async move {
                     shop.record(t, "ship", &fx.key).await?;
-                    StepResult::Ok(Shipment {
+                    Ok(Shipment {
                         tracking: format!("TRK-{}", fx.key),
                         carrier,
                     })
