@@ -68,11 +68,12 @@ impl Workflow for Nap {
 
     async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
         let hours = input["hours"].as_u64().unwrap_or(24);
-        let before = ctx.now().await;
+        let before = ctx.now().await?;
         ctx.sleep("nap", Duration::from_secs(hours * 3600)).await?;
-        let after = ctx.now().await;
+        let after = ctx.now().await?;
         let woke: String = ctx.step("woke", || async { Ok("up".to_owned()) }).await?;
-        Ok(json!({"slept_ms": after - before, "woke": woke}))
+        let slept = after.duration_since(before).unwrap_or_default();
+        Ok(json!({"slept_ms": slept.as_millis() as u64, "woke": woke}))
     }
 }
 
@@ -244,5 +245,62 @@ async fn a_changed_workflow_is_reported_with_the_index_and_both_calls() {
             assert!(msg.contains("extract_totals") && msg.contains("count_lines"), "{msg}");
         }
         other => panic!("expected a divergence, got {other:?}"),
+    }
+}
+
+/// Reads the recorded clock and a UUID, and returns them.
+struct Clock;
+
+impl Workflow for Clock {
+    const NAME: &'static str = "clock";
+    type Input = Value;
+    type Output = Value;
+
+    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let now = ctx.now().await?;
+        let id = ctx.uuid().await?;
+        let ms = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        Ok(json!({"now": ms, "uuid": id.to_string()}))
+    }
+}
+
+/// An export of a `clock` run that recorded these values (`now`, then `uuid`, as many as given).
+fn clock_export(values: &[Value]) -> Value {
+    let journal: Vec<Value> = values
+        .iter()
+        .zip(["now", "uuid"])
+        .enumerate()
+        .map(|(i, (v, name))| {
+            json!({"index": i, "name": name, "kind": "value", "outcome": "ok", "result": v, "attempts": 1, "at": 5})
+        })
+        .collect();
+    json!({"workflow": "clock", "thread_id": "clock-1", "input": null, "journal": journal})
+}
+
+#[tokio::test]
+async fn recorded_values_replay_typed_and_a_wrong_record_is_an_error_not_a_default() {
+    let mut r = Registry::new();
+    r.register(Clock);
+    let id = "6f1c1b4e-1f0a-4c53-9a55-3d2f2e6b8a01";
+    match replay_export(&r, &clock_export(&[json!(1_700_000_000_123u64), json!(id)]))
+        .await
+        .unwrap()
+    {
+        ReplayReport::Finished(Ok(out)) => assert_eq!(out, json!({"now": 1_700_000_000_123u64, "uuid": id})),
+        other => panic!("expected a clean replay, got {other:?}"),
+    }
+    // The run fails at the bad record (the workflow's `?`), so the journal ends there.
+    match replay_export(&r, &clock_export(&[json!("yesterday")])).await.unwrap() {
+        ReplayReport::Finished(Err(e)) => assert!(e.contains("\"now\"") && e.contains("yesterday"), "{e}"),
+        other => panic!("a clock recorded as text must fail the run, got {other:?}"),
+    }
+    match replay_export(&r, &clock_export(&[json!(5), json!("not-a-uuid")]))
+        .await
+        .unwrap()
+    {
+        ReplayReport::Finished(Err(e)) => assert!(e.contains("\"uuid\"") && e.contains("not-a-uuid"), "{e}"),
+        other => panic!("a UUID recorded wrong must fail the run, got {other:?}"),
     }
 }

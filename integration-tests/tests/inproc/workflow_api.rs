@@ -24,9 +24,12 @@ impl Workflow for Timer {
     async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let _: u32 = ctx.step("before", || async { Ok(1) }).await?;
         ctx.sleep("nap", Duration::from_millis(400)).await?;
-        let now = ctx.now().await;
-        let id = ctx.uuid().await;
-        Ok(json!({"now": now, "uuid": id}))
+        let now = ctx.now().await?;
+        let id = ctx.uuid().await?;
+        let now_ms = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        Ok(json!({"now": now_ms, "uuid": id.to_string()}))
     }
 }
 

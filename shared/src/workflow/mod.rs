@@ -28,3 +28,5 @@ pub use retry::RetryPolicy;
 pub use savepoint_core::decide;
 pub use savepoint_core::schemas::{self as schema, Schemas};
 pub use stubs::{StubFn, Stubs};
+/// What `ctx.uuid()` returns.
+pub use uuid::Uuid;

@@ -2,7 +2,8 @@
 
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use uuid::Uuid;
 
 use super::ctx::{decode_outcome, Ctx, SliceExit};
 use super::WorkflowError;
@@ -248,27 +249,36 @@ impl Ctx {
         v
     }
 
-    /// Time in ms since the epoch (the store server's clock), recorded so replay sees the same
-    /// value.
-    pub async fn now(&mut self) -> u64 {
+    /// The time now by the store server's clock, recorded so a replay sees the same time. A
+    /// recorded value that is not a time is an error ([`WorkflowError::Decode`]), never a
+    /// default.
+    pub async fn now(&mut self) -> Result<SystemTime, WorkflowError> {
         let now = self.server_now_ms();
-        self.recorded("now", || json!(now)).await.as_u64().unwrap_or(0)
+        let v = self.recorded("now", || json!(now)).await;
+        let ms = v
+            .as_u64()
+            .ok_or_else(|| recorded_wrong("now", &v, "milliseconds since the Unix epoch"))?;
+        Ok(UNIX_EPOCH + Duration::from_millis(ms))
     }
 
-    /// A random UUID, recorded.
-    pub async fn uuid(&mut self) -> String {
+    /// A random UUID (version 4), recorded: a replay sees the same one, so an effect key made
+    /// from it is stable. A recorded value that is not a UUID is an error, never a default.
+    pub async fn uuid(&mut self) -> Result<Uuid, WorkflowError> {
         let v = self
             .recorded("uuid", || json!(savepoint_core::entropy::uuid().to_string()))
             .await;
-        v.as_str().unwrap_or_default().to_owned()
+        v.as_str()
+            .and_then(|s| Uuid::parse_str(s).ok())
+            .ok_or_else(|| recorded_wrong("uuid", &v, "a UUID"))
     }
 
-    /// A random number in [0, 1), recorded.
-    pub async fn random(&mut self) -> f64 {
-        self.recorded("random", || json!(savepoint_core::entropy::f64()))
-            .await
-            .as_f64()
-            .unwrap_or(0.0)
+    /// A random number in [0, 1), recorded. A recorded value that is not a number in [0, 1)
+    /// is an error, never a default.
+    pub async fn random(&mut self) -> Result<f64, WorkflowError> {
+        let v = self.recorded("random", || json!(savepoint_core::entropy::f64())).await;
+        v.as_f64()
+            .filter(|x| (0.0..1.0).contains(x))
+            .ok_or_else(|| recorded_wrong("random", &v, "a number in [0, 1)"))
     }
 
     /// Code-version branching for in-flight runs: true for runs that reach this point under
@@ -303,5 +313,13 @@ impl Ctx {
                 true
             }
         }
+    }
+}
+
+/// A recorded value of `name` that is not what the call returns (`expected`).
+fn recorded_wrong(name: &str, v: &Value, expected: &str) -> WorkflowError {
+    WorkflowError::Decode {
+        name: name.to_owned(),
+        message: format!("recorded {v}, expected {expected}"),
     }
 }
