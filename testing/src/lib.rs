@@ -135,6 +135,9 @@ pub struct TestEnv {
     registry: Registry,
     stubs: Stubs,
     worker: Option<Running>,
+    /// A failpoint spec [`TestEnv::crash_at`] armed: the next call that drives the run
+    /// replaces the worker with one that crashes there.
+    armed: Option<String>,
     crashes: Arc<AtomicU32>,
     restarts: u32,
 }
@@ -179,6 +182,7 @@ impl TestEnv {
             registry,
             stubs: Stubs::new(),
             worker: None,
+            armed: None,
             crashes: Arc::new(AtomicU32::new(0)),
             restarts: 0,
         };
@@ -241,12 +245,16 @@ impl TestEnv {
         Ok(())
     }
 
-    /// Replaces the worker with one that crashes (as `kill -9`: nothing settled, nothing
-    /// released) when the failpoint spec fires, e.g. `effect.after_call=abort@1`. After the
-    /// crash the kit starts a clean worker, which takes the run over once its lease expires.
-    pub async fn crash_at(&mut self, spec: &str) -> Result<(), TestError> {
-        self.stop_worker().await;
-        self.start_worker(Some(spec))
+    /// Arms a crash: from the next call that drives a run (`start`, `resume`, `signal`,
+    /// `settle`, `advance`), the worker is one that crashes (as `kill -9`: nothing settled,
+    /// nothing released) when the failpoint spec fires, e.g. `effect.after_call=abort@1`.
+    /// After the crash the kit starts a clean worker, which takes the run over once its lease
+    /// expires. Not `async`: there is nothing to forget to await. A spec that does not parse
+    /// is refused here.
+    pub fn crash_at(&mut self, spec: &str) -> Result<(), TestError> {
+        Failpoints::parse(spec).map_err(|e| TestError::Failpoint(e.to_string()))?;
+        self.armed = Some(spec.to_owned());
+        Ok(())
     }
 
     async fn stop_worker(&mut self) {
@@ -256,8 +264,13 @@ impl TestEnv {
         }
     }
 
-    /// Restarts a crashed worker (clean); reports a worker that stopped with an error.
+    /// Starts the crashing worker a [`TestEnv::crash_at`] armed, restarts a crashed worker
+    /// (clean), and reports a worker that stopped with an error.
     async fn keep_worker(&mut self) -> Result<(), TestError> {
+        if let Some(spec) = self.armed.take() {
+            self.stop_worker().await;
+            return self.start_worker(Some(&spec));
+        }
         let Some(w) = self.worker.as_ref() else {
             return self.start_worker(None);
         };
@@ -290,6 +303,7 @@ impl TestEnv {
 
     /// Starts a run with this thread id (idempotent for the same workflow and input).
     pub async fn start_as(&mut self, thread: &ThreadId, workflow: &str, input: Value) -> Result<(), TestError> {
+        self.keep_worker().await?;
         let version = self
             .registry
             .catalog()
@@ -330,6 +344,7 @@ impl TestEnv {
     }
 
     async fn deliver(&mut self, thread: &ThreadId, kind: &str, name: &str, value: Value) -> Result<(), TestError> {
+        self.keep_worker().await?;
         match self.store.signal(thread, kind, name, &value, None).await? {
             SignalOutcome::Woke(_) => self.publish(thread, None, TaskReason::Signal).await,
             SignalOutcome::Buffered | SignalOutcome::Duplicate => Ok(()),
@@ -472,7 +487,7 @@ where
         for n in 1.. {
             let spec = format!("{point}=abort@{n}");
             let mut env = TestEnv::new(&registry).await?;
-            env.crash_at(&spec).await?;
+            env.crash_at(&spec)?;
             let thread = env.start(workflow, input.clone()).await?;
             let settled = env.settle(&thread).await?;
             if env.crashes() == 0 {

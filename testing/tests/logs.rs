@@ -43,7 +43,7 @@ async fn blocked_run_logged(filter: &str) -> (String, String) {
     let _guard = tracing::subscriber::set_default(subscriber);
     let mut env = TestEnv::new(registry).await.expect("test env");
     // Killed between the email's call and its record: the email is in doubt (policy block).
-    env.crash_at("effect.after_call=abort@2").await.expect("crash_at");
+    env.crash_at("effect.after_call=abort@2").expect("crash_at");
     let run = env
         .start("invoice", json!({"invoice_id": "INV-9"}))
         .await

@@ -103,7 +103,7 @@ async fn each_group_effect_is_applied_once_at_the_provider_whatever_the_crash() 
         "step.after_commit=abort@2",
     ] {
         let mut env = TestEnv::new(registry).await.unwrap();
-        env.crash_at(spec).await.unwrap();
+        env.crash_at(spec).unwrap();
         let run = env.start("fanout", json!({"order_id": "O-3"})).await.unwrap();
         let done = env.settle(&run).await.unwrap();
         assert_eq!(env.crashes(), 1, "{spec}");

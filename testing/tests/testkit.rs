@@ -190,7 +190,7 @@ async fn each_effect_is_applied_once_at_the_provider_whatever_the_crash() {
         "effect.after_done=abort@2",
     ] {
         let mut env = TestEnv::new(registry).await.unwrap();
-        env.crash_at(spec).await.unwrap();
+        env.crash_at(spec).unwrap();
         let run = env.start("invoice", json!({"invoice_id": "INV-3"})).await.unwrap();
         let done = env.settle(&run).await.unwrap();
         assert_eq!(env.crashes(), 1, "{spec}");
