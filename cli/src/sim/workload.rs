@@ -407,7 +407,7 @@ impl Workflow for Parent {
     async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
         let id = input["id"].as_u64().unwrap_or(0);
         let first: Value = ctx
-            .child::<Kid, _>("kid-a", json!({"id": id, "nap_ms": (id * 131) % 900}))
+            .child::<Kid>("kid-a", json!({"id": id, "nap_ms": (id * 131) % 900}))
             .await?;
         let other = ctx
             .start_child::<Kid>("kid-b", json!({"id": id + 1000, "nap_ms": (id * 71) % 1500}))

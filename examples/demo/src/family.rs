@@ -59,7 +59,7 @@ impl Workflow for Family {
         let mut outputs = Vec::new();
         for n in 0..u64::from(input.kids) {
             let kid = KidIn { n, hold: input.hold };
-            let out: KidOut = ctx.child::<Kid, _>(&format!("kid-{n}"), kid).await?;
+            let out: KidOut = ctx.child::<Kid>(&format!("kid-{n}"), kid).await?;
             outputs.push(out);
         }
         let mut detached = Vec::new();

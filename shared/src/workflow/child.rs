@@ -102,18 +102,20 @@ pub fn child_thread_id(parent: &ThreadId, index: u32) -> ThreadId {
 }
 
 impl Ctx {
-    /// Starts a run of `W` as this run's child and returns its output (decoded as `T`), or
-    /// its failure or cancel as [`WorkflowError::CallFailed`]. The child starts once however
-    /// often this run crashes and replays; its outcome is journaled here.
+    /// Starts a run of `W` with `input` as this run's child and returns its output, or its
+    /// failure or cancel as [`WorkflowError::CallFailed`]. The child starts once however often
+    /// this run crashes and replays; its outcome is journaled here. The input and output are
+    /// the child's own types.
     ///
     /// ```ignore
-    /// let total: u64 = ctx.child::<Price, _>("price-1", json!({"sku": "A"})).await?;
+    /// let price: Price = ctx.child::<Pricing>("price-1", Sku("A".into())).await?;
     /// ```
-    pub async fn child<W: Workflow, T: DeserializeOwned>(
-        &mut self,
-        name: &str,
-        input: impl Serialize,
-    ) -> Result<T, WorkflowError> {
+    pub async fn child<W>(&mut self, name: &str, input: W::Input) -> Result<W::Output, WorkflowError>
+    where
+        W: Workflow,
+        W::Input: Serialize,
+        W::Output: DeserializeOwned,
+    {
         self.child_with(name, ChildSpec::of::<W>(input)).await
     }
 
@@ -126,11 +128,11 @@ impl Ctx {
     /// Starts a run of `W` as this run's child and goes on without waiting: returns its
     /// thread id (journaled). Cancelling this run still cancels it, unless its spec says
     /// otherwise ([`Ctx::start_child_with`]).
-    pub async fn start_child<W: Workflow>(
-        &mut self,
-        name: &str,
-        input: impl Serialize,
-    ) -> Result<ThreadId, WorkflowError> {
+    pub async fn start_child<W>(&mut self, name: &str, input: W::Input) -> Result<ThreadId, WorkflowError>
+    where
+        W: Workflow,
+        W::Input: Serialize,
+    {
         self.start_child_with(name, ChildSpec::of::<W>(input)).await
     }
 

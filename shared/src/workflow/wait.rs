@@ -1,6 +1,7 @@
 //! Durable timers, human-in-the-loop waits, recorded values and code-version markers.
 
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::{json, Value};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use uuid::Uuid;
@@ -43,8 +44,14 @@ impl Ctx {
     }
 
     /// Pauses for a human: the run waits (status `waiting`, the payload shown by the API)
-    /// until `POST /v1/runs/{thread}/resume {"value"}`; returns that value, journaled.
-    pub async fn interrupt<T: DeserializeOwned>(&mut self, name: &str, payload: Value) -> Result<T, WorkflowError> {
+    /// until `POST /v1/runs/{thread}/resume {"value"}`; returns that value, journaled. The
+    /// payload is any `Serialize` value (a question, the facts to decide on).
+    pub async fn interrupt<T: DeserializeOwned>(
+        &mut self,
+        name: &str,
+        payload: impl Serialize,
+    ) -> Result<T, WorkflowError> {
+        let payload = payload_value(name, payload)?;
         let o = self
             .await_value::<T>(EntryKind::Interrupt, name, format!("i:{name}"), payload, None)
             .await;
@@ -67,9 +74,10 @@ impl Ctx {
     pub async fn interrupt_within<T: DeserializeOwned>(
         &mut self,
         name: &str,
-        payload: Value,
+        payload: impl Serialize,
         timeout: Duration,
     ) -> Result<Option<T>, WorkflowError> {
+        let payload = payload_value(name, payload)?;
         self.await_within(EntryKind::Interrupt, name, format!("i:{name}"), payload, timeout)
             .await
     }
@@ -322,4 +330,14 @@ fn recorded_wrong(name: &str, v: &Value, expected: &str) -> WorkflowError {
         name: name.to_owned(),
         message: format!("recorded {v}, expected {expected}"),
     }
+}
+
+/// An interrupt's payload as JSON; one that does not encode (a map with non-string keys, a
+/// failing `Serialize`) is the workflow's error.
+fn payload_value(name: &str, payload: impl Serialize) -> Result<Value, WorkflowError> {
+    serde_json::to_value(payload).map_err(|e| {
+        WorkflowError::failed(format!(
+            "the payload of interrupt {name:?} does not encode as JSON: {e}"
+        ))
+    })
 }
