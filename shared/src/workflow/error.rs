@@ -66,12 +66,14 @@ impl<E: Into<anyhow::Error>> From<E> for StepError {
 /// a retryable [`StepError`]); this alias is for functions written outside the call.
 pub type StepResult<T> = Result<T, StepError>;
 
-/// An error returned to (and from) workflow code.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+/// An error returned to (and from) workflow code. `?` in a workflow's `run` converts any
+/// error `anyhow` takes into [`WorkflowError::Failed`] (the run fails with its message and
+/// cause chain). Like `anyhow::Error`, it is not itself a `std::error::Error` (that is what
+/// lets the conversion take every error); it is `Display` (`anyhow::anyhow!("{e}")` makes one of it).
+#[derive(Debug, Clone, PartialEq)]
 pub enum WorkflowError {
     /// A step or effect failed for good after its retry policy; the failure is journaled, so
     /// a replay returns the same error. Workflow code may compensate (saga).
-    #[error("{kind} {name:?} failed: {message}")]
     CallFailed {
         /// `step` or `effect`.
         kind: &'static str,
@@ -81,21 +83,66 @@ pub enum WorkflowError {
         message: String,
     },
     /// A recorded or delivered value did not decode into the type the code asked for.
-    #[error("value of {name:?} does not decode: {message}")]
     Decode {
         /// The call's name.
         name: String,
         /// The decode error.
         message: String,
     },
-    /// The workflow itself decided to fail.
-    #[error("{0}")]
+    /// The workflow itself decided to fail (or a `?` in its code did).
     Failed(String),
+}
+
+impl fmt::Display for WorkflowError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WorkflowError::CallFailed { kind, name, message } => write!(f, "{kind} {name:?} failed: {message}"),
+            WorkflowError::Decode { name, message } => write!(f, "value of {name:?} does not decode: {message}"),
+            WorkflowError::Failed(message) => f.write_str(message),
+        }
+    }
+}
+
+/// `?` on any error `anyhow` takes in a workflow's `run`: the run fails with the error's
+/// message and cause chain (`outer: inner: root`).
+impl<E: Into<anyhow::Error>> From<E> for WorkflowError {
+    fn from(e: E) -> Self {
+        WorkflowError::Failed(format!("{:#}", e.into()))
+    }
 }
 
 impl WorkflowError {
     /// The workflow fails with this message.
     pub fn failed(message: impl Into<String>) -> Self {
         WorkflowError::Failed(message.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<u32, WorkflowError> {
+        // `?` on a std error, as in a workflow's `run`.
+        Ok(s.parse::<u32>()?)
+    }
+
+    fn with_context(s: &str) -> Result<u32, WorkflowError> {
+        use anyhow::Context;
+        // … and on an anyhow error, whose cause chain the message keeps.
+        Ok(s.parse::<u32>().context("reading the amount")?)
+    }
+
+    #[test]
+    fn question_mark_takes_any_error_and_keeps_its_chain() {
+        assert_eq!(parse("7"), Ok(7));
+        assert_eq!(
+            parse("x"),
+            Err(WorkflowError::Failed("invalid digit found in string".into()))
+        );
+        assert_eq!(
+            with_context("x").map_err(|e| e.to_string()),
+            Err("reading the amount: invalid digit found in string".into())
+        );
     }
 }

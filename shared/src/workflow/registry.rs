@@ -12,8 +12,8 @@ use savepoint_core::outcome::CatalogEntry;
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RunError {
     /// The workflow returned an error.
-    #[error(transparent)]
-    Workflow(#[from] WorkflowError),
+    #[error("{0}")]
+    Workflow(WorkflowError),
     /// The run's input does not decode into the workflow's input type.
     #[error("invalid input: {0}")]
     Input(String),
@@ -63,7 +63,7 @@ impl<W: Workflow> DynWorkflow for Erased<W> {
     fn run<'a>(&'a self, ctx: &'a mut Ctx, input: Value) -> BoxFuture<'a, Result<Value, RunError>> {
         Box::pin(async move {
             let input: W::Input = serde_json::from_value(input).map_err(|e| RunError::Input(e.to_string()))?;
-            let out = self.w.run(ctx, input).await?;
+            let out = self.w.run(ctx, input).await.map_err(RunError::Workflow)?;
             serde_json::to_value(out).map_err(|e| RunError::Output(e.to_string()))
         })
     }
