@@ -5,6 +5,7 @@
 //! OpenAPI document is generated from). reqwest and serde, and the SDK for the `Workflow`
 //! trait: no store, broker or server.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod api;
 pub mod fmt;

@@ -5,8 +5,9 @@
 //! This crate holds the workflow trait, the context and its calls, errors, retry policies,
 //! schemas and the registry, and nothing of the engine: no store client, broker, HTTP server
 //! or Lua engine is in its dependency tree. Run workflows with `savepoint-worker`; test them
-//! with `savepoint_worker::testing`. See `docs/ARCHITECTURE.md` for how it works.
+//! with `savepoint-testing`. See `docs/ARCHITECTURE.md` for how it works.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod workflow;
 

@@ -5,7 +5,8 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use tokio_util::sync::CancellationToken;
 
-use savepoint::workflow::{Ctx, CtxParts, Registry, SliceExit, SliceLimits};
+use savepoint::workflow::engine::{CtxParts, SliceExit};
+use savepoint::workflow::{Ctx, Registry, SliceLimits};
 use savepoint_core::failpoints::Failpoints;
 use savepoint_core::ids::ThreadId;
 use savepoint_core::journal::{Entry, EntryKind, Outcome, ENTRY_VERSION};

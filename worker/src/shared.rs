@@ -21,7 +21,7 @@ pub(crate) struct Shared {
     /// The task queues this worker consumes.
     pub served_queues: std::sync::Arc<[String]>,
     /// Publishes the start tasks of child runs (one for every slice).
-    pub child_starter: std::sync::Arc<dyn savepoint::workflow::TaskSink>,
+    pub child_starter: std::sync::Arc<dyn savepoint::workflow::engine::TaskSink>,
     pub registry: Registry,
     pub failpoints: Failpoints,
     pub incarnation: Incarnation,

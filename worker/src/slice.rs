@@ -15,9 +15,8 @@ use futures::future::BoxFuture;
 
 use savepoint::journal::Entry;
 use savepoint::workflow::decide::{self, Body};
-use savepoint::workflow::{
-    busy_backoff, key_still_held, Ctx, CtxParts, DynWorkflow, Routing, RunError, TaskSink, WorkflowError,
-};
+use savepoint::workflow::engine::{busy_backoff, key_still_held, CtxParts, DynWorkflow, Routing, TaskSink};
+use savepoint::workflow::{Ctx, RunError, WorkflowError};
 use savepoint_broker::Queues;
 use savepoint_core::ids::{EffectKey, ThreadId};
 use savepoint_core::lease::LeaseClock;
@@ -452,7 +451,7 @@ async fn run_body(wf: &dyn DynWorkflow, ctx: &mut Ctx, input: Value) -> BodyResu
 /// The body's end as the slice-end decision reads it.
 fn body_of(result: &BodyResult) -> Body<'_> {
     match result {
-        Some(Err(panic)) => Body::Panicked(savepoint::workflow::panic_message(&**panic)),
+        Some(Err(panic)) => Body::Panicked(savepoint::workflow::engine::panic_message(&**panic)),
         Some(Ok(Ok(output))) => Body::Returned(output),
         Some(Ok(Err(err @ RunError::Workflow(WorkflowError::Decode { .. })))) => Body::Undecodable(err.to_string()),
         Some(Ok(Err(err))) => Body::Errored(err.to_string()),

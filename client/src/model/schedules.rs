@@ -117,6 +117,7 @@ pub struct ScheduleSpec {
 }
 
 impl ScheduleBody {
+    /// What the schedule stores of this body: everything but its id and input.
     pub fn spec(&self) -> ScheduleSpec {
         ScheduleSpec {
             workflow: self.workflow.clone(),

@@ -106,7 +106,7 @@ pub struct CtxParts {
     pub stubs: Option<super::Stubs>,
     /// Publishes the start tasks of child runs (the worker's broker); `None`: the due
     /// scanner's safety net publishes them.
-    pub tasks: Option<Arc<dyn super::TaskSink>>,
+    pub tasks: Option<Arc<dyn super::child::TaskSink>>,
     /// Task queues (`None`: no routing, every call runs here, as in the test kit).
     pub routing: Option<Routing>,
     /// The server's clock as the claim read it: the run's clock (`now()`, wake times, entry
@@ -165,6 +165,7 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    #[doc(hidden)] // the worker runtime's, not workflow code's
     /// A context over a claimed run.
     pub fn new(parts: CtxParts) -> Self {
         let replay_span = Some(tracing::debug_span!("replay", journal.entries = parts.journal.len()));
@@ -208,6 +209,7 @@ impl Ctx {
         (self.cursor as usize) < self.p.journal.len()
     }
 
+    #[doc(hidden)] // the worker runtime's, not workflow code's
     /// Live calls executed in this slice.
     pub fn live_calls(&self) -> u32 {
         self.live_in_slice
@@ -218,16 +220,19 @@ impl Ctx {
         &self.p.journal
     }
 
+    #[doc(hidden)] // the worker runtime's, not workflow code's
     /// The lease (after the slice: its latest version).
     pub fn lease(&self) -> &Lease {
         &self.p.lease
     }
 
+    #[doc(hidden)] // the worker runtime's, not workflow code's
     /// Why the slice stopped, once it has (taken by the runtime).
     pub fn take_exit(&mut self) -> Option<SliceExit> {
         self.exit.take()
     }
 
+    #[doc(hidden)] // the worker runtime's, not workflow code's
     /// Signalled when the slice stops without the workflow returning.
     pub fn exit_signal(&self) -> Arc<Notify> {
         self.notify.clone()

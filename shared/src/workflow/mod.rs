@@ -15,18 +15,26 @@ mod stubs;
 mod unused;
 mod wait;
 
-pub use child::{child_thread_id, ChildSpec, TaskSink};
-pub use ctx::{panic_message, Ctx, CtxParts, Routing, SliceExit, SliceLimits};
+pub use child::{child_thread_id, ChildSpec};
+pub use ctx::{Ctx, SliceLimits};
 pub use definition::Workflow;
-pub use effect::{
-    busy_backoff, key_still_held, orphan_if_owner_ended, EffectCtx, EffectOptions, EffectPolicy, ReconcileFn,
-};
+pub use effect::{EffectCtx, EffectOptions, EffectPolicy, ReconcileFn};
 pub use error::{StepError, StepResult, WorkflowError};
 pub use group::{Call, Selected};
-pub use registry::{DynWorkflow, Registry, RunError};
+pub use registry::{Registry, RunError};
 pub use retry::RetryPolicy;
 pub use savepoint_core::decide;
 pub use savepoint_core::schemas::{self as schema, Schemas};
 pub use stubs::{StubFn, Stubs};
 /// What `ctx.uuid()` returns.
 pub use uuid::Uuid;
+
+/// What the worker runtime needs from the SDK to build and drive a [`Ctx`]: not for workflow
+/// code, and not a stable interface (it changes with the worker).
+#[doc(hidden)]
+pub mod engine {
+    pub use super::child::TaskSink;
+    pub use super::ctx::{panic_message, CtxParts, Routing, SliceExit};
+    pub use super::effect::{busy_backoff, key_still_held, orphan_if_owner_ended};
+    pub use super::registry::DynWorkflow;
+}

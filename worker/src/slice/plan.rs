@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use savepoint::workflow::decide::{timeout_reason, SliceEnd};
-use savepoint::workflow::SliceExit;
+use savepoint::workflow::engine::SliceExit;
 use savepoint_store::{Acquired, BlockKind, StoreError};
 
 /// How a slice ends before its workflow body runs.
