@@ -18,7 +18,7 @@
 //! #[tokio::test(start_paused = true)]
 //! async fn invoice_posts_once_whatever_crashes() {
 //!     let mut env = TestEnv::new(|store| my_registry(store)).await.unwrap();
-//!     let run = env.start("invoice", json!({"invoice_id": "INV-1"})).await.unwrap();
+//!     let run = env.start::<Invoice>(&InvoiceIn { invoice_id: "INV-1".into(), pdf_path: None }).await.unwrap();
 //!     let done = env.settle(&run).await.unwrap();
 //!     assert_eq!(done.header.status, RunStatus::Completed);
 //!     assert_eq!(env.stubs().calls("ledger.post"), 1);
@@ -33,7 +33,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use savepoint::workflow::Registry;
+use savepoint::workflow::{Registry, Workflow};
 use savepoint_broker::{Broker, BrokerError};
 use savepoint_core::failpoints::Failpoints;
 use savepoint_core::ids::ThreadId;
@@ -41,6 +41,8 @@ use savepoint_core::journal::Entry;
 use savepoint_core::protocol::{Task, TaskReason};
 use savepoint_runtime::config::{Config, ConfigError};
 use savepoint_store::{CreateOutcome, RunHeader, RunStatus, ScriptStore, SignalOutcome, StoreError};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 pub use savepoint::workflow::Stubs;
 pub use savepoint_worker::replay::ReplayReport;
@@ -99,6 +101,13 @@ pub enum TestError {
     /// A bad failpoint spec.
     #[error("bad failpoint spec: {0}")]
     Failpoint(String),
+    /// A typed input that does not encode as JSON ([`TestEnv::start`]).
+    #[error("the input does not encode as JSON: {0}")]
+    Input(String),
+    /// The run did not complete, or its output is not the type asked for
+    /// ([`Settled::output_as`]).
+    #[error("{0}")]
+    Output(String),
     /// An exported history that does not read back (`replay_export`).
     #[error("{0}")]
     Export(#[from] savepoint_worker::replay::ExportError),
@@ -117,6 +126,20 @@ impl Settled {
     /// The run's output, when it completed.
     pub fn output(&self) -> Option<&Value> {
         self.header.output.as_ref()
+    }
+
+    /// The output as `W` returns it (`done.output_as::<Invoice>()?`); an error if the run did
+    /// not complete or the output is not `W::Output`.
+    pub fn output_as<W>(&self) -> Result<W::Output, TestError>
+    where
+        W: Workflow,
+        W::Output: DeserializeOwned,
+    {
+        let out = self
+            .output()
+            .ok_or_else(|| TestError::Output(format!("the run is {}, not completed: no output", self.header.status)))?;
+        serde_json::from_value(out.clone())
+            .map_err(|e| TestError::Output(format!("the output is not {}'s: {e}", W::NAME)))
     }
 }
 
@@ -294,8 +317,20 @@ impl TestEnv {
         Ok(())
     }
 
-    /// Starts a run of the newest registered version of `workflow` (thread id generated).
-    pub async fn start(&mut self, workflow: &str, input: Value) -> Result<ThreadId, TestError> {
+    /// Starts a run of `W` with its own input type (thread id generated), as the typed client
+    /// does: `env.start::<Invoice>(&InvoiceIn { … })`.
+    pub async fn start<W>(&mut self, input: &W::Input) -> Result<ThreadId, TestError>
+    where
+        W: Workflow,
+        W::Input: Serialize,
+    {
+        let input = serde_json::to_value(input).map_err(|e| TestError::Input(e.to_string()))?;
+        self.start_named(W::NAME, input).await
+    }
+
+    /// Starts a run of the newest registered version of `workflow` by name, with a JSON input
+    /// (thread id generated): for a workflow whose type this code cannot name.
+    pub async fn start_named(&mut self, workflow: &str, input: Value) -> Result<ThreadId, TestError> {
         let thread = ThreadId::generate(workflow);
         self.start_as(&thread, workflow, input).await?;
         Ok(thread)
@@ -488,7 +523,7 @@ where
             let spec = format!("{point}=abort@{n}");
             let mut env = TestEnv::new(&registry).await?;
             env.crash_at(&spec)?;
-            let thread = env.start(workflow, input.clone()).await?;
+            let thread = env.start_named(workflow, input.clone()).await?;
             let settled = env.settle(&thread).await?;
             if env.crashes() == 0 {
                 env.shutdown().await;

@@ -2,11 +2,10 @@
 //! field once per line (the task span carries the worker and thread ids; events inside it do
 //! not repeat them).
 
-use serde_json::json;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use savepoint_demo::registry;
+use savepoint_demo::{registry, Invoice, InvoiceIn};
 use savepoint_store::RunStatus;
 use savepoint_testing::TestEnv;
 
@@ -45,7 +44,10 @@ async fn blocked_run_logged(filter: &str) -> (String, String) {
     // Killed between the email's call and its record: the email is in doubt (policy block).
     env.crash_at("effect.after_call=abort@2").expect("crash_at");
     let run = env
-        .start("invoice", json!({"invoice_id": "INV-9"}))
+        .start::<Invoice>(&InvoiceIn {
+            invoice_id: "INV-9".into(),
+            pdf_path: None,
+        })
         .await
         .expect("start");
     let done = env.settle(&run).await.expect("settle");

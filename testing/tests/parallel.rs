@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use savepoint::workflow::{Call, Ctx, Registry, Selected, StepError, Workflow, WorkflowError};
 use savepoint_core::journal::EntryKind;
-use savepoint_demo::{registry, EffectLog};
+use savepoint_demo::{registry, EffectLog, Fanout, FanoutIn};
 use savepoint_store::{RunStatus, ScriptStore};
 use savepoint_testing::{crash_matrix, TestEnv};
 
@@ -34,7 +34,10 @@ const GROUP: [&str; 5] = [
 async fn a_group_runs_its_calls_at_once_and_journals_them_in_call_order() {
     let mut env = TestEnv::new(registry).await.unwrap();
     let run = env
-        .start("fanout", json!({"order_id": "O-1", "fetch_ms": 1000}))
+        .start::<Fanout>(&FanoutIn {
+            order_id: "O-1".into(),
+            fetch_ms: 1000,
+        })
         .await
         .unwrap();
     let done = env.settle(&run).await.unwrap();
@@ -104,7 +107,13 @@ async fn each_group_effect_is_applied_once_at_the_provider_whatever_the_crash() 
     ] {
         let mut env = TestEnv::new(registry).await.unwrap();
         env.crash_at(spec).unwrap();
-        let run = env.start("fanout", json!({"order_id": "O-3"})).await.unwrap();
+        let run = env
+            .start::<Fanout>(&FanoutIn {
+                order_id: "O-3".into(),
+                fetch_ms: 50,
+            })
+            .await
+            .unwrap();
         let done = env.settle(&run).await.unwrap();
         assert_eq!(env.crashes(), 1, "{spec}");
         assert_eq!(done.header.status, RunStatus::Completed, "{spec}: {:?}", done.header);
@@ -161,7 +170,7 @@ async fn join_keeps_types_and_a_race_times_out_at_its_recorded_deadline() {
     })
     .await
     .unwrap();
-    let run = env.start("slow", json!({})).await.unwrap();
+    let run = env.start::<Slow>(&json!({})).await.unwrap();
     let done = env.settle(&run).await.unwrap();
     assert_eq!(done.header.status, RunStatus::Completed, "{:?}", done.header);
     // The race ended at its deadline, a minute after it was recorded.
@@ -211,7 +220,7 @@ fn deadline_registry(_: &ScriptStore) -> Registry {
 async fn a_wait_times_out_at_its_recorded_deadline_or_returns_the_answer_in_time() {
     // No answer: both waits time out, each at its own deadline.
     let mut env = TestEnv::new(deadline_registry).await.unwrap();
-    let run = env.start("deadline", json!({})).await.unwrap();
+    let run = env.start::<Deadline>(&json!({})).await.unwrap();
     let waiting = env.settle(&run).await.unwrap();
     assert_eq!(waiting.header.status, RunStatus::Waiting);
     assert!(
@@ -235,7 +244,7 @@ async fn a_wait_times_out_at_its_recorded_deadline_or_returns_the_answer_in_time
 
     // Answered in time: the answer is returned, no timeout.
     let mut env = TestEnv::new(deadline_registry).await.unwrap();
-    let run = env.start("deadline", json!({})).await.unwrap();
+    let run = env.start::<Deadline>(&json!({})).await.unwrap();
     env.settle(&run).await.unwrap();
     env.advance(Duration::from_secs(3600)).await.unwrap();
     env.resume(&run, json!(true)).await.unwrap();

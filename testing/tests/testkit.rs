@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 use savepoint::workflow::{Ctx, Registry, StepError, Workflow, WorkflowError};
-use savepoint_demo::{registry, EffectLog};
+use savepoint_demo::{registry, Approval, EffectLog, Invoice, InvoiceIn};
 use savepoint_store::{RunStatus, ScriptStore};
 use savepoint_testing::{crash_matrix, replay_export, ReplayReport, TestEnv, CALL_POINTS};
 
@@ -27,7 +27,7 @@ async fn applied(store: &ScriptStore, thread: &str) -> std::collections::BTreeMa
 #[tokio::test(start_paused = true)]
 async fn invoice_completes_and_each_call_runs_once() {
     let mut env = TestEnv::new(registry).await.unwrap();
-    let run = env.start("invoice", json!({"invoice_id": "INV-1"})).await.unwrap();
+    let run = env.start::<Invoice>(&invoice_in("INV-1")).await.unwrap();
     let done = env.settle(&run).await.unwrap();
     assert_eq!(done.header.status, RunStatus::Completed, "{:?}", done.header);
     assert_eq!(done.output().unwrap()["total_cents"], 125_000);
@@ -49,7 +49,7 @@ async fn stubbed_steps_replace_the_function_and_retries_still_apply() {
             Ok(json!("Invoice INV-9\nwidget 12.34 EUR\n"))
         }
     });
-    let run = env.start("invoice", json!({"invoice_id": "INV-9"})).await.unwrap();
+    let run = env.start::<Invoice>(&invoice_in("INV-9")).await.unwrap();
     let done = env.settle(&run).await.unwrap();
     assert_eq!(done.header.status, RunStatus::Completed, "{:?}", done.header);
     assert_eq!(done.output().unwrap()["total_cents"], 1234);
@@ -103,8 +103,8 @@ async fn a_day_long_sleep_completes_at_once_and_timers_fire_in_order() {
     #[allow(clippy::disallowed_methods)]
     let real = std::time::Instant::now();
     let mut env = TestEnv::new(|_| own()).await.unwrap();
-    let long = env.start("nap", json!({"hours": 48})).await.unwrap();
-    let short = env.start("nap", json!({"hours": 24})).await.unwrap();
+    let long = env.start::<Nap>(&json!({"hours": 48})).await.unwrap();
+    let short = env.start::<Nap>(&json!({"hours": 24})).await.unwrap();
     let a = env.settle(&long).await.unwrap();
     let b = env.settle(&short).await.unwrap();
     assert_eq!(a.header.status, RunStatus::Completed, "{:?}", a.header);
@@ -131,14 +131,14 @@ async fn interrupts_and_signals_are_answered_from_the_test() {
     })
     .await
     .unwrap();
-    let run = env.start("approval", json!({})).await.unwrap();
+    let run = env.start::<Approval>(&json!({})).await.unwrap();
     let waiting = env.settle(&run).await.unwrap();
     assert_eq!(waiting.header.status, RunStatus::Waiting);
     env.resume(&run, json!(true)).await.unwrap();
     let done = env.settle(&run).await.unwrap();
     assert_eq!(done.header.status, RunStatus::Completed, "{:?}", done.header);
 
-    let run = env.start("await_signal", json!({})).await.unwrap();
+    let run = env.start::<AwaitSignal>(&json!({})).await.unwrap();
     assert_eq!(env.settle(&run).await.unwrap().header.status, RunStatus::Waiting);
     env.signal(&run, "approved", json!("ada")).await.unwrap();
     let done = env.settle(&run).await.unwrap();
@@ -191,7 +191,7 @@ async fn each_effect_is_applied_once_at_the_provider_whatever_the_crash() {
     ] {
         let mut env = TestEnv::new(registry).await.unwrap();
         env.crash_at(spec).unwrap();
-        let run = env.start("invoice", json!({"invoice_id": "INV-3"})).await.unwrap();
+        let run = env.start::<Invoice>(&invoice_in("INV-3")).await.unwrap();
         let done = env.settle(&run).await.unwrap();
         assert_eq!(env.crashes(), 1, "{spec}");
         assert_eq!(done.header.status, RunStatus::Completed, "{spec}: {:?}", done.header);
@@ -302,5 +302,13 @@ async fn recorded_values_replay_typed_and_a_wrong_record_is_an_error_not_a_defau
     {
         ReplayReport::Finished(Err(e)) => assert!(e.contains("\"uuid\"") && e.contains("not-a-uuid"), "{e}"),
         other => panic!("a UUID recorded wrong must fail the run, got {other:?}"),
+    }
+}
+
+/// The demo invoice's input for invoice `id`.
+fn invoice_in(id: &str) -> InvoiceIn {
+    InvoiceIn {
+        invoice_id: id.into(),
+        pdf_path: None,
     }
 }

@@ -1,13 +1,13 @@
 //! `chain {"steps"}`: `steps` trivial steps, each taking and returning a small JSON map;
 //! outputs the last map. Used for benchmarks.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use savepoint::workflow::{Ctx, Workflow, WorkflowError};
 
 /// Input.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct ChainIn {
     /// Number of steps.
     pub steps: u32,

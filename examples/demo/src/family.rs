@@ -13,7 +13,7 @@ use savepoint::workflow::{Ctx, Workflow, WorkflowError};
 use crate::EffectLog;
 
 /// Input of `family`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct FamilyIn {
     /// Children awaited one after another.
     pub kids: u32,

@@ -13,7 +13,7 @@ use savepoint::workflow::{Call, Ctx, EffectOptions, EffectPolicy, Selected, Work
 use crate::EffectLog;
 
 /// Input.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct FanoutIn {
     /// The order (the effect keys are derived from it).
     pub order_id: String,

@@ -9,7 +9,7 @@ use savepoint::workflow::{Ctx, EffectOptions, EffectPolicy, StepError, Workflow,
 use crate::EffectLog;
 
 /// Input.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct InvoiceIn {
     /// Invoice id (the ledger key is derived from it).
     pub invoice_id: String,

@@ -17,13 +17,13 @@ mod routed;
 mod webhook;
 
 pub use approval::Approval;
-pub use chain::Chain;
-pub use family::{Family, Kid};
-pub use fanout::Fanout;
-pub use invoice::Invoice;
-pub use metered::Metered;
-pub use routed::Routed;
-pub use webhook::Webhook;
+pub use chain::{Chain, ChainIn};
+pub use family::{Family, FamilyIn, Kid, KidIn};
+pub use fanout::{Fanout, FanoutIn};
+pub use invoice::{Invoice, InvoiceIn};
+pub use metered::{Metered, MeteredIn};
+pub use routed::{Routed, RoutedIn};
+pub use webhook::{Webhook, WebhookIn};
 
 use serde_json::{json, Value};
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! the most members ever seen together is kept in the hash `<ns>:demo:witness_max` under the
 //! customer. A flow-control test reads it: it must never pass the key's limit.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use savepoint::workflow::{Ctx, StepError, Workflow, WorkflowError};
 use savepoint_store::ScriptStore;
 
 /// Input.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct MeteredIn {
     /// Whose run it is (the witness's key).
     pub customer: String,

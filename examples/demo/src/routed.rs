@@ -2,13 +2,13 @@
 //! (`ctx.step_on`), the others on the run's home queue. Each step returns the name of the
 //! worker that ran it (`SAVEPOINT_WORKER_NAME`), so the output shows where each ran.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use savepoint::workflow::{Ctx, StepError, Workflow, WorkflowError};
 
 /// Input.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct RoutedIn {
     /// The task queue of the middle step.
     pub queue: String,

@@ -4,7 +4,7 @@
 //! `retry_safe`); outputs `{"steps": n}`. A receiver that remembers the highest token per
 //! key and refuses lower ones (409) stops a worker that lost its lease.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use savepoint::workflow::{Ctx, EffectOptions, EffectPolicy, StepError, Workflow,
 use crate::EffectLog;
 
 /// Input.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct WebhookIn {
     /// Where to POST.
     pub url: String,
