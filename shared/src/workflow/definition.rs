@@ -6,7 +6,7 @@ use std::future::Future;
 
 #[cfg(doc)]
 use super::Registry;
-use super::{Ctx, RetryPolicy, Schemas, WorkflowError};
+use super::{Ctx, Declared, RetryPolicy, Schemas, WorkflowError};
 
 /// A durable workflow. Register it with a [`Registry`]; the worker runs it.
 ///
@@ -35,6 +35,11 @@ pub trait Workflow: Send + Sync + 'static {
     /// Output, encoded to JSON when the run completes.
     type Output: Serialize + Send;
 
+    /// The typed handles ([`Interrupt`](super::Interrupt), [`Signal`](super::Signal)) the
+    /// workflow waits on, declared once as constants: their schemas are published with
+    /// [`Workflow::schemas`]'s, under the handles' own names. None by default.
+    const DECLARED: &'static [&'static dyn Declared] = &[];
+
     /// The workflow body. Suspension (sleep, interrupt, signal, yield) is handled by the
     /// runtime: the future simply stops being polled.
     fn run(
@@ -49,9 +54,9 @@ pub trait Workflow: Send + Sync + 'static {
     }
 
     /// JSON Schemas of the values the workflow takes from outside (input, interrupt answers,
-    /// signal values, effect results), from their Rust types. The worker publishes them; the
-    /// API refuses (422) a start, resume, signal or resolve whose value does not match,
-    /// before anything changes. None by default.
+    /// signal values, effect results), from their Rust types. The worker publishes them, with
+    /// those of [`Workflow::DECLARED`]; the API refuses (422) a start, resume, signal or
+    /// resolve whose value does not match, before anything changes. None by default.
     fn schemas(&self) -> Schemas {
         Schemas::default()
     }

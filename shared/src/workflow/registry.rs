@@ -58,7 +58,7 @@ impl<W: Workflow> DynWorkflow for Erased<W> {
         self.w.retry_policy()
     }
     fn schemas(&self) -> super::Schemas {
-        self.w.schemas()
+        W::DECLARED.iter().fold(self.w.schemas(), |s, handle| handle.declare(s))
     }
     fn run<'a>(&'a self, ctx: &'a mut Ctx, input: Value) -> BoxFuture<'a, Result<Value, RunError>> {
         Box::pin(async move {

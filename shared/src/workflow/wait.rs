@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use uuid::Uuid;
 
 use super::ctx::{decode_outcome, Ctx, SliceExit};
-use super::WorkflowError;
+use super::{Interrupt, Signal, WorkflowError};
 use crate::journal::{Entry, EntryKind, Outcome};
 use savepoint_core::model::{Finish, RunStatus, Wait};
 use savepoint_core::outcome::Suspend;
@@ -46,11 +46,15 @@ impl Ctx {
     /// Pauses for a human: the run waits (status `waiting`, the payload shown by the API)
     /// until `POST /v1/runs/{thread}/resume {"value"}`; returns that value, journaled. The
     /// payload is any `Serialize` value (a question, the facts to decide on).
+    ///
+    /// `handle` is an [`Interrupt<T>`] constant (the answer's type is its `T`), or a name.
     pub async fn interrupt<T: DeserializeOwned>(
         &mut self,
-        name: &str,
+        handle: impl Into<Interrupt<T>>,
         payload: impl Serialize,
     ) -> Result<T, WorkflowError> {
+        let handle = handle.into();
+        let name = handle.name();
         let payload = payload_value(name, payload)?;
         let o = self
             .await_value::<T>(EntryKind::Interrupt, name, format!("i:{name}"), payload, None)
@@ -60,7 +64,11 @@ impl Ctx {
 
     /// Waits for the named signal (`POST /v1/runs/{thread}/signals/{name}`); signals sent
     /// before the run asks are kept, in order.
-    pub async fn wait_signal<T: DeserializeOwned>(&mut self, name: &str) -> Result<T, WorkflowError> {
+    ///
+    /// `handle` is a [`Signal<T>`] constant (the value's type is its `T`), or a name.
+    pub async fn wait_signal<T: DeserializeOwned>(&mut self, handle: impl Into<Signal<T>>) -> Result<T, WorkflowError> {
+        let handle = handle.into();
+        let name = handle.name();
         let o = self
             .await_value::<T>(EntryKind::Signal, name, format!("s:{name}:"), Value::Null, None)
             .await;
@@ -73,10 +81,12 @@ impl Ctx {
     /// the scanner hands it to a worker when it passes (no worker holds it meanwhile).
     pub async fn interrupt_within<T: DeserializeOwned>(
         &mut self,
-        name: &str,
+        handle: impl Into<Interrupt<T>>,
         payload: impl Serialize,
         timeout: Duration,
     ) -> Result<Option<T>, WorkflowError> {
+        let handle = handle.into();
+        let name = handle.name();
         let payload = payload_value(name, payload)?;
         self.await_within(EntryKind::Interrupt, name, format!("i:{name}"), payload, timeout)
             .await
@@ -86,9 +96,11 @@ impl Ctx {
     /// within `timeout` (see [`Ctx::interrupt_within`]).
     pub async fn wait_signal_within<T: DeserializeOwned>(
         &mut self,
-        name: &str,
+        handle: impl Into<Signal<T>>,
         timeout: Duration,
     ) -> Result<Option<T>, WorkflowError> {
+        let handle = handle.into();
+        let name = handle.name();
         self.await_within(EntryKind::Signal, name, format!("s:{name}:"), Value::Null, timeout)
             .await
     }

@@ -16,7 +16,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use savepoint::workflow::{Call, Ctx, Schemas, StepError, Workflow, WorkflowError};
+use savepoint::workflow::{Call, Ctx, Declared, Interrupt, Schemas, StepError, Workflow, WorkflowError};
 
 /// Where the workflow's effects land: the payment provider and the warehouse. Each call
 /// carries the effect's idempotency key, which a real provider deduplicates on.
@@ -92,6 +92,9 @@ pub struct Fulfilled {
     pub quote_cents: u64,
 }
 
+/// The person's approval of the shipment: declared once, its name and answer type together.
+pub const SHIPPING_APPROVAL: Interrupt<ShippingApproval> = Interrupt::new("shipping_approval");
+
 /// The workflow.
 pub struct Fulfil {
     shop: Box<dyn Shop>,
@@ -108,11 +111,13 @@ impl Workflow for Fulfil {
     const NAME: &'static str = "fulfil";
     type Input = Order;
     type Output = Fulfilled;
+    // The handles' schemas are published with the workflow's: the API refuses (422) an
+    // approval of the wrong shape.
+    const DECLARED: &'static [&'static dyn Declared] = &[&SHIPPING_APPROVAL];
 
     fn schemas(&self) -> Schemas {
         Schemas::new()
             .input::<Order>()
-            .interrupt::<ShippingApproval>("shipping_approval")
             .effect::<bool>("stock.reserve")
             .effect::<Charge>("card.charge")
             .effect::<Shipment>("ship")
@@ -154,7 +159,7 @@ impl Workflow for Fulfil {
             "question": format!("Ship order {} ({} x {})?", order.order_id, order.qty, order.sku),
             "charge": charge,
         });
-        let approval: ShippingApproval = ctx.interrupt("shipping_approval", question).await?;
+        let approval = ctx.interrupt(SHIPPING_APPROVAL, question).await?;
         if !approval.approved {
             ctx.effect("refund", format!("refund:{}", order.order_id), |fx| async move {
                 shop.record(t, "refund", &fx.key).await?;
