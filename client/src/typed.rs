@@ -29,12 +29,16 @@ use std::marker::PhantomData;
 use std::time::Duration;
 use tokio::time::Instant;
 
-use savepoint::workflow::Workflow;
+use savepoint::workflow::{Interrupt, Signal, Workflow};
 
 use crate::api::{ApiClient, ClientError};
+use crate::model::RunView;
 
 /// Longest single long-poll of [`Run::output`] (the API caps a wait at 30 s).
 const POLL: Duration = Duration::from_secs(25);
+
+/// How often [`Run::interrupt_pending`] looks at the run.
+const PENDING_POLL: Duration = Duration::from_millis(200);
 
 /// A typed client of one scheduler. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -159,8 +163,45 @@ impl<W: Workflow> Run<W> {
     }
 
     /// The run as the API shows it (`GET /v1/runs/{thread}`): status, where it is, why.
-    pub async fn view(&self) -> Result<Value, ClientError> {
-        self.api.get(&self.thread).await
+    pub async fn view(&self) -> Result<RunView, ClientError> {
+        let v = self.api.get(&self.thread).await?;
+        serde_json::from_value(v).map_err(|e| ClientError::Decode {
+            url: format!("{}/v1/runs/{}", self.api.base_url(), self.thread),
+            message: format!("the run view does not decode: {e}"),
+        })
+    }
+
+    /// Waits up to `timeout` until the run waits at the interrupt `handle` and returns that
+    /// interrupt's payload (the question), so a caller answers only what is asked. A run that
+    /// ends first answers [`ClientError::Run`]; one not there by `timeout`,
+    /// [`ClientError::Timeout`].
+    pub async fn interrupt_pending<T>(
+        &self,
+        handle: impl Into<Interrupt<T>>,
+        timeout: Duration,
+    ) -> Result<Value, ClientError> {
+        let handle = handle.into();
+        let deadline = Instant::now() + timeout;
+        loop {
+            let view = self.view().await?;
+            if let Some(i) = view.interrupts.iter().find(|i| i.name == handle.name()) {
+                return Ok(i.payload.clone());
+            }
+            if view.status.0.is_final() {
+                return Err(ClientError::Run {
+                    thread: self.thread.clone(),
+                    status: view.status.0.as_str().to_owned(),
+                    detail: format!("it ended before asking {:?}", handle.name()),
+                });
+            }
+            if Instant::now() >= deadline {
+                return Err(ClientError::Timeout {
+                    thread: self.thread.clone(),
+                    waited: timeout,
+                });
+            }
+            tokio::time::sleep(PENDING_POLL.min(deadline.saturating_duration_since(Instant::now()))).await;
+        }
     }
 
     /// Waits up to `timeout` for the run to complete and returns its output. A run that
@@ -213,9 +254,11 @@ impl<W: Workflow> Run<W> {
         self.api.resume(&self.thread, encode(value)?, None).await
     }
 
-    /// Sends the signal `name` with a typed value.
-    pub async fn signal<T: Serialize>(&self, name: &str, value: &T) -> Result<Value, ClientError> {
-        self.api.signal(&self.thread, name, encode(value)?, None).await
+    /// Sends a signal: `handle` is the workflow's [`Signal<T>`] constant (the value must be a
+    /// `T`) or a name.
+    pub async fn signal<T: Serialize>(&self, handle: impl Into<Signal<T>>, value: &T) -> Result<Value, ClientError> {
+        let handle = handle.into();
+        self.api.signal(&self.thread, handle.name(), encode(value)?, None).await
     }
 
     /// Cancels the run.

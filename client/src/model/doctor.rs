@@ -55,13 +55,13 @@ pub struct Action {
     /// The `savepoint` command that does it.
     pub command: String,
     /// HTTP method of the API call (absent for an action outside the API, such as a deploy).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
     /// Path of the API call.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     /// Body of the API call (JSON), when it takes one. `"<json>"` marks a value to fill in.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<Value>,
     /// True for an action that settles what the engine cannot know (resolve, cancel): the
     /// console asks for a confirmation.
@@ -81,7 +81,7 @@ pub struct LeaseHolder {
     /// True when the worker's registration is live.
     pub registered: bool,
     /// Its last heartbeat (store ms), when registered.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_heartbeat_at: Option<u64>,
     /// What its `/healthz` answered: `ok`, `unreachable: …`, or `not served` (a worker
     /// without a health listener: only the registration and the lease tell).
@@ -116,7 +116,7 @@ pub struct EffectFact {
     /// Its record: `intent`, `in_doubt`, `done` or `none`.
     pub state: String,
     /// Who holds the record.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder: Option<String>,
 }
 
@@ -145,13 +145,13 @@ pub struct Diagnosis {
     /// Store time (ms) of the diagnosis: the clock of due times and leases.
     pub now: u64,
     /// Due time (store ms), if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub due_at: Option<u64>,
     /// Tasks ready in the run's queue (absent when the broker did not answer).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_depth: Option<u32>,
     /// The lease holder, while a worker holds or held the run.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseHolder>,
     /// Live workers serving the run's workflow at its version.
     pub servers: Vec<Server>,

@@ -115,7 +115,7 @@ pub struct FlowView {
     /// Most runs of the key running at once.
     pub limit: u32,
     /// Most starts per second of the key.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_per_sec: Option<f64>,
 }
 
@@ -253,31 +253,31 @@ pub struct Position {
     /// The journal entry (index) the run is at.
     pub entry: u32,
     /// `sleep`, `effect`, `interrupt` or `signal` where the run is at one.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     /// The sleep's, interrupt's or signal's name.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// The effect key another run holds (back-off).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     /// When it wakes (ms since the epoch, store clock).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake_at: Option<u64>,
     /// When a pending run is due (ms).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub due_at: Option<u64>,
     /// The worker holding the lease.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<String>,
     /// When the lease runs out (ms).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_until: Option<u64>,
     /// Since when a run waits (ms).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<u64>,
     /// How long past its due time a runnable run waits for a worker (ms), when over 2 s.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overdue_ms: Option<u64>,
     /// The same in a sentence.
     pub text: String,
@@ -348,81 +348,81 @@ pub struct RunView {
     /// Claims so far.
     pub attempt: u32,
     /// The output of a completed run.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
     /// The error of a failed run.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Why a blocked run is blocked.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_reason: Option<String>,
     /// The in-doubt effect key a blocked run waits on.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_effect: Option<String>,
     /// Who holds that key's record.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_effect_holder: Option<EffectHolder>,
     /// Why a cancelled run was cancelled.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel_reason: Option<String>,
     /// Names of the interrupt or signal the run takes an answer for.
     pub next: Vec<String>,
     /// The pending interrupt, if any.
     pub interrupts: Vec<InterruptView>,
     /// The wait it takes an answer for.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait: Option<WaitView>,
     /// Why a runnable run is not moving, when the engine knows.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
     /// The effect key it backs off on.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_on_effect: Option<WaitingOnEffect>,
     /// Worker crashes this run lived through.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crashes: Option<u32>,
     /// The worker that crashed last.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crashed_by: Option<String>,
     /// Its due time (ms).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub due_at: Option<u64>,
     /// When it fails with a timeout if it has not ended (ms; started with `timeout_secs`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_at: Option<u64>,
     /// The task queue its next task goes to (absent: the deployment's default queue).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
     /// The task queue it was started on, where its calls run unless routed elsewhere.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub home_queue: Option<String>,
     /// Its flow control, if it was started with one.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow: Option<FlowView>,
     /// Its priority in its flow key's waiting line (absent: 0).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u8>,
     /// The run this one was forked from, and the entry.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<Lineage>,
     /// Restarts in place so far.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restarts: Option<u32>,
     /// The entry the last restart went on from.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restarted_from: Option<u32>,
     /// The run that started this one as its child (`ctx.child`), and the call's entry.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ParentView>,
     /// The child runs this run started, by the entry of the call.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<ChildView>,
     /// Created (ms).
     pub created_at: u64,
     /// Last changed (ms).
     pub updated_at: u64,
     /// When an ended run ended (ms).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<u64>,
 }
 
@@ -454,10 +454,10 @@ pub struct EntryView {
     /// The recorded result (null for an error).
     pub result: Value,
     /// The recorded error.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// An effect's idempotency key.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     /// Attempts it took.
     pub attempts: u32,
@@ -576,13 +576,13 @@ pub struct Accepted {
     /// The run's id.
     pub thread_id: String,
     /// `pending`: the run is runnable again.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<Status>,
     /// A signal the run does not wait for yet: kept until it does.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buffered: Option<bool>,
     /// The same client id was delivered before: nothing changed.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duplicate: Option<bool>,
 }
 
@@ -690,7 +690,7 @@ pub struct SettledEffect {
     /// How it was settled.
     pub state: Settled,
     /// The result the run journals (applied, already applied).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
 }
 

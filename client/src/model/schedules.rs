@@ -154,21 +154,21 @@ pub struct ScheduleView {
     /// `active` or `paused`.
     pub state: String,
     /// The operator's note when paused.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     /// Its next firing (ms), unless paused.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_at: Option<u64>,
     /// The next few firings (ms).
     pub upcoming: Vec<u64>,
     /// The run of its latest firing.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_run: Option<String>,
     /// That firing's time (ms).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_at: Option<u64>,
     /// A firing held until the previous run ends (`buffer_one`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buffered_at: Option<u64>,
     /// Runs started so far.
     pub fired: u64,

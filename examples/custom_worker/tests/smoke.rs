@@ -8,7 +8,7 @@
 use serde_json::json;
 use std::time::Duration;
 
-use custom_worker_flows::{Charge, Fulfil, Fulfilled, Order, ShippingApproval};
+use custom_worker_flows::{Charge, Fulfil, Fulfilled, Order, ShippingApproval, SHIPPING_APPROVAL};
 use savepoint::ids::ThreadId;
 use savepoint_client::{Client, ClientError};
 use savepoint_integration_tests::procs::killed_by_signal;
@@ -72,6 +72,19 @@ async fn an_order_is_fulfilled_once_and_a_wrong_answer_is_refused() {
     assert_eq!(code, 422, "{body}");
     assert!(body["error"].as_str().unwrap().contains("/approved"), "{body}");
     assert_eq!(w.run(&t).await["status"], "waiting");
+
+    // The typed client: the run's view decodes into the API's model, and the run waits at
+    // the handle's interrupt with the workflow's question.
+    let typed = run.view().await.expect("typed view");
+    assert_eq!(typed.interrupts.len(), 1, "{typed:?}");
+    let question = run
+        .interrupt_pending(SHIPPING_APPROVAL, LONG)
+        .await
+        .expect("the approval is pending");
+    assert!(
+        question["question"].as_str().unwrap_or("").contains("Ship order"),
+        "{question}"
+    );
 
     run.resume(&ShippingApproval {
         approved: true,
