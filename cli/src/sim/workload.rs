@@ -314,12 +314,8 @@ impl Workflow for Order {
             async move { Ok(prov.find(&key)) }
         });
         let shipped: Value = ctx
-            .effect_with(
-                "ship",
-                format!("ship:{id}"),
-                EffectOptions::policy(reconcile),
-                |fx| async move { p.apply(&fx).await },
-            )
+            .effect("ship", format!("ship:{id}"), |fx| async move { p.apply(&fx).await })
+            .policy(reconcile)
             .await?;
         Ok(json!({"price": price, "charged": charged, "label": label, "shipped": shipped}))
     }
@@ -474,12 +470,8 @@ impl Workflow for Batch {
             ..EffectOptions::default()
         };
         let timed: Value = ctx
-            .effect_with(
-                "timed",
-                format!("timed:{id}"),
-                opts,
-                |fx| async move { p.apply(&fx).await },
-            )
+            .effect("timed", format!("timed:{id}"), |fx| async move { p.apply(&fx).await })
+            .options(opts)
             .await?;
         Ok(json!({"group": out, "timed": timed, "secret": input["secret"]}))
     }

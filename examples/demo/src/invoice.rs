@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use savepoint::workflow::{Ctx, EffectOptions, EffectPolicy, StepError, Workflow, WorkflowError};
+use savepoint::workflow::{Ctx, EffectPolicy, StepError, Workflow, WorkflowError};
 
 use crate::EffectLog;
 
@@ -99,15 +99,11 @@ impl Workflow for Invoice {
         let log = &self.log;
         let t = &thread;
         let _posted: serde_json::Value = ctx
-            .effect_with(
-                "ledger.post",
-                format!("ledger:{}", input.invoice_id),
-                EffectOptions::policy(reconcile),
-                |fx| async move {
-                    log.record(t, "ledger.post", &fx.key).await?;
-                    Ok(serde_json::json!({"posted": fx.key}))
-                },
-            )
+            .effect("ledger.post", format!("ledger:{}", input.invoice_id), |fx| async move {
+                log.record(t, "ledger.post", &fx.key).await?;
+                Ok(serde_json::json!({"posted": fx.key}))
+            })
+            .policy(reconcile)
             .await?;
         let _sent: serde_json::Value = ctx
             .effect("email.send", format!("email:{thread}"), |fx| async move {

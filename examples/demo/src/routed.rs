@@ -28,7 +28,10 @@ impl Workflow for Routed {
 
     async fn run(&self, ctx: &mut Ctx, input: RoutedIn) -> Result<Value, WorkflowError> {
         let prepare: String = ctx.step("prepare", || async { worker_name() }).await?;
-        let render: String = ctx.step_on(&input.queue, "render", || async { worker_name() }).await?;
+        let render: String = ctx
+            .step("render", || async { worker_name() })
+            .on_queue(&input.queue)
+            .await?;
         let deliver: String = ctx.step("deliver", || async { worker_name() }).await?;
         Ok(json!({"prepare": prepare, "render": render, "deliver": deliver}))
     }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::time::Duration;
 
-use savepoint::workflow::{Ctx, EffectOptions, EffectPolicy, StepError, Workflow, WorkflowError};
+use savepoint::workflow::{Ctx, EffectPolicy, StepError, Workflow, WorkflowError};
 
 use crate::EffectLog;
 
@@ -59,30 +59,26 @@ impl Workflow for Webhook {
             if i == input.effect_at {
                 let (log, http, t, url) = (&self.log, &self.http, &thread, &input.url);
                 let _: Value = ctx
-                    .effect_with(
-                        "webhook.post",
-                        format!("webhook:{thread}:{i}"),
-                        EffectOptions::policy(policy.clone()),
-                        |fx| async move {
-                            let resp = http
-                                .post(url)
-                                .header("Idempotency-Key", &fx.key)
-                                .header("Fencing-Token", fx.fence.to_string())
-                                .json(&json!({"thread_id": t, "step": i}))
-                                .send()
-                                .await?;
-                            let status = resp.status();
-                            if status == reqwest::StatusCode::CONFLICT {
-                                // The receiver saw a newer attempt: this one is stale.
-                                return Err(StepError::fatal("webhook refused a stale fencing token (409)"));
-                            }
-                            if !status.is_success() {
-                                return Err(StepError::retryable(format!("webhook answered {status}")));
-                            }
-                            log.record(t, "webhook.post", &fx.key).await?;
-                            Ok(json!({"status": status.as_u16()}))
-                        },
-                    )
+                    .effect("webhook.post", format!("webhook:{thread}:{i}"), |fx| async move {
+                        let resp = http
+                            .post(url)
+                            .header("Idempotency-Key", &fx.key)
+                            .header("Fencing-Token", fx.fence.to_string())
+                            .json(&json!({"thread_id": t, "step": i}))
+                            .send()
+                            .await?;
+                        let status = resp.status();
+                        if status == reqwest::StatusCode::CONFLICT {
+                            // The receiver saw a newer attempt: this one is stale.
+                            return Err(StepError::fatal("webhook refused a stale fencing token (409)"));
+                        }
+                        if !status.is_success() {
+                            return Err(StepError::retryable(format!("webhook answered {status}")));
+                        }
+                        log.record(t, "webhook.post", &fx.key).await?;
+                        Ok(json!({"status": status.as_u16()}))
+                    })
+                    .policy(policy.clone())
                     .await?;
             }
             let _: u32 = ctx.step(&format!("step-{i}"), || async move { Ok(i) }).await?;

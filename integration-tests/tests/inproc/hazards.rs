@@ -126,7 +126,7 @@ impl Workflow for FxProbe {
         };
         let (store, seen) = (self.store.clone(), self.seen.clone());
         let out: Value = ctx
-            .effect_with("charge", key, opts, |fx: EffectCtx| {
+            .effect("charge", key, |fx: EffectCtx| {
                 let (store, seen) = (store.clone(), seen.clone());
                 async move {
                     let begun: Option<String> = store
@@ -152,6 +152,7 @@ impl Workflow for FxProbe {
                     Ok(json!({"charged": fx.key, "fence": fx.fence}))
                 }
             })
+            .options(opts)
             .await?;
         Ok(out)
     }
@@ -305,7 +306,7 @@ impl Workflow for FxFail {
             ..EffectOptions::default()
         };
         let r: Result<Value, WorkflowError> = ctx
-            .effect_with("pay", key, opts, |fx: EffectCtx| {
+            .effect("pay", key, |fx: EffectCtx| {
                 let (store, calls) = (store.clone(), calls.clone());
                 async move {
                     calls.bump(&fx.key);
@@ -319,6 +320,7 @@ impl Workflow for FxFail {
                     Err::<Value, _>(StepError::fatal("card declined"))
                 }
             })
+            .options(opts)
             .await;
         Ok(match r {
             Ok(v) => json!({"ok": v}),
@@ -1105,10 +1107,11 @@ impl Workflow for AlwaysFails {
             ..RetryPolicy::attempts(3)
         };
         let r: Result<u32, WorkflowError> = ctx
-            .step_with("doomed", &policy, || {
+            .step("doomed", || {
                 let calls = calls.clone();
                 async move { Err::<u32, _>(StepError::retryable(format!("down {}", calls.bump("doomed")))) }
             })
+            .retry(policy.clone())
             .await;
         match r {
             Err(WorkflowError::CallFailed { message, .. }) => Ok(json!(message)),

@@ -228,7 +228,7 @@ impl Workflow for Hangs {
         .with_attempt_timeout(Duration::from_millis(300));
         let calls = self.calls.clone();
         let n: u32 = ctx
-            .step_with("slow", &policy, || {
+            .step("slow", || {
                 let calls = calls.clone();
                 async move {
                     let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
@@ -238,6 +238,7 @@ impl Workflow for Hangs {
                     Ok(n)
                 }
             })
+            .retry(policy.clone())
             .await?;
         if input["effect"] == true {
             let policy = RetryPolicy {
@@ -251,13 +252,14 @@ impl Workflow for Hangs {
             let effect_calls = self.effect_calls.clone();
             let key = format!("charge:{}", ctx.thread_id());
             let _: u32 = ctx
-                .effect_with("charge", key, opts, |_fx| {
+                .effect("charge", key, |_fx| {
                     effect_calls.fetch_add(1, Ordering::SeqCst);
                     async {
                         tokio::time::sleep(Duration::from_secs(20)).await;
                         Ok(1)
                     }
                 })
+                .options(opts)
                 .await?;
         }
         Ok(json!(n))

@@ -656,36 +656,29 @@ impl Ctx {
     }
 
     /// `step`: at-least-once work, retried by the workflow's policy; the result (or final
-    /// error) is journaled and replayed.
-    pub async fn step<T, F, Fut>(&mut self, name: &str, f: F) -> Result<T, WorkflowError>
+    /// error) is journaled and replayed. Runs when awaited; options go on the call:
+    /// `.retry(policy)`, `.on_queue("gpu")` ([`StepCall`](super::StepCall)).
+    pub fn step<T, F, Fut>(&mut self, name: &str, f: F) -> super::StepCall<'_, F>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, StepError>>,
     {
-        let policy = self.p.retry.clone();
-        self.step_with(name, &policy, f).await
+        super::StepCall::new(self, name, f)
     }
 
-    /// `step` on task queue `queue` (`{ns}.q.<queue>`): the run moves to a worker that
-    /// consumes that queue (`SAVEPOINT_WORKER_QUEUES`) for this call, e.g. a GPU fleet, and back
-    /// to its home queue for the next call that is not routed there. That worker must host
-    /// this workflow too (it replays the journal up to the call).
-    pub async fn step_on<T, F, Fut>(&mut self, queue: &str, name: &str, f: F) -> Result<T, WorkflowError>
-    where
-        T: Serialize + DeserializeOwned,
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, StepError>>,
-    {
-        let policy = self.p.retry.clone();
-        self.route = Some(queue.to_owned());
-        let r = self.step_with(name, &policy, f).await;
-        self.route = None;
-        r
+    /// The workflow's retry policy (a call's own, if it gives one, wins).
+    pub(super) fn default_retry(&self) -> RetryPolicy {
+        self.p.retry.clone()
     }
 
-    /// `step` with its own retry policy.
-    pub async fn step_with<T, F, Fut>(&mut self, name: &str, policy: &RetryPolicy, f: F) -> Result<T, WorkflowError>
+    /// Runs a step under `policy` (what awaiting a [`StepCall`](super::StepCall) does).
+    pub(super) async fn run_step<T, F, Fut>(
+        &mut self,
+        name: &str,
+        policy: &RetryPolicy,
+        f: F,
+    ) -> Result<T, WorkflowError>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut() -> Fut,

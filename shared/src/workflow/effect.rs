@@ -157,19 +157,21 @@ enum Called<T> {
 }
 
 impl Ctx {
-    /// `effect` with the default in-doubt policy (`block`). `f` receives an [`EffectCtx`]
-    /// with the key and the fencing token so it can pass both to providers that honour them.
-    pub async fn effect<T, F, Fut>(&mut self, name: &str, key: impl Into<String>, f: F) -> Result<T, WorkflowError>
+    /// `effect`: a side effect performed at most once per `key`, or the run blocks saying so.
+    /// `f` receives an [`EffectCtx`] with the key and the fencing token so it can pass both
+    /// to providers that honour them. Runs when awaited; options go on the call:
+    /// `.policy(EffectPolicy::RetrySafe)`, `.retry(policy)` ([`EffectCall`](super::EffectCall)).
+    pub fn effect<T, F, Fut>(&mut self, name: &str, key: impl Into<String>, f: F) -> super::EffectCall<'_, F>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(EffectCtx) -> Fut,
         Fut: Future<Output = Result<T, StepError>>,
     {
-        self.effect_with(name, key, EffectOptions::default(), f).await
+        super::EffectCall::new(self, name, key.into(), f)
     }
 
-    /// `effect` with options (in-doubt policy, retry policy).
-    pub async fn effect_with<T, F, Fut>(
+    /// Runs an effect with `opts` (what awaiting an [`EffectCall`](super::EffectCall) does).
+    pub(super) async fn run_effect<T, F, Fut>(
         &mut self,
         name: &str,
         key: impl Into<String>,

@@ -2,6 +2,7 @@
 //! whose every call is journaled, so a resumed run replays recorded results instead of
 //! repeating work.
 
+mod calls;
 mod child;
 mod commit;
 mod ctx;
@@ -16,6 +17,7 @@ mod stubs;
 mod unused;
 mod wait;
 
+pub use calls::{EffectCall, StepCall};
 pub use child::{child_thread_id, ChildSpec};
 pub use ctx::{Ctx, SliceLimits};
 pub use definition::Workflow;
