@@ -204,8 +204,8 @@ impl Workflow for Deadline {
     type Output = Value;
     async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let day = Duration::from_secs(24 * 3600);
-        let approved: Option<bool> = ctx.interrupt_within("approve", json!({"question": "ok?"}), day).await?;
-        let nudge: Option<u32> = ctx.wait_signal_within("nudge", Duration::from_secs(60)).await?;
+        let approved: Option<bool> = ctx.interrupt("approve", json!({"question": "ok?"})).within(day).await?;
+        let nudge: Option<u32> = ctx.wait_signal("nudge").within(Duration::from_secs(60)).await?;
         Ok(json!({"approved": approved, "nudge": nudge}))
     }
 }

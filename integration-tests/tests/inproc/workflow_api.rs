@@ -542,7 +542,8 @@ impl Workflow for Escalate {
     async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
         let ms = input["timeout_ms"].as_u64().unwrap_or(500);
         let answer: Option<String> = ctx
-            .interrupt_within("approve", json!({"question": "approve?"}), Duration::from_millis(ms))
+            .interrupt("approve", json!({"question": "approve?"}))
+            .within(Duration::from_millis(ms))
             .await?;
         Ok(json!({"answer": answer}))
     }

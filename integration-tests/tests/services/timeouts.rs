@@ -1,6 +1,6 @@
 //! Timeouts (issue 10): the run's deadline (`timeout_secs` on start), a step's attempt timeout
 //! (`RetryPolicy::attempt_timeout`), and their durability across a killed worker, against the
-//! real services. (Timed waits, `interrupt_within` / `wait_signal_within`, are in
+//! real services. (Timed waits, `interrupt(…).within(t)` / `wait_signal(…).within(t)`, are in
 //! `workflow_api.rs`; here one is also carried across a SIGKILL.)
 
 use serde_json::{json, Value};

@@ -6,6 +6,10 @@
 //! let charge: Charge = ctx.effect("card.charge", key, |fx| charge(fx)).policy(EffectPolicy::RetrySafe).await?;
 //! ```
 //!
+//! ```ignore
+//! let approval: Option<Approval> = ctx.interrupt(APPROVAL, &question).within(Duration::from_secs(86_400)).await?;
+//! ```
+//!
 //! instead of one method per combination of options.
 
 use futures::future::BoxFuture;
@@ -13,7 +17,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::future::{Future, IntoFuture};
 
+use serde_json::Value;
+use std::marker::PhantomData;
+use std::time::Duration;
+
 use super::{Ctx, EffectCtx, EffectOptions, EffectPolicy, RetryPolicy, StepError, WorkflowError};
+use crate::journal::EntryKind;
 
 /// A step, run when awaited (see [`Ctx::step`]): at-least-once work whose result is journaled.
 #[must_use = "a step runs when it is awaited"]
@@ -141,6 +150,85 @@ where
                 opts,
             } = self;
             ctx.run_effect(&name, key, opts, f).await
+        })
+    }
+}
+
+/// A wait for an interrupt's answer or a signal, run when awaited (see [`Ctx::interrupt`],
+/// [`Ctx::wait_signal`]): the value, journaled.
+#[must_use = "a wait happens when it is awaited"]
+pub struct WaitCall<'c, T> {
+    ctx: &'c mut Ctx,
+    kind: EntryKind,
+    field: String,
+    name: String,
+    payload: Result<Value, WorkflowError>,
+    ty: PhantomData<fn() -> T>,
+}
+
+impl<'c, T> WaitCall<'c, T> {
+    pub(super) fn new(
+        ctx: &'c mut Ctx,
+        kind: EntryKind,
+        field: String,
+        name: String,
+        payload: Result<Value, WorkflowError>,
+    ) -> Self {
+        Self {
+            ctx,
+            kind,
+            field,
+            name,
+            payload,
+            ty: PhantomData,
+        }
+    }
+
+    /// Gives the wait a durable deadline: `Ok(None)` if nothing came within `timeout`. The
+    /// deadline is journaled first (the value `<name>.deadline`), so a run resumed later keeps
+    /// it; the run waits in Redis with the deadline as its due time, and the scanner hands it
+    /// to a worker when it passes (no worker holds it meanwhile).
+    pub fn within(self, timeout: Duration) -> WaitWithin<'c, T> {
+        WaitWithin { call: self, timeout }
+    }
+}
+
+impl<'c, T> IntoFuture for WaitCall<'c, T>
+where
+    T: DeserializeOwned + Send + 'c,
+{
+    type Output = Result<T, WorkflowError>;
+    type IntoFuture = BoxFuture<'c, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let payload = self.payload?;
+            self.ctx.await_answer(self.kind, &self.name, self.field, payload).await
+        })
+    }
+}
+
+/// A [`WaitCall`] with a durable deadline: `Some(value)`, or `None` once the deadline passed.
+#[must_use = "a wait happens when it is awaited"]
+pub struct WaitWithin<'c, T> {
+    call: WaitCall<'c, T>,
+    timeout: Duration,
+}
+
+impl<'c, T> IntoFuture for WaitWithin<'c, T>
+where
+    T: DeserializeOwned + Send + 'c,
+{
+    type Output = Result<Option<T>, WorkflowError>;
+    type IntoFuture = BoxFuture<'c, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let WaitWithin { call, timeout } = self;
+            let payload = call.payload?;
+            call.ctx
+                .await_answer_within(call.kind, &call.name, call.field, payload, timeout)
+                .await
         })
     }
 }

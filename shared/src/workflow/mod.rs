@@ -17,7 +17,7 @@ mod stubs;
 mod unused;
 mod wait;
 
-pub use calls::{EffectCall, StepCall};
+pub use calls::{EffectCall, StepCall, WaitCall, WaitWithin};
 pub use child::{child_thread_id, ChildSpec};
 pub use ctx::{Ctx, SliceLimits};
 pub use definition::Workflow;

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use uuid::Uuid;
 
 use super::ctx::{decode_outcome, Ctx, SliceExit};
-use super::{Interrupt, Signal, WorkflowError};
+use super::{Interrupt, Signal, WaitCall, WorkflowError};
 use crate::journal::{Entry, EntryKind, Outcome};
 use savepoint_core::model::{Finish, RunStatus, Wait};
 use savepoint_core::outcome::Suspend;
@@ -45,64 +45,55 @@ impl Ctx {
 
     /// Pauses for a human: the run waits (status `waiting`, the payload shown by the API)
     /// until `POST /v1/runs/{thread}/resume {"value"}`; returns that value, journaled. The
-    /// payload is any `Serialize` value (a question, the facts to decide on).
+    /// payload is any `Serialize` value (a question, the facts to decide on). Runs when
+    /// awaited; `.within(timeout)` gives the wait a durable deadline
+    /// ([`WaitCall::within`](super::WaitCall::within)).
     ///
     /// `handle` is an [`Interrupt<T>`] constant (the answer's type is its `T`), or a name.
-    pub async fn interrupt<T: DeserializeOwned>(
-        &mut self,
-        handle: impl Into<Interrupt<T>>,
-        payload: impl Serialize,
-    ) -> Result<T, WorkflowError> {
+    pub fn interrupt<T>(&mut self, handle: impl Into<Interrupt<T>>, payload: impl Serialize) -> WaitCall<'_, T> {
         let handle = handle.into();
-        let name = handle.name();
-        let payload = payload_value(name, payload)?;
-        let o = self
-            .await_value::<T>(EntryKind::Interrupt, name, format!("i:{name}"), payload, None)
-            .await;
-        decode_outcome(EntryKind::Interrupt.as_str(), name, o)
+        let name = handle.name().to_owned();
+        let payload = payload_value(&name, payload);
+        WaitCall::new(self, EntryKind::Interrupt, format!("i:{name}"), name, payload)
     }
 
     /// Waits for the named signal (`POST /v1/runs/{thread}/signals/{name}`); signals sent
-    /// before the run asks are kept, in order.
+    /// before the run asks are kept, in order. Runs when awaited; `.within(timeout)` gives
+    /// the wait a durable deadline.
     ///
     /// `handle` is a [`Signal<T>`] constant (the value's type is its `T`), or a name.
-    pub async fn wait_signal<T: DeserializeOwned>(&mut self, handle: impl Into<Signal<T>>) -> Result<T, WorkflowError> {
+    pub fn wait_signal<T>(&mut self, handle: impl Into<Signal<T>>) -> WaitCall<'_, T> {
         let handle = handle.into();
-        let name = handle.name();
-        let o = self
-            .await_value::<T>(EntryKind::Signal, name, format!("s:{name}:"), Value::Null, None)
-            .await;
-        decode_outcome(EntryKind::Signal.as_str(), name, o)
+        let name = handle.name().to_owned();
+        WaitCall::new(self, EntryKind::Signal, format!("s:{name}:"), name, Ok(Value::Null))
     }
 
-    /// [`Ctx::interrupt`] with a durable deadline: `Ok(None)` if no answer came within
-    /// `timeout`. The deadline is journaled first (the value `<name>.deadline`), so a run
-    /// resumed later keeps it; the run waits in Redis with the deadline as its due time, and
-    /// the scanner hands it to a worker when it passes (no worker holds it meanwhile).
-    pub async fn interrupt_within<T: DeserializeOwned>(
+    /// Waits for an interrupt's answer or a signal with no deadline (what awaiting a
+    /// [`WaitCall`] does).
+    pub(super) async fn await_answer<T: DeserializeOwned>(
         &mut self,
-        handle: impl Into<Interrupt<T>>,
-        payload: impl Serialize,
-        timeout: Duration,
-    ) -> Result<Option<T>, WorkflowError> {
-        let handle = handle.into();
-        let name = handle.name();
-        let payload = payload_value(name, payload)?;
-        self.await_within(EntryKind::Interrupt, name, format!("i:{name}"), payload, timeout)
-            .await
+        kind: EntryKind,
+        name: &str,
+        field: String,
+        payload: Value,
+    ) -> Result<T, WorkflowError> {
+        let o = self.await_value::<T>(kind, name, field, payload, None).await;
+        decode_outcome(kind.as_str(), name, o)
     }
 
-    /// [`Ctx::wait_signal`] with a durable deadline: `Ok(None)` if the signal did not come
-    /// within `timeout` (see [`Ctx::interrupt_within`]).
-    pub async fn wait_signal_within<T: DeserializeOwned>(
+    /// The same with a durable deadline: `Ok(None)` if nothing came within `timeout`. The
+    /// deadline is journaled first (the value `<name>.deadline`), so a run resumed later keeps
+    /// it; the run waits in Redis with the deadline as its due time, and the scanner hands it
+    /// to a worker when it passes (no worker holds it meanwhile).
+    pub(super) async fn await_answer_within<T: DeserializeOwned>(
         &mut self,
-        handle: impl Into<Signal<T>>,
+        kind: EntryKind,
+        name: &str,
+        field: String,
+        payload: Value,
         timeout: Duration,
     ) -> Result<Option<T>, WorkflowError> {
-        let handle = handle.into();
-        let name = handle.name();
-        self.await_within(EntryKind::Signal, name, format!("s:{name}:"), Value::Null, timeout)
-            .await
+        self.await_within(kind, name, field, payload, timeout).await
     }
 
     async fn await_within<T: DeserializeOwned>(
