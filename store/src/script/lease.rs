@@ -33,13 +33,7 @@ impl ScriptStore {
             .arg(consume_signal.unwrap_or(""))
             .arg(settles)
             .arg(if entry.attempts > 1 { "1" } else { "" });
-        let r = self.invoke(&inv).await?;
-        if r.tag() == "ok" {
-            lease.version = r.num(1);
-            Ok(())
-        } else {
-            Err(self.rejected(lease, &r))
-        }
+        self.versioned_write(&inv, lease).await
     }
 
     /// Ends a slice without ending the run: sleeping, waiting or pending (yield / retry later).
@@ -125,13 +119,7 @@ impl ScriptStore {
             _ => inv.arg("").arg("").arg("").arg(""),
         };
         inv.arg(how.block_kind().map(BlockKind::as_str).unwrap_or(""));
-        let r = self.invoke(&inv).await?;
-        if r.tag() == "ok" {
-            lease.version = r.num(1);
-            Ok(())
-        } else {
-            Err(self.rejected(lease, &r))
-        }
+        self.versioned_write(&inv, lease).await
     }
 
     /// Extends the lease; returns the new expiry (server ms).

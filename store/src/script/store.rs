@@ -149,6 +149,18 @@ impl ScriptStore {
         Reply::new(self.engine.eval(inv).await?)
     }
 
+    /// Runs a compare-and-swap write under `lease`: on `ok`, the lease takes the run's new
+    /// version; otherwise the refusal, named ([`ScriptStore::rejected`]).
+    pub(super) async fn versioned_write(&self, inv: &Invocation<'_>, lease: &mut Lease) -> Result<(), StoreError> {
+        let r = self.invoke(inv).await?;
+        if r.tag() == "ok" {
+            lease.version = r.num(1);
+            Ok(())
+        } else {
+            Err(self.rejected(lease, &r))
+        }
+    }
+
     pub(crate) fn rejected(&self, lease: &Lease, r: &Reply) -> StoreError {
         let thread = lease.thread.to_string();
         match r.tag().as_str() {
