@@ -134,24 +134,41 @@ impl Link {
 pub(crate) async fn open_publisher_link(cfg: &BrokerConfig, generation: u64) -> Result<Link, BrokerError> {
     let attempt = async {
         let conn = open_connection(cfg, "publisher", ATTEMPT_TIMEOUT).await?;
-        let channel = conn
-            .create_channel()
-            .await
-            .map_err(|e| BrokerError::amqp("channel.open", e))?;
-        topology::declare(&channel, &cfg.topology, cfg.delivery_limit).await?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(|e| BrokerError::amqp("confirm.select", e))?;
-        Ok(Link {
-            conn,
-            channel,
-            generation,
-        })
+        let setup = async {
+            let channel = conn
+                .create_channel()
+                .await
+                .map_err(|e| BrokerError::amqp("channel.open", e))?;
+            topology::declare(&channel, &cfg.topology, cfg.delivery_limit).await?;
+            channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await
+                .map_err(|e| BrokerError::amqp("confirm.select", e))?;
+            Ok(channel)
+        };
+        match setup.await {
+            Ok(channel) => Ok(Link {
+                conn,
+                channel,
+                generation,
+            }),
+            Err(e) => {
+                abandon(&conn).await;
+                Err(e)
+            }
+        }
     };
     match tokio::time::timeout(ATTEMPT_TIMEOUT, attempt).await {
         Ok(r) => r,
         Err(_) => Err(BrokerError::ConnectTimeout(ATTEMPT_TIMEOUT)),
+    }
+}
+
+/// Closes a connection whose setup failed (a refused declaration has closed its channel
+/// already), so no half-open link outlives the error; best effort.
+pub(crate) async fn abandon(conn: &Connection) {
+    if conn.status().connected() {
+        let _ = conn.close(200, "setup failed".into()).await;
     }
 }
 
@@ -178,7 +195,8 @@ pub(crate) fn from_field_table(table: Option<&FieldTable>) -> BTreeMap<String, S
         .unwrap_or_default()
 }
 
-fn render(v: &AMQPValue) -> String {
+/// One AMQP value as text (strings exact, others in Display/Debug form).
+pub(crate) fn render(v: &AMQPValue) -> String {
     match v {
         AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
         AMQPValue::ShortString(s) => s.as_str().to_owned(),

@@ -1,6 +1,6 @@
 //! Consuming side: a self-healing [`Consumer`] yielding [`Delivery`] values.
 
-use super::amqp::{open_connection, Backoff, Link, ATTEMPT_TIMEOUT};
+use super::amqp::{abandon, open_connection, Backoff, Link, ATTEMPT_TIMEOUT};
 use super::delivery::{Delivery, Session};
 use super::error::BrokerError;
 use super::topology::{self, short};
@@ -167,7 +167,11 @@ impl AmqpConsumer {
             Ok::<_, BrokerError>((channel, stream))
         };
         let (channel, stream) = match tokio::time::timeout(ATTEMPT_TIMEOUT, setup).await {
-            Ok(r) => r?,
+            Ok(Ok(opened)) => opened,
+            Ok(Err(e)) => {
+                abandon(&conn).await;
+                return Err(e);
+            }
             Err(_) => return Err(BrokerError::ConnectTimeout(ATTEMPT_TIMEOUT)),
         };
         let link = Link {

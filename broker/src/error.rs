@@ -4,6 +4,8 @@ use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
 use lapin::ErrorKind;
 use std::time::Duration;
 
+use super::mismatch::QueueMismatch;
+
 /// Everything that can go wrong while talking to RabbitMQ.
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
@@ -83,6 +85,14 @@ pub enum BrokerError {
     #[error("broker connection is shut down")]
     Shutdown,
 
+    /// A queue exists with an argument this process declares differently (RabbitMQ's
+    /// `PRECONDITION_FAILED - inequivalent arg`): a setting that shapes the queues, such as
+    /// `SAVEPOINT_QUEUE_EXPIRES_MS`, differs between the processes of the namespace, or the
+    /// queue was made by another tool or version. Not transient: the queue keeps its arguments
+    /// until it is deleted.
+    #[error("{0}")]
+    QueueMismatch(Box<QueueMismatch>),
+
     /// The embedded broker refused the operation (an injected fault): transient.
     #[error("broker unavailable: {0}")]
     Unavailable(String),
@@ -96,6 +106,7 @@ impl BrokerError {
             | BrokerError::InvalidName { .. }
             | BrokerError::Unroutable { .. }
             | BrokerError::Settle { .. }
+            | BrokerError::QueueMismatch(_)
             | BrokerError::Shutdown => false,
             BrokerError::ConnectTimeout(_) | BrokerError::Nacked { .. } | BrokerError::Unavailable(_) => true,
             BrokerError::GaveUp { last, .. } => last.is_transient(),
@@ -106,6 +117,15 @@ impl BrokerError {
     /// Wraps a lapin error for operation `op`.
     pub(crate) fn amqp(op: impl Into<String>, source: lapin::Error) -> Self {
         BrokerError::Amqp { op: op.into(), source }
+    }
+
+    /// Wraps a failed `queue.declare` of `queue` with arguments `sent`: a
+    /// [`BrokerError::QueueMismatch`] when the broker refused an inequivalent argument.
+    pub(crate) fn declare(queue: &str, sent: &lapin::types::FieldTable, source: lapin::Error) -> Self {
+        match QueueMismatch::from_declare(queue, sent, &source) {
+            Some(m) => BrokerError::QueueMismatch(Box::new(m)),
+            None => Self::amqp(format!("queue.declare {queue}"), source),
+        }
     }
 }
 

@@ -17,6 +17,7 @@ mod delivery;
 mod error;
 #[cfg(feature = "mem")]
 pub mod mem;
+mod mismatch;
 mod publisher;
 mod queues;
 pub mod tls;
@@ -29,6 +30,7 @@ pub use backend::{Broker, Consumer};
 pub use consumer::SHUTDOWN_GRACE;
 pub use delivery::Delivery;
 pub use error::BrokerError;
+pub use mismatch::{QueueMismatch, QUEUE_EXPIRES_SETTING};
 pub use queues::{valid_queue, InvalidQueue, Queues};
 pub use topology::Topology;
 

@@ -88,7 +88,9 @@ fn quorum_args(topo: &Topology) -> FieldTable {
     args
 }
 
-/// Declares exchanges, queues and bindings of `topo`; safe to repeat.
+/// Declares exchanges, queues and bindings of `topo`; safe to repeat. A queue that exists
+/// with other arguments is a [`BrokerError::QueueMismatch`]; the broker has then closed `ch`,
+/// so the caller drops the channel and its connection rather than keep them.
 pub(crate) async fn declare(ch: &Channel, topo: &Topology, delivery_limit: u32) -> Result<(), BrokerError> {
     let durable_ex = ExchangeDeclareOptions {
         durable: true,
@@ -115,9 +117,9 @@ pub(crate) async fn declare(ch: &Channel, topo: &Topology, delivery_limit: u32) 
         "x-dead-letter-exchange".into(),
         AMQPValue::LongString(LongString::from(dlx.as_str())),
     );
-    ch.queue_declare(short(&queue)?, QueueDeclareOptions::durable(), qargs)
+    ch.queue_declare(short(&queue)?, QueueDeclareOptions::durable(), qargs.clone())
         .await
-        .map_err(|e| BrokerError::amqp(format!("queue.declare {queue}"), e))?;
+        .map_err(|e| BrokerError::declare(&queue, &qargs, e))?;
     ch.queue_bind(
         short(&queue)?,
         short(&exchange)?,
@@ -128,9 +130,10 @@ pub(crate) async fn declare(ch: &Channel, topo: &Topology, delivery_limit: u32) 
     .await
     .map_err(|e| BrokerError::amqp(format!("queue.bind {queue}"), e))?;
 
-    ch.queue_declare(short(&dlq)?, QueueDeclareOptions::durable(), quorum_args(topo))
+    let dlq_args = quorum_args(topo);
+    ch.queue_declare(short(&dlq)?, QueueDeclareOptions::durable(), dlq_args.clone())
         .await
-        .map_err(|e| BrokerError::amqp(format!("queue.declare {dlq}"), e))?;
+        .map_err(|e| BrokerError::declare(&dlq, &dlq_args, e))?;
     ch.queue_bind(
         short(&dlq)?,
         short(&dlx)?,

@@ -170,6 +170,8 @@ pub struct Config {
     /// Task queue name.
     pub queue: String,
     /// Delete queues unused this long (`x-expires`, ms); 0 = never. For throwaway namespaces.
+    /// Must be the same in every process of the namespace: RabbitMQ keeps a queue's arguments,
+    /// and a process with another value stops at start-up (`BrokerError::QueueMismatch`).
     pub queue_expires_ms: u32,
     /// Lease length (ms).
     pub lease_ms: u64,
