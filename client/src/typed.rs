@@ -10,7 +10,7 @@
 //! #     const NAME: &'static str = "fulfil";
 //! #     type Input = String;
 //! #     type Output = u32;
-//! #     async fn run(&self, _: &mut Ctx, _: String) -> Result<u32, WorkflowError> { Ok(1) }
+//! #     async fn run(&self, _: &Ctx, _: String) -> Result<u32, WorkflowError> { Ok(1) }
 //! # }
 //! # async fn demo() -> Result<(), savepoint_client::ClientError> {
 //! use savepoint_client::Client;
@@ -248,8 +248,30 @@ impl<W: Workflow> Run<W> {
         }
     }
 
-    /// Answers the interrupt the run waits at with a typed value (checked by the API against
-    /// the schema the worker published: a wrong shape is refused with 422).
+    /// Answers the interrupt `handle` (the workflow's [`Interrupt<T>`] constant; the answer
+    /// must be a `T`) once the run waits at it: a run that waits at another interrupt, or at
+    /// none, answers [`ClientError::Run`] saying so and nothing is sent. The API checks the
+    /// value against the schema the worker published (a wrong shape is refused with 422).
+    pub async fn answer<T: Serialize>(&self, handle: impl Into<Interrupt<T>>, value: &T) -> Result<Value, ClientError> {
+        let handle = handle.into();
+        let view = self.view().await?;
+        if !view.interrupts.iter().any(|i| i.name == handle.name()) {
+            let waits: Vec<&str> = view.interrupts.iter().map(|i| i.name.as_str()).collect();
+            return Err(ClientError::Run {
+                thread: self.thread.clone(),
+                status: view.status.0.as_str().to_owned(),
+                detail: format!(
+                    "it does not wait at the interrupt {:?} (it waits at {waits:?}); nothing was sent",
+                    handle.name()
+                ),
+            });
+        }
+        self.api.resume(&self.thread, encode(value)?, None).await
+    }
+
+    /// Answers whatever interrupt the run waits at with a value (checked by the API against
+    /// that interrupt's published schema: a wrong shape is refused with 422). Prefer
+    /// [`Run::answer`], which names the interrupt and types the answer.
     pub async fn resume<T: Serialize>(&self, value: &T) -> Result<Value, ClientError> {
         self.api.resume(&self.thread, encode(value)?, None).await
     }

@@ -5,11 +5,13 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Current journal entry wire version. Version 2 is a positional MessagePack array
-/// `[2, name, kind code, ok value | nil, error | nil, at, attempts, key | nil]` (about half
-/// the bytes of version 1's named map, which keeps small runs in Redis's compact hash
-/// encoding); version 1 entries are still read.
-pub const ENTRY_VERSION: u8 = 2;
+/// Current journal entry wire version. Version 3 is a positional MessagePack array
+/// `[3, name, kind code, ok value | nil, error | nil, at, attempts, key | nil]`, followed, only
+/// when the call failed and its [`Failure`] is known, by two more elements
+/// `class | nil, retryable`. Version 2 is the same array without the trailing elements (about
+/// half the bytes of version 1's named map, which keeps small runs in Redis's compact hash
+/// encoding); versions 2 and 1 are still read, their failures with no [`Failure`].
+pub const ENTRY_VERSION: u8 = 3;
 
 /// What kind of call produced an entry. Replay checks kind and name at each index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,6 +81,27 @@ pub enum Outcome {
     Err(String),
 }
 
+/// What a failed call's final error was, besides its message (`Outcome::Err`): the data
+/// workflow code matches on to compensate (`WorkflowError::class`,
+/// `WorkflowError::is_retryable` in the SDK). Journaled from entry version 3 on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    /// The error's class (the SDK's `StepError::with_class`), if it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    /// Whether the error was one retrying could fix: the call stopped because its retry
+    /// policy ran out of attempts, not because the error was fatal or of a non-retryable class.
+    #[serde(default)]
+    pub retryable: bool,
+}
+
+impl Failure {
+    /// A failure of this class (or none) and retryability.
+    pub fn new(class: Option<String>, retryable: bool) -> Self {
+        Self { class, retryable }
+    }
+}
+
 /// One journal entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
@@ -97,6 +120,11 @@ pub struct Entry {
     /// The idempotency key, for effects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// For a failed outcome (`Outcome::Err`): the final error's class and retryability.
+    /// `None` for a success, for a failure journaled by a version before 3, and for a failure
+    /// that was not an error of the call's own function. Encoded only with `Outcome::Err`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
 }
 
 /// An entry that could not be read.
@@ -106,12 +134,30 @@ pub enum EntryDecodeError {
     #[error("malformed journal entry: {0}")]
     Malformed(String),
     /// A version this build does not read.
-    #[error("unsupported journal entry version {0} (this build reads 1 and 2)")]
+    #[error("unsupported journal entry version {0} (this build reads 1 to 3)")]
     Version(u8),
 }
 
+/// A version 2 or 3 entry as the positional array holds it; the two failure elements are
+/// absent unless the call failed (and always absent in version 2).
+#[derive(Deserialize)]
+struct Positional {
+    v: u8,
+    name: String,
+    kind: u8,
+    ok: Option<Value>,
+    err: Option<String>,
+    at: u64,
+    attempts: u32,
+    key: Option<String>,
+    #[serde(default)]
+    class: Option<String>,
+    #[serde(default)]
+    retryable: Option<bool>,
+}
+
 impl Entry {
-    /// A new v1 entry stamped with the current time.
+    /// A new current-version entry stamped with the current time.
     pub fn new(name: &str, kind: EntryKind, outcome: Outcome, attempts: u32) -> Self {
         Self {
             v: ENTRY_VERSION,
@@ -121,59 +167,77 @@ impl Entry {
             at: now_ms(),
             attempts,
             key: None,
+            failure: None,
         }
     }
 
-    /// Version 2 wire bytes (positional MessagePack array).
+    /// A new entry for a call that failed for good with `message`, keeping the error's class
+    /// and retryability (`Failure::new(step_error.class, retryable)`).
+    pub fn failed(name: &str, kind: EntryKind, message: impl Into<String>, failure: Failure, attempts: u32) -> Self {
+        Self::new(name, kind, Outcome::Err(message.into()), attempts).with_failure(failure)
+    }
+
+    /// This entry with `failure` (a `Failure` or an `Option<Failure>`) attached; it is kept
+    /// only if the outcome is `Outcome::Err`.
+    pub fn with_failure(mut self, failure: impl Into<Option<Failure>>) -> Self {
+        self.failure = failure.into();
+        self
+    }
+
+    /// The failure details to write: only a failed outcome has them.
+    fn failure_to_write(&self) -> Option<&Failure> {
+        match self.outcome {
+            Outcome::Err(_) => self.failure.as_ref(),
+            Outcome::Ok(_) => None,
+        }
+    }
+
+    /// Version 3 wire bytes (positional MessagePack array; 8 elements, or 10 for a failure
+    /// with a [`Failure`]).
     pub fn encode(&self) -> Vec<u8> {
         let (ok, err) = match &self.outcome {
             Outcome::Ok(v) => (Some(v), None),
             Outcome::Err(e) => (None, Some(e.as_str())),
         };
-        let wire = (
-            2u8,
-            &self.name,
-            self.kind.code(),
-            ok,
-            err,
-            self.at,
-            self.attempts,
-            self.key.as_deref(),
-        );
-        rmp_serde::to_vec(&wire).unwrap_or_default()
+        let (name, kind, key) = (&self.name, self.kind.code(), self.key.as_deref());
+        let encoded = match self.failure_to_write() {
+            None => rmp_serde::to_vec(&(3u8, name, kind, ok, err, self.at, self.attempts, key)),
+            Some(f) => {
+                let class = f.class.as_deref();
+                let wire = (
+                    3u8,
+                    name,
+                    kind,
+                    ok,
+                    err,
+                    self.at,
+                    self.attempts,
+                    key,
+                    class,
+                    f.retryable,
+                );
+                rmp_serde::to_vec(&wire)
+            }
+        };
+        encoded.unwrap_or_default()
     }
 
-    /// Version 1 wire bytes (named map), kept for the golden test of the old format.
+    /// Version 1 wire bytes (named map), kept for the golden test of the old format (a
+    /// failure's [`Failure`], which version 1 never had, is written as a `failure` field).
     pub fn encode_v1(&self) -> Vec<u8> {
         let mut e = self.clone();
         e.v = 1;
+        e.failure = self.failure_to_write().cloned();
         rmp_serde::to_vec_named(&e).unwrap_or_default()
     }
 
-    /// Decodes version 2 (array) or version 1 (named map) bytes.
+    /// Decodes version 3 or 2 (array) or version 1 (named map) bytes into a current-version
+    /// entry.
     pub fn decode(bytes: &[u8]) -> Result<Self, EntryDecodeError> {
         let malformed = |e: rmp_serde::decode::Error| EntryDecodeError::Malformed(e.to_string());
         if matches!(bytes.first(), Some(0x90..=0x9f | 0xdc | 0xdd)) {
-            type Wire = (u8, String, u8, Option<Value>, Option<String>, u64, u32, Option<String>);
-            let (v, name, kind, ok, err, at, attempts, key): Wire = rmp_serde::from_slice(bytes).map_err(malformed)?;
-            if v != 2 {
-                return Err(EntryDecodeError::Version(v));
-            }
-            let kind = EntryKind::from_code(kind)
-                .ok_or_else(|| EntryDecodeError::Malformed(format!("unknown kind code {kind}")))?;
-            let outcome = match (ok, err) {
-                (_, Some(e)) => Outcome::Err(e),
-                (v, None) => Outcome::Ok(v.unwrap_or(Value::Null)),
-            };
-            return Ok(Self {
-                v: 2,
-                name,
-                kind,
-                outcome,
-                at,
-                attempts,
-                key,
-            });
+            let p: Positional = rmp_serde::from_slice(bytes).map_err(malformed)?;
+            return Self::from_positional(p);
         }
         #[derive(Deserialize)]
         struct Probe {
@@ -184,8 +248,50 @@ impl Entry {
             return Err(EntryDecodeError::Version(probe.v));
         }
         let mut e: Entry = rmp_serde::from_slice(bytes).map_err(malformed)?;
-        e.v = 2;
+        if e.failure.is_some() && matches!(e.outcome, Outcome::Ok(_)) {
+            return Err(EntryDecodeError::Malformed(
+                "failure details on a successful entry".into(),
+            ));
+        }
+        e.v = ENTRY_VERSION;
         Ok(e)
+    }
+
+    /// Checks and converts a positional (version 2 or 3) entry.
+    fn from_positional(p: Positional) -> Result<Self, EntryDecodeError> {
+        let has_failure = p.class.is_some() || p.retryable.is_some();
+        match p.v {
+            3 => {}
+            2 if !has_failure => {}
+            2 => {
+                return Err(EntryDecodeError::Malformed(
+                    "failure details in a version 2 entry".into(),
+                ))
+            }
+            v => return Err(EntryDecodeError::Version(v)),
+        }
+        let kind = EntryKind::from_code(p.kind)
+            .ok_or_else(|| EntryDecodeError::Malformed(format!("unknown kind code {}", p.kind)))?;
+        let outcome = match (p.ok, p.err) {
+            (_, Some(e)) => Outcome::Err(e),
+            (_, None) if has_failure => {
+                return Err(EntryDecodeError::Malformed(
+                    "failure details on a successful entry".into(),
+                ))
+            }
+            (v, None) => Outcome::Ok(v.unwrap_or(Value::Null)),
+        };
+        let failure = has_failure.then(|| Failure::new(p.class, p.retryable.unwrap_or(false)));
+        Ok(Self {
+            v: ENTRY_VERSION,
+            name: p.name,
+            kind,
+            outcome,
+            at: p.at,
+            attempts: p.attempts,
+            key: p.key,
+            failure,
+        })
     }
 }
 
@@ -207,18 +313,38 @@ mod tests {
 
     fn sample() -> Entry {
         Entry {
-            v: 2,
+            v: ENTRY_VERSION,
             name: "extract_totals".into(),
             kind: EntryKind::Step,
             outcome: Outcome::Ok(json!({"total": 42})),
             at: 1_700_000_000_000,
             attempts: 1,
             key: None,
+            failure: None,
+        }
+    }
+
+    /// A failed effect, as the golden failure bytes hold it.
+    fn failed_sample(failure: Option<Failure>) -> Entry {
+        Entry {
+            kind: EntryKind::Effect,
+            outcome: Outcome::Err("card declined".into()),
+            attempts: 3,
+            key: Some("pay:1".into()),
+            failure,
+            ..sample()
         }
     }
 
     fn hex(b: &[u8]) -> String {
         b.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn unhex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
     }
 
     /// Golden bytes of entry version 1: journals written by earlier builds stay readable.
@@ -228,49 +354,95 @@ mod tests {
                   a76f7574636f6d6581a26f6b81a5746f74616c2aa26174cf0000018bcfe56800\
                   a8617474656d70747301";
         assert_eq!(hex(&sample().encode_v1()), v1);
-        let bytes: Vec<u8> = (0..v1.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&v1[i..i + 2], 16).unwrap())
-            .collect();
-        assert_eq!(Entry::decode(&bytes).unwrap(), sample());
+        assert_eq!(Entry::decode(&unhex(v1)).unwrap(), sample());
     }
 
-    /// Golden bytes of entry version 2 (what this build writes).
+    /// Golden bytes of entry version 2, as the version 2 encoder wrote them (a success, and a
+    /// failed effect with a key): still read, the failure with no `Failure`.
     #[test]
-    fn golden_bytes_v2() {
+    fn golden_bytes_v2_still_decode() {
+        let ok = "9802ae657874726163745f746f74616c730081a5746f74616c2ac0cf0000018bcfe5680001c0";
+        assert_eq!(Entry::decode(&unhex(ok)).unwrap(), sample());
+        let err = "9802ae657874726163745f746f74616c7301c0ad63617264206465636c696e6564\
+                   cf0000018bcfe5680003a57061793a31";
+        let decoded = Entry::decode(&unhex(err)).unwrap();
+        assert_eq!(decoded, failed_sample(None));
+        assert_eq!(decoded.v, ENTRY_VERSION);
+    }
+
+    /// Golden bytes of entry version 3 (what this build writes): a success and a failure
+    /// without a `Failure` are the version 2 array; a failure with one has two more elements.
+    #[test]
+    fn golden_bytes_v3() {
         let bytes = sample().encode();
         assert_eq!(
             hex(&bytes),
-            "9802ae657874726163745f746f74616c730081a5746f74616c2ac0cf0000018bcfe5680001c0"
+            "9803ae657874726163745f746f74616c730081a5746f74616c2ac0cf0000018bcfe5680001c0"
         );
         assert_eq!(Entry::decode(&bytes).unwrap(), sample());
         assert!(bytes.len() < sample().encode_v1().len() / 2 + 8);
+
+        let plain = failed_sample(None).encode();
+        assert_eq!(
+            hex(&plain),
+            "9803ae657874726163745f746f74616c7301c0ad63617264206465636c696e6564\
+             cf0000018bcfe5680003a57061793a31"
+        );
+        let classed = failed_sample(Some(Failure::new(Some("card_declined".into()), false)));
+        let bytes = classed.encode();
+        assert_eq!(
+            hex(&bytes),
+            "9a03ae657874726163745f746f74616c7301c0ad63617264206465636c696e6564\
+             cf0000018bcfe5680003a57061793a31ad636172645f6465636c696e6564c2"
+        );
+        assert_eq!(Entry::decode(&bytes).unwrap(), classed);
+        // The failure costs its class plus two bytes (one more for the array header's count).
+        assert_eq!(bytes.len(), plain.len() + "card_declined".len() + 2);
     }
 
     #[test]
-    fn round_trips_every_kind_and_outcome() {
-        let kinds = [
-            EntryKind::Step,
-            EntryKind::Effect,
-            EntryKind::Sleep,
-            EntryKind::Interrupt,
-            EntryKind::Signal,
-            EntryKind::Value,
-            EntryKind::Patch,
-        ];
+    fn failed_builds_a_failure_entry_and_success_drops_failure_details() {
+        let f = Failure::new(Some("timeout".into()), true);
+        let e = Entry::failed("fetch", EntryKind::Step, "timed out", f.clone(), 4);
+        assert_eq!(e.outcome, Outcome::Err("timed out".into()));
+        assert_eq!((e.failure.as_ref(), e.attempts, e.v), (Some(&f), 4, ENTRY_VERSION));
+        let back = Entry::decode(&e.encode()).unwrap();
+        assert_eq!(back.failure, Some(f.clone()));
+        // Failure details on a success are not written in either format.
+        let ok = sample().with_failure(f);
+        assert_eq!(Entry::decode(&ok.encode()).unwrap(), sample());
+        assert_eq!(Entry::decode(&ok.encode_v1()).unwrap(), sample());
+    }
+
+    #[test]
+    fn round_trips_every_kind_and_outcome_in_v3_and_v1() {
         let outcomes = [
-            Outcome::Ok(json!(null)),
-            Outcome::Ok(json!([1, "two", {"three": 3.5}])),
-            Outcome::Ok(json!("x".repeat(10_000))),
-            Outcome::Err("boom".into()),
+            (Outcome::Ok(json!(null)), None),
+            (Outcome::Ok(json!([1, "two", {"three": 3.5}])), None),
+            (Outcome::Ok(json!("x".repeat(10_000))), None),
+            (Outcome::Err("boom".into()), None),
+            (Outcome::Err("boom".into()), Some(Failure::default())),
+            (Outcome::Err("boom".into()), Some(Failure::new(None, true))),
+            (
+                Outcome::Err("boom".into()),
+                Some(Failure::new(Some("timeout".into()), true)),
+            ),
+            (
+                Outcome::Err("no".into()),
+                Some(Failure::new(Some("auth".into()), false)),
+            ),
         ];
-        for kind in kinds {
-            for outcome in &outcomes {
-                let mut e = sample();
-                e.kind = kind;
-                e.outcome = outcome.clone();
-                e.key = Some("k:1".into());
-                assert_eq!(Entry::decode(&e.encode()).unwrap(), e);
+        for kind in EntryKind::CODES {
+            for (outcome, failure) in &outcomes {
+                for key in [None, Some("k:1".to_owned())] {
+                    let mut e = sample();
+                    e.kind = kind;
+                    e.outcome = outcome.clone();
+                    e.failure = failure.clone();
+                    e.key = key;
+                    assert_eq!(Entry::decode(&e.encode()).unwrap(), e);
+                    assert_eq!(Entry::decode(&e.encode_v1()).unwrap(), e);
+                }
             }
         }
     }
@@ -278,11 +450,11 @@ mod tests {
     #[test]
     fn rejects_unknown_versions() {
         let mut e = sample();
-        e.v = 3;
+        e.v = 4;
         let named = rmp_serde::to_vec_named(&e).unwrap();
-        assert!(matches!(Entry::decode(&named), Err(EntryDecodeError::Version(3))));
+        assert!(matches!(Entry::decode(&named), Err(EntryDecodeError::Version(4))));
         let wire = (
-            3u8,
+            4u8,
             "x",
             0u8,
             Some(json!(1)),
@@ -293,8 +465,47 @@ mod tests {
         );
         assert!(matches!(
             Entry::decode(&rmp_serde::to_vec(&wire).unwrap()),
-            Err(EntryDecodeError::Version(3))
+            Err(EntryDecodeError::Version(4))
         ));
         assert!(Entry::decode(b"\x00\x01").is_err());
+    }
+
+    #[test]
+    fn rejects_misplaced_failure_details() {
+        let failure = |v: u8, ok: Option<Value>, err: Option<&str>| {
+            let wire = (v, "x", 0u8, ok, err, 0u64, 1u32, None::<String>, Some("c"), true);
+            Entry::decode(&rmp_serde::to_vec(&wire).unwrap())
+        };
+        assert!(failure(3, None, Some("boom")).is_ok());
+        // Version 2 never had them; a success never has them.
+        assert!(matches!(
+            failure(2, None, Some("boom")),
+            Err(EntryDecodeError::Malformed(_))
+        ));
+        assert!(matches!(
+            failure(3, Some(json!(1)), None),
+            Err(EntryDecodeError::Malformed(_))
+        ));
+        // Nor does an array hold more than the failure's two elements.
+        let long = (
+            3u8,
+            "x",
+            0u8,
+            None::<Value>,
+            Some("e"),
+            0u64,
+            1u32,
+            None::<String>,
+            None::<String>,
+            false,
+            1u8,
+        );
+        assert!(Entry::decode(&rmp_serde::to_vec(&long).unwrap()).is_err());
+        // A named (version 1) entry with failure details on a success.
+        let mut named = sample();
+        named.v = 1;
+        named.failure = Some(Failure::default());
+        let bytes = rmp_serde::to_vec_named(&named).unwrap();
+        assert!(matches!(Entry::decode(&bytes), Err(EntryDecodeError::Malformed(_))));
     }
 }

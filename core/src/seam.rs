@@ -77,6 +77,10 @@ pub trait RunStore: Send + Sync + 'static {
     /// Sets a note field on the run's header (fenced).
     fn note<'a>(&'a self, lease: &'a Lease, field: &'a str, value: &'a str) -> BoxFut<'a, StoreResult<()>>;
 
+    /// Records an event of type `typ` in the run's events (fenced: only the lease holder's
+    /// is written), e.g. a decision the worker took that an operator should see.
+    fn event<'a>(&'a self, lease: &'a Lease, typ: &'a str, detail: &'a str) -> BoxFut<'a, StoreResult<()>>;
+
     /// Records a failed attempt of the call at `index`.
     fn retried<'a>(
         &'a self,

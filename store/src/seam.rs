@@ -57,6 +57,10 @@ impl RunStore for ScriptStore {
         Box::pin(ScriptStore::note(self, lease, field, value))
     }
 
+    fn event<'a>(&'a self, lease: &'a Lease, typ: &'a str, detail: &'a str) -> BoxFut<'a, StoreResult<()>> {
+        Box::pin(ScriptStore::event(self, lease, typ, detail))
+    }
+
     fn retried<'a>(
         &'a self,
         lease: &'a Lease,

@@ -40,7 +40,7 @@ async fn blocked_run_logged(filter: &str) -> (String, String) {
         .with_writer(sink.clone())
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
-    let mut env = TestEnv::new(registry).await.expect("test env");
+    let mut env = TestEnv::new(|setup| registry(setup.store())).await.expect("test env");
     // Killed between the email's call and its record: the email is in doubt (policy block).
     env.crash_at("effect.after_call=abort@2").expect("crash_at");
     let run = env

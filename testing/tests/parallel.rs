@@ -1,4 +1,4 @@
-//! Parallel calls (`ctx.all`, `ctx.join`, `ctx.select`) on the embedded backend: the calls
+//! Parallel calls (`futures::join!`, `join_all` over ctx calls, `ctx.select`) on the embedded backend: the calls
 //! overlap, the journal keeps call order, a crash at every failpoint inside a group leaves
 //! each effect applied once, and a race against a timeout keeps its recorded deadline.
 
@@ -9,7 +9,7 @@ use savepoint::workflow::{Call, Ctx, Registry, Selected, StepError, Workflow, Wo
 use savepoint_core::journal::EntryKind;
 use savepoint_demo::{registry, EffectLog, Fanout, FanoutIn};
 use savepoint_store::{RunStatus, ScriptStore};
-use savepoint_testing::{crash_matrix, TestEnv};
+use savepoint_testing::{crash_matrix, Setup, TestEnv};
 
 /// Effect records of the demo log for one run, by key.
 async fn applied(store: &ScriptStore, thread: &str) -> std::collections::BTreeMap<String, usize> {
@@ -22,6 +22,11 @@ async fn applied(store: &ScriptStore, thread: &str) -> std::collections::BTreeMa
     out
 }
 
+/// The demo workflows (their effects log lives in the engine's store).
+fn demo(setup: &Setup) -> Registry {
+    registry(setup.store())
+}
+
 const GROUP: [&str; 5] = [
     "fetch.invoice",
     "stock.reserve",
@@ -32,7 +37,7 @@ const GROUP: [&str; 5] = [
 
 #[tokio::test(start_paused = true)]
 async fn a_group_runs_its_calls_at_once_and_journals_them_in_call_order() {
-    let mut env = TestEnv::new(registry).await.unwrap();
+    let mut env = TestEnv::new(demo).await.unwrap();
     let run = env
         .start::<Fanout>(&FanoutIn {
             order_id: "O-1".into(),
@@ -68,7 +73,7 @@ async fn a_group_runs_its_calls_at_once_and_journals_them_in_call_order() {
 #[tokio::test(start_paused = true)]
 async fn a_group_survives_a_crash_at_every_failpoint_with_each_effect_once() {
     let mut seen = Vec::new();
-    let cases = crash_matrix(registry, "fanout", json!({"order_id": "O-2"}), |env, case| {
+    let cases = crash_matrix(demo, "fanout", json!({"order_id": "O-2"}), |env, case| {
         let h = &case.settled.header;
         assert_eq!(h.status, RunStatus::Completed, "{}: {h:?}", case.spec);
         assert_eq!(env.crashes(), 1, "{}", case.spec);
@@ -105,7 +110,7 @@ async fn each_group_effect_is_applied_once_at_the_provider_whatever_the_crash() 
         "step.before_commit=abort@1",
         "step.after_commit=abort@2",
     ] {
-        let mut env = TestEnv::new(registry).await.unwrap();
+        let mut env = TestEnv::new(demo).await.unwrap();
         env.crash_at(spec).unwrap();
         let run = env
             .start::<Fanout>(&FanoutIn {
@@ -134,13 +139,11 @@ impl Workflow for Slow {
     const NAME: &'static str = "slow";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
-        let (a, b) = ctx
-            .join(
-                Call::step("n", || async { Ok(7u32) }),
-                Call::step("s", || async { Ok("text".to_owned()) }),
-            )
-            .await;
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let (a, b) = futures::join!(
+            ctx.step("n", || async { Ok(7u32) }),
+            ctx.step("s", || async { Ok("text".to_owned()) }),
+        );
         let (n, s) = (a?, b?);
         let r = ctx
             .select(
@@ -152,18 +155,17 @@ impl Workflow for Slow {
                 Duration::from_secs(60),
             )
             .await?;
-        let failed = ctx
-            .all(vec![Call::step("broken", || async {
-                Err::<u32, _>(StepError::fatal("no such document"))
-            })])
-            .await;
+        let failed = futures::future::join_all(vec![ctx.step("broken", || async {
+            Err::<u32, _>(StepError::fatal("no such document"))
+        })])
+        .await;
         Ok(json!({"n": n, "s": s, "timed_out": r == Selected::TimedOut, "failed": format!("{:?}", failed[0])}))
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn join_keeps_types_and_a_race_times_out_at_its_recorded_deadline() {
-    let mut env = TestEnv::new(|_: &ScriptStore| {
+    let mut env = TestEnv::new(|_| {
         let mut r = Registry::new();
         r.register(Slow);
         r
@@ -202,7 +204,7 @@ impl Workflow for Deadline {
     const NAME: &'static str = "deadline";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let day = Duration::from_secs(24 * 3600);
         let approved: Option<bool> = ctx.interrupt("approve", json!({"question": "ok?"})).within(day).await?;
         let nudge: Option<u32> = ctx.wait_signal("nudge").within(Duration::from_secs(60)).await?;
@@ -210,7 +212,7 @@ impl Workflow for Deadline {
     }
 }
 
-fn deadline_registry(_: &ScriptStore) -> Registry {
+fn deadline_registry(_: &Setup) -> Registry {
     let mut r = Registry::new();
     r.register(Deadline);
     r
@@ -227,7 +229,7 @@ async fn a_wait_times_out_at_its_recorded_deadline_or_returns_the_answer_in_time
         waiting.header.due.is_some(),
         "a timed wait has its deadline as due time"
     );
-    env.advance(Duration::from_secs(25 * 3600)).await.unwrap();
+    env.advance(Duration::from_secs(25 * 3600));
     let done = env.settle(&run).await.unwrap();
     assert_eq!(done.header.status, RunStatus::Completed, "{:?}", done.header);
     assert_eq!(done.output(), Some(&json!({"approved": null, "nudge": null})));
@@ -246,7 +248,7 @@ async fn a_wait_times_out_at_its_recorded_deadline_or_returns_the_answer_in_time
     let mut env = TestEnv::new(deadline_registry).await.unwrap();
     let run = env.start::<Deadline>(&json!({})).await.unwrap();
     env.settle(&run).await.unwrap();
-    env.advance(Duration::from_secs(3600)).await.unwrap();
+    env.advance(Duration::from_secs(3600));
     env.resume(&run, json!(true)).await.unwrap();
     env.signal(&run, "nudge", json!(3)).await.unwrap();
     let done = env.settle(&run).await.unwrap();

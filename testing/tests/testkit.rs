@@ -9,9 +9,14 @@ use std::time::Duration;
 use savepoint::workflow::{Ctx, Registry, StepError, Workflow, WorkflowError};
 use savepoint_demo::{registry, Approval, EffectLog, Invoice, InvoiceIn};
 use savepoint_store::{RunStatus, ScriptStore};
-use savepoint_testing::{crash_matrix, replay_export, ReplayReport, TestEnv, CALL_POINTS};
+use savepoint_testing::{crash_matrix, replay_export, ReplayReport, Setup, TestEnv, CALL_POINTS};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// The demo workflows (their effects log lives in the engine's store).
+fn demo(setup: &Setup) -> Registry {
+    registry(setup.store())
+}
 
 /// Effect records of the demo log for one run, by key.
 async fn applied(store: &ScriptStore, thread: &str) -> std::collections::BTreeMap<String, usize> {
@@ -26,7 +31,7 @@ async fn applied(store: &ScriptStore, thread: &str) -> std::collections::BTreeMa
 
 #[tokio::test(start_paused = true)]
 async fn invoice_completes_and_each_call_runs_once() {
-    let mut env = TestEnv::new(registry).await.unwrap();
+    let mut env = TestEnv::new(demo).await.unwrap();
     let run = env.start::<Invoice>(&invoice_in("INV-1")).await.unwrap();
     let done = env.settle(&run).await.unwrap();
     assert_eq!(done.header.status, RunStatus::Completed, "{:?}", done.header);
@@ -41,7 +46,7 @@ async fn invoice_completes_and_each_call_runs_once() {
 
 #[tokio::test(start_paused = true)]
 async fn stubbed_steps_replace_the_function_and_retries_still_apply() {
-    let mut env = TestEnv::new(registry).await.unwrap();
+    let mut env = TestEnv::new(demo).await.unwrap();
     env.stubs().stub("read_pdf", |attempt| {
         if attempt == 1 {
             Err(StepError::retryable("the PDF service is down"))
@@ -66,7 +71,7 @@ impl Workflow for Nap {
     type Input = Value;
     type Output = Value;
 
-    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let hours = input["hours"].as_u64().unwrap_or(24);
         let before = ctx.now().await?;
         ctx.sleep("nap", Duration::from_secs(hours * 3600)).await?;
@@ -85,7 +90,7 @@ impl Workflow for AwaitSignal {
     type Input = Value;
     type Output = Value;
 
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let by: String = ctx.wait_signal("approved").await?;
         Ok(json!({"approved_by": by}))
     }
@@ -124,8 +129,8 @@ async fn a_day_long_sleep_completes_at_once_and_timers_fire_in_order() {
 
 #[tokio::test(start_paused = true)]
 async fn interrupts_and_signals_are_answered_from_the_test() {
-    let mut env = TestEnv::new(|store| {
-        let mut r = registry(store);
+    let mut env = TestEnv::new(|setup| {
+        let mut r = demo(setup);
         r.register(AwaitSignal);
         r
     })
@@ -151,7 +156,7 @@ async fn interrupts_and_signals_are_answered_from_the_test() {
 /// when the crash fell between its call and its record).
 #[tokio::test(start_paused = true)]
 async fn invoice_survives_a_crash_at_every_call() {
-    let cases = crash_matrix(registry, "invoice", json!({"invoice_id": "INV-7"}), |env, case| {
+    let cases = crash_matrix(demo, "invoice", json!({"invoice_id": "INV-7"}), |env, case| {
         let h = &case.settled.header;
         match h.status {
             RunStatus::Completed => {}
@@ -189,7 +194,7 @@ async fn each_effect_is_applied_once_at_the_provider_whatever_the_crash() {
         "effect.after_intent=abort@1",
         "effect.after_done=abort@2",
     ] {
-        let mut env = TestEnv::new(registry).await.unwrap();
+        let mut env = TestEnv::new(demo).await.unwrap();
         env.crash_at(spec).unwrap();
         let run = env.start::<Invoice>(&invoice_in("INV-3")).await.unwrap();
         let done = env.settle(&run).await.unwrap();
@@ -228,7 +233,7 @@ impl Workflow for RenamedInvoice {
     type Input = Value;
     type Output = Value;
 
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let text: String = ctx.step("read_pdf", || async { Ok(String::new()) }).await?;
         let n: usize = ctx.step("count_lines", || async { Ok(0usize) }).await?;
         Ok(json!({"text": text, "n": n}))
@@ -256,7 +261,7 @@ impl Workflow for Clock {
     type Input = Value;
     type Output = Value;
 
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let now = ctx.now().await?;
         let id = ctx.uuid().await?;
         let ms = now

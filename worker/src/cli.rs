@@ -7,6 +7,8 @@ use tokio_util::sync::CancellationToken;
 use savepoint_runtime::config::{Config, ProcessEnv};
 use savepoint_store::ScriptStore;
 
+use crate::Setup;
+
 /// A Savepoint worker: runs the workflows it registers, taking their step tasks from
 /// RabbitMQ and checkpointing every call in Redis.
 #[derive(Parser, Debug)]
@@ -27,11 +29,11 @@ struct Args {
 }
 
 /// Parses arguments, loads the config, starts logging and runs a worker with the workflows
-/// `make` registers (given the connected store) until SIGTERM/SIGINT. Exit code 0 on a
-/// clean stop, 2 on bad config, 1 on failure.
+/// `make` registers (given the [`Setup`]: the loaded configuration) until SIGTERM/SIGINT.
+/// Exit code 0 on a clean stop, 2 on bad config, 1 on failure.
 pub async fn main_with<F>(make: F) -> std::process::ExitCode
 where
-    F: FnOnce(&ScriptStore) -> anyhow::Result<savepoint::workflow::Registry>,
+    F: FnOnce(&Setup) -> anyhow::Result<savepoint::workflow::Registry>,
 {
     let mut cmd = <Args as clap::CommandFactory>::command();
     // (A user's worker binary shows its own name in --help and errors.)
@@ -75,7 +77,7 @@ where
             return std::process::ExitCode::FAILURE;
         }
     };
-    let registry = match make(&store) {
+    let registry = match make(&Setup::new(cfg.clone(), store)) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("savepoint-worker: {e:#}");

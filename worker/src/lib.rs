@@ -15,8 +15,9 @@
 //!
 //! [`main`] does what the `savepoint-worker` binary does: flags and config (file and
 //! `SAVEPOINT_*` variables), logging and traces, SIGTERM/SIGINT, the health and metrics port,
-//! and the worker until it is told to stop. [`run`] is the same worker without the process
-//! around it.
+//! and the worker until it is told to stop. [`main_with`] builds the registry from a
+//! [`Setup`] (the loaded configuration), for workflows that need resources of their own.
+//! [`run`] is the same worker without the process around it.
 #![forbid(unsafe_code)]
 
 pub mod cli;
@@ -24,13 +25,16 @@ mod handle;
 mod heartbeat;
 pub mod replay;
 mod runtime;
+mod setup;
 mod shared;
 mod slice;
 
 pub use runtime::{run, run_with, WorkerError, WorkerOptions};
+/// The worker's configuration ([`Setup::config`], [`run`]).
+pub use savepoint_runtime::config::Config;
+pub use setup::Setup;
 
 use savepoint::workflow::Registry;
-use savepoint_store::ScriptStore;
 
 /// A whole worker process serving `registry`: parses the flags, loads the config, starts
 /// logging, handles SIGTERM/SIGINT (in-flight runs yield and are resumed elsewhere), serves
@@ -40,12 +44,29 @@ pub fn main(registry: Registry) -> std::process::ExitCode {
     main_with(move |_| Ok(registry))
 }
 
-/// [`main`] for workflows that need the connected store to be built (e.g. an effect log in
-/// the same Redis): `make` gets it and returns the registry, or any error (`?` works on
-/// every error type), printed with exit code 2.
+/// [`main`] for workflows that need resources of their own (a provider's client, a pool, a
+/// connection to your own Redis): once the configuration is loaded and validated, `make`
+/// gets a [`Setup`] (the namespace, the Redis URL, the whole [`Config`]) and returns the
+/// registry, or any error (`?` works on every error type), printed with exit code 2. `make`
+/// runs inside the worker's async runtime but is not `async`: connect lazily (on first use)
+/// or with a client that connects in the background.
+///
+/// ```no_run
+/// # use savepoint::workflow::Registry;
+/// # struct Payments; impl Payments { fn new(_: &str) -> Self { Payments } }
+/// fn main() -> std::process::ExitCode {
+///     savepoint_worker::main_with(|setup| {
+///         let payments = Payments::new(&format!("{}:payments", setup.namespace()));
+///         let mut registry = Registry::new();
+///         // registry.register(Checkout::new(payments));
+///         # let _ = payments;
+///         Ok(registry)
+///     })
+/// }
+/// ```
 pub fn main_with<F>(make: F) -> std::process::ExitCode
 where
-    F: FnOnce(&ScriptStore) -> anyhow::Result<Registry>,
+    F: FnOnce(&Setup) -> anyhow::Result<Registry>,
 {
     match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt.block_on(cli::main_with(make)),

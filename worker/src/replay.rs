@@ -165,6 +165,7 @@ fn entry_from_export(position: usize, e: &Value) -> Result<Entry, EntryProblem> 
         at: number("at")?,
         attempts,
         key,
+        failure: None,
     })
 }
 
@@ -222,7 +223,7 @@ pub async fn replay_as(
     });
     let stopped = ctx.exit_signal();
     let result = {
-        let body = wf.run(&mut ctx, input);
+        let body = wf.run(&ctx, input);
         tokio::select! {
             biased;
             _ = stopped.notified() => None,

@@ -217,7 +217,7 @@ async fn run_slice(shared: &Shared, c: Claimed) {
             clock,
         },
     );
-    let result = run_body(&*wf, &mut ctx, c.header.input.clone()).await;
+    let result = run_body(&*wf, &ctx, c.header.input.clone()).await;
     let at = ctx.next_index();
     let recorded = ctx.journal().len() as u32;
     shared
@@ -438,7 +438,7 @@ fn context(shared: &Shared, c: &Claimed, wf: &dyn DynWorkflow, s: Session) -> Ct
 type BodyResult = Option<std::thread::Result<Result<Value, RunError>>>;
 
 /// Runs the workflow body until it returns, panics, or the context stops the slice.
-async fn run_body(wf: &dyn DynWorkflow, ctx: &mut Ctx, input: Value) -> BodyResult {
+async fn run_body(wf: &dyn DynWorkflow, ctx: &Ctx, input: Value) -> BodyResult {
     let stopped = ctx.exit_signal();
     let body = AssertUnwindSafe(wf.run(ctx, input)).catch_unwind();
     tokio::select! {

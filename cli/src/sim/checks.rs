@@ -1,4 +1,5 @@
 use savepoint_core::ids::ThreadId;
+use savepoint_core::journal::Entry;
 use savepoint_store::{BlockKind, ChildLink, ParentCancel, RunHeader, RunStatus};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -9,6 +10,21 @@ use tokio_util::sync::CancellationToken;
 use super::operate::{Operated, Restarted};
 use super::workload;
 use super::world::{dump_namespace, Kind, World, SECRET, SERVER_BASE_US};
+
+/// Calls side by side are journaled in the order they are written: the journal of a run of
+/// such a workflow starts with a prefix of that order, whatever crashed and whenever.
+pub(super) fn written_order(t: &ThreadId, h: &RunHeader, journal: &[Entry], bad: &mut Vec<String>) {
+    let Some((_, order)) = workload::WRITTEN_ORDER.iter().find(|(w, _)| *w == h.workflow) else {
+        return;
+    };
+    let names: Vec<&str> = journal.iter().take(order.len()).map(|e| e.name.as_str()).collect();
+    if names[..] != order[..names.len()] {
+        bad.push(format!(
+            "run {t} ({}): its calls side by side were journaled as {names:?}, not in the order written {order:?}",
+            h.workflow
+        ));
+    }
+}
 
 /// The scanner replicas' registrations: a crashed replica's expired, one that left is gone,
 /// and each running replica is registered (the live set is what they split the partitions by).

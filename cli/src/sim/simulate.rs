@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::checks::{deadline_checks, feature_checks, operator_checks, scanner_checks};
+use super::checks::{deadline_checks, feature_checks, operator_checks, scanner_checks, written_order};
 use super::faults::{Plan, Trace};
 use super::operate::{operate, Operated};
 use super::runner::{SeedReport, SimArgs};
@@ -686,6 +686,7 @@ async fn check_run_end(
         seen.journal.truncate(r.from);
     }
     check_growth(t, seen, &h, &journal, violations);
+    written_order(t, &h, &journal, violations);
     sim.trace.count(&format!("end.{}", h.status.as_str()));
     if h.status == RunStatus::Blocked {
         check_block_reason(&sim.trace, t, &h, violations);

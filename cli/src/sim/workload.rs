@@ -13,12 +13,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use savepoint::workflow::{
-    Call, Ctx, EffectCtx, EffectOptions, EffectPolicy, Registry, RetryPolicy, StepError, Workflow, WorkflowError,
+    Ctx, EffectCtx, EffectOptions, EffectPolicy, Registry, RetryPolicy, StepError, Workflow, WorkflowError,
 };
 use savepoint_store::{BlockKind, RunHeader};
 
 /// The flow-control keys of the `metered` runs and their limits.
 pub(crate) const FLOW_KEYS: [(&str, usize); 2] = [("fa", 1), ("fb", 2)];
+
+/// Workflows whose calls run side by side (`futures::join!`), with the order they are written
+/// in: whatever order they finish in, a journal holds a prefix of it (never a later call before
+/// an earlier one, never a gap).
+pub(crate) const WRITTEN_ORDER: [(&str, &[&str]); 1] = [("batch", &["a", "middle", "b", "timed"])];
 
 /// Effect key prefixes whose in-doubt policy is `block`: the engine must never call such an
 /// effect's function twice (a second call could repeat it).
@@ -258,7 +263,7 @@ impl Workflow for Order {
     type Input = Value;
     type Output = Value;
 
-    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let id = input["id"].as_u64().unwrap_or(0);
         let p = &self.0;
         let price: u64 = ctx.step("price", || async move { Ok(100 + id) }).await?;
@@ -329,7 +334,7 @@ impl Workflow for Approve {
     type Input = Value;
     type Output = Value;
 
-    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let id = input["id"].as_u64().unwrap_or(0);
         let p = &self.0;
         let asked: String = ctx
@@ -362,7 +367,7 @@ impl Workflow for Metered {
     type Input = Value;
     type Output = Value;
 
-    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let id = input["id"].as_u64().unwrap_or(0);
         let key = input["key"].as_str().unwrap_or("fa").to_owned();
         // (The key carries the input's plaintext marker: `<marker>-fa`.)
@@ -400,7 +405,7 @@ impl Workflow for Parent {
     type Input = Value;
     type Output = Value;
 
-    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let id = input["id"].as_u64().unwrap_or(0);
         let first: Value = ctx
             .child::<Kid>("kid-a", json!({"id": id, "nap_ms": (id * 131) % 900}))
@@ -421,7 +426,7 @@ impl Workflow for Kid {
     type Input = Value;
     type Output = Value;
 
-    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let id = input["id"].as_u64().unwrap_or(0);
         let n: u64 = ctx.step("count", || async move { Ok(id * 2) }).await?;
         ctx.sleep("nap", Duration::from_millis(input["nap_ms"].as_u64().unwrap_or(0)))
@@ -436,7 +441,7 @@ impl Workflow for Kid {
     }
 }
 
-/// `batch {id}`: a parallel group of two effects (block) and a step, then an effect whose
+/// `batch {id}`: two effects (block) and a step side by side (`futures::join!`), then an effect whose
 /// attempts time out when the provider is slow (block: cut off means in doubt, never a second
 /// call).
 struct Batch(Arc<Provider>);
@@ -446,20 +451,16 @@ impl Workflow for Batch {
     type Input = Value;
     type Output = Value;
 
-    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let id = input["id"].as_u64().unwrap_or(0);
         let p = &self.0;
-        let results = ctx
-            .all(vec![
-                Call::effect("a", format!("batch-a:{id}"), |fx| async move { p.apply(&fx).await }),
-                Call::step("middle", move || async move { Ok(json!(id)) }),
-                Call::effect("b", format!("batch-b:{id}"), |fx| async move { p.apply(&fx).await }),
-            ])
-            .await;
-        let mut out = Vec::new();
-        for r in results {
-            out.push(r?);
-        }
+        // Side by side in plain Rust: journaled in the order written.
+        let (a, middle, b) = futures::join!(
+            ctx.effect("a", format!("batch-a:{id}"), |fx| async move { p.apply(&fx).await }),
+            ctx.step("middle", move || async move { Ok(json!(id)) }),
+            ctx.effect("b", format!("batch-b:{id}"), |fx| async move { p.apply(&fx).await }),
+        );
+        let out: Vec<Value> = vec![a?, middle?, b?];
         let policy = RetryPolicy {
             initial: Duration::from_millis(50),
             ..RetryPolicy::attempts(3)
@@ -499,7 +500,7 @@ impl Workflow for Tock {
     type Input = Value;
     type Output = Value;
 
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let thread = ctx.thread_id().to_string();
         let ms = 300
             + thread

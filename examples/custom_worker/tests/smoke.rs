@@ -27,9 +27,30 @@ fn new_order() -> Order {
     }
 }
 
+/// What the worker's shop recorded (its own list, `<namespace>:shop:calls`), by key.
+async fn shop_counts(w: &World) -> std::collections::BTreeMap<String, usize> {
+    let client = redis::Client::open(w.cfg.redis_url.as_str()).expect("redis url");
+    let mut conn = client.get_multiplexed_async_connection().await.expect("redis");
+    let raw: Vec<String> = redis::cmd("LRANGE")
+        .arg(format!("{}:shop:calls", w.cfg.namespace))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .expect("lrange");
+    let mut counts = std::collections::BTreeMap::new();
+    for r in raw
+        .iter()
+        .filter_map(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+    {
+        *counts.entry(r["key"].as_str().unwrap_or("").to_owned()).or_insert(0) += 1;
+    }
+    counts
+}
+
 /// Counted at the provider: exactly these effects of the order, each once.
 async fn applied_once(w: &World, order: &Order, effects: &[&str]) {
-    let counts = w.effect_counts().await;
+    let counts = shop_counts(w).await;
     for key in effects {
         let key = format!("{key}:{}", order.order_id);
         assert_eq!(counts.get(&key), Some(&1), "{key}: {counts:?}");
@@ -86,12 +107,19 @@ async fn an_order_is_fulfilled_once_and_a_wrong_answer_is_refused() {
         "{question}"
     );
 
-    run.resume(&ShippingApproval {
+    // A typed answer to another interrupt than the one pending is refused before sending.
+    const OTHER: savepoint::workflow::Interrupt<ShippingApproval> = savepoint::workflow::Interrupt::new("other");
+    let approval = ShippingApproval {
         approved: true,
         carrier: "DHL".into(),
-    })
-    .await
-    .expect("typed resume");
+    };
+    let wrong = run
+        .answer(OTHER, &approval)
+        .await
+        .expect_err("not the pending interrupt");
+    assert!(wrong.to_string().contains("\"other\""), "{wrong}");
+    assert_eq!(w.run(&t).await["status"], "waiting");
+    run.answer(SHIPPING_APPROVAL, &approval).await.expect("typed answer");
     let done: Fulfilled = run.output(LONG).await.expect("typed output");
     assert_eq!(done.charge.amount_cents, 2_500);
     assert_eq!(done.shipment.as_ref().map(|s| s.carrier.as_str()), Some("DHL"));

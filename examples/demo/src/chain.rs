@@ -2,7 +2,6 @@
 //! outputs the last map. Used for benchmarks.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 
 use savepoint::workflow::{Ctx, Workflow, WorkflowError};
 
@@ -19,18 +18,30 @@ pub struct ChainIn {
     pub step_delay_ms: u64,
 }
 
+/// What each step returns (`{"i","acc","pad"?}`) and the run outputs (without `pad`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ChainState {
+    /// Steps done.
+    pub i: u32,
+    /// The sum of the step numbers so far.
+    pub acc: u64,
+    /// `payload_bytes` of padding, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pad: Option<String>,
+}
+
 /// The benchmark workflow.
 pub struct Chain;
 
 impl Workflow for Chain {
     const NAME: &'static str = "chain";
     type Input = ChainIn;
-    type Output = Value;
+    type Output = ChainState;
 
-    async fn run(&self, ctx: &mut Ctx, input: ChainIn) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: ChainIn) -> Result<ChainState, WorkflowError> {
         let pad = "x".repeat(input.payload_bytes);
         let delay = input.step_delay_ms;
-        let mut state = json!({"i": 0, "acc": 0});
+        let mut state = ChainState::default();
         for i in 0..input.steps {
             let prev = &state;
             let pad = &pad;
@@ -39,18 +50,15 @@ impl Workflow for Chain {
                     if delay > 0 {
                         tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
                     }
-                    let acc = prev["acc"].as_u64().unwrap_or(0) + u64::from(i);
-                    let mut out = json!({"i": i + 1, "acc": acc});
-                    if !pad.is_empty() {
-                        out["pad"] = json!(pad);
-                    }
-                    Ok(out)
+                    Ok(ChainState {
+                        i: i + 1,
+                        acc: prev.acc + u64::from(i),
+                        pad: (!pad.is_empty()).then(|| pad.clone()),
+                    })
                 })
                 .await?;
         }
-        if let Some(m) = state.as_object_mut() {
-            m.remove("pad");
-        }
+        state.pad = None;
         Ok(state)
     }
 }

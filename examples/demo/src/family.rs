@@ -6,9 +6,10 @@
 //! waits for the signal `go` first when `hold` is set, and outputs `{"n", "doubled"}`.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use savepoint::workflow::{Ctx, Workflow, WorkflowError};
+use savepoint::ids::ThreadId;
+use savepoint::workflow::{Ctx, Signal, Workflow, WorkflowError};
 
 use crate::EffectLog;
 
@@ -47,15 +48,33 @@ pub struct KidOut {
     pub doubled: u64,
 }
 
+/// Output of `family`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct FamilyOut {
+    /// Each awaited child's output, in order.
+    pub children: Vec<KidOut>,
+    /// The sum of their `doubled`.
+    pub sum: u64,
+    /// The thread ids of the children started and not awaited.
+    pub detached: Vec<ThreadId>,
+}
+
+/// The signal `family` waits for (with `wait`) after starting its children: its value is not
+/// read.
+pub const DONE: Signal<Value> = Signal::new("done");
+
+/// The signal each `kid` waits for first (with `hold`): its value is not read.
+pub const GO: Signal<Value> = Signal::new("go");
+
 /// The parent workflow.
 pub struct Family;
 
 impl Workflow for Family {
     const NAME: &'static str = "family";
     type Input = FamilyIn;
-    type Output = Value;
+    type Output = FamilyOut;
 
-    async fn run(&self, ctx: &mut Ctx, input: FamilyIn) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: FamilyIn) -> Result<FamilyOut, WorkflowError> {
         let mut outputs = Vec::new();
         for n in 0..u64::from(input.kids) {
             let kid = KidIn { n, hold: input.hold };
@@ -71,10 +90,13 @@ impl Workflow for Family {
             detached.push(ctx.start_child::<Kid>(&format!("detached-{n}"), kid).await?);
         }
         if input.wait {
-            let _: Value = ctx.wait_signal("done").await?;
+            ctx.wait_signal(DONE).await?;
         }
-        let sum = outputs.iter().map(|o| o.doubled).sum::<u64>();
-        Ok(json!({"children": outputs, "sum": sum, "detached": detached}))
+        Ok(FamilyOut {
+            sum: outputs.iter().map(|o| o.doubled).sum(),
+            children: outputs,
+            detached,
+        })
     }
 }
 
@@ -95,9 +117,9 @@ impl Workflow for Kid {
     type Input = KidIn;
     type Output = KidOut;
 
-    async fn run(&self, ctx: &mut Ctx, input: KidIn) -> Result<KidOut, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: KidIn) -> Result<KidOut, WorkflowError> {
         if input.hold {
-            let _: Value = ctx.wait_signal("go").await?;
+            ctx.wait_signal(GO).await?;
         }
         let thread = ctx.thread_id().to_string();
         let key = format!("gift:{thread}");

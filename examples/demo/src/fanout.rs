@@ -1,5 +1,5 @@
-//! `fanout {"order_id"}`: a parallel group (`ctx.all`) of three steps (fetch the order's
-//! three documents) and two effects (`stock.reserve` under `stock:<order_id>` and
+//! `fanout {"order_id"}`: five calls side by side (`futures::join!`): three steps (fetch the
+//! order's three documents) and two effects (`stock.reserve` under `stock:<order_id>` and
 //! `card.charge` under `charge:<order_id>`, both policy reconcile), then a race of a quote
 //! step against a durable timeout (`ctx.select`). Used to prove that a group survives a
 //! crash at every failpoint inside it with each effect applied once.
@@ -52,7 +52,7 @@ impl Workflow for Fanout {
     type Input = FanoutIn;
     type Output = FanoutOut;
 
-    async fn run(&self, ctx: &mut Ctx, input: FanoutIn) -> Result<FanoutOut, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: FanoutIn) -> Result<FanoutOut, WorkflowError> {
         let thread = ctx.thread_id().to_string();
         let reconcile = || {
             let log = self.log.clone();
@@ -63,29 +63,28 @@ impl Workflow for Fanout {
         };
         let (log, t, fetch) = (&self.log, &thread, Duration::from_millis(input.fetch_ms));
         let doc = |name: &'static str| {
-            Call::step(&format!("fetch.{name}"), move || async move {
+            ctx.step(&format!("fetch.{name}"), move || async move {
                 tokio::time::sleep(fetch).await;
                 Ok(json!({"doc": name}))
             })
         };
         let effect = |name: &'static str, key: String| {
-            Call::effect_with(name, key, reconcile(), move |fx| async move {
+            ctx.effect(name, key, move |fx| async move {
                 tokio::time::sleep(fetch).await;
                 log.record(t, name, &fx.key).await?;
                 Ok(json!({"applied": fx.key}))
             })
+            .options(reconcile())
         };
-        let group = ctx
-            .all(vec![
-                doc("invoice"),
-                effect("stock.reserve", format!("stock:{}", input.order_id)),
-                doc("contract"),
-                effect("card.charge", format!("charge:{}", input.order_id)),
-                doc("receipt"),
-            ])
-            .await
-            .into_iter()
-            .collect::<Result<Vec<Value>, _>>()?;
+        // Journaled in the order written, whatever order they finish in.
+        let (invoice, stock, contract, charge, receipt) = futures::join!(
+            doc("invoice"),
+            effect("stock.reserve", format!("stock:{}", input.order_id)),
+            doc("contract"),
+            effect("card.charge", format!("charge:{}", input.order_id)),
+            doc("receipt"),
+        );
+        let group = vec![invoice?, stock?, contract?, charge?, receipt?];
         let slow = Call::step("quote.slow", move || async move {
             tokio::time::sleep(Duration::from_secs(30)).await;
             Ok(json!({"carrier": "slow"}))

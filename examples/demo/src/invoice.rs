@@ -31,6 +31,20 @@ pub struct Totals {
     pub currency: String,
 }
 
+/// What the ledger answers a post with (the `ledger.post` effect's result).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Posted {
+    /// The key it was posted under.
+    pub posted: String,
+}
+
+/// What the mail provider answers (the `email.send` effect's result).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Sent {
+    /// The key it was sent under.
+    pub sent: String,
+}
+
 /// The seed's invoice workflow.
 pub struct Invoice {
     log: EffectLog,
@@ -85,30 +99,37 @@ impl Workflow for Invoice {
     type Input = InvoiceIn;
     type Output = Totals;
 
-    async fn run(&self, ctx: &mut Ctx, input: InvoiceIn) -> Result<Totals, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: InvoiceIn) -> Result<Totals, WorkflowError> {
         let text: String = ctx.step("read_pdf", || read_pdf(&input)).await?;
         let totals: Totals = ctx
             .step("extract_totals", || async { extract(&input.invoice_id, &text) })
             .await?;
         let thread = ctx.thread_id().to_string();
         let log = self.log.clone();
+        // In doubt after a crash, the ledger (the effects log) is asked: a post it has is the
+        // effect's result, as the call would have returned it.
         let reconcile = EffectPolicy::reconcile(move |key: String| {
             let log = log.clone();
-            async move { log.find(&key).await }
+            async move {
+                match log.find(&key).await? {
+                    Some(_) => Ok(Some(serde_json::to_value(Posted { posted: key })?)),
+                    None => Ok(None),
+                }
+            }
         });
         let log = &self.log;
         let t = &thread;
-        let _posted: serde_json::Value = ctx
+        let _posted: Posted = ctx
             .effect("ledger.post", format!("ledger:{}", input.invoice_id), |fx| async move {
                 log.record(t, "ledger.post", &fx.key).await?;
-                Ok(serde_json::json!({"posted": fx.key}))
+                Ok(Posted { posted: fx.key })
             })
             .policy(reconcile)
             .await?;
-        let _sent: serde_json::Value = ctx
+        let _sent: Sent = ctx
             .effect("email.send", format!("email:{thread}"), |fx| async move {
                 log.record(t, "email.send", &fx.key).await?;
-                Ok(serde_json::json!({"sent": fx.key}))
+                Ok(Sent { sent: fx.key })
             })
             .await?;
         Ok(totals)

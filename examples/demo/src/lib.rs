@@ -16,14 +16,14 @@ mod metered;
 mod routed;
 mod webhook;
 
-pub use approval::Approval;
-pub use chain::{Chain, ChainIn};
-pub use family::{Family, FamilyIn, Kid, KidIn};
+pub use approval::{Approval, ApprovalOut, GATE};
+pub use chain::{Chain, ChainIn, ChainState};
+pub use family::{Family, FamilyIn, FamilyOut, Kid, KidIn, KidOut, DONE, GO};
 pub use fanout::{Fanout, FanoutIn};
-pub use invoice::{Invoice, InvoiceIn};
-pub use metered::{Metered, MeteredIn};
-pub use routed::{Routed, RoutedIn};
-pub use webhook::{Webhook, WebhookIn};
+pub use invoice::{Invoice, InvoiceIn, Posted, Sent, Totals};
+pub use metered::{Metered, MeteredIn, MeteredOut};
+pub use routed::{Routed, RoutedIn, RoutedOut};
+pub use webhook::{Delivered, Webhook, WebhookIn, WebhookOut};
 
 use serde_json::{json, Value};
 use std::time::Duration;

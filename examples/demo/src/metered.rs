@@ -5,7 +5,6 @@
 //! customer. A flow-control test reads it: it must never pass the key's limit.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 use std::time::Duration;
 
 use savepoint::workflow::{Ctx, StepError, Workflow, WorkflowError};
@@ -39,6 +38,15 @@ redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1]) \
 local n = redis.call('ZCARD', KEYS[1]) \
 if n > tonumber(redis.call('HGET', KEYS[2], ARGV[3]) or '0') then redis.call('HSET', KEYS[2], ARGV[3], n) end \
 return n";
+
+/// Output.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MeteredOut {
+    /// Whose run it was.
+    pub customer: String,
+    /// For each step, how many of the customer's runs were inside a step together with it.
+    pub together: Vec<u64>,
+}
 
 /// The witnessed workflow.
 pub struct Metered {
@@ -79,9 +87,9 @@ impl Metered {
 impl Workflow for Metered {
     const NAME: &'static str = "metered";
     type Input = MeteredIn;
-    type Output = Value;
+    type Output = MeteredOut;
 
-    async fn run(&self, ctx: &mut Ctx, input: MeteredIn) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: MeteredIn) -> Result<MeteredOut, WorkflowError> {
         let thread = ctx.thread_id().to_string();
         let mut seen = Vec::new();
         for i in 0..input.steps {
@@ -91,6 +99,9 @@ impl Workflow for Metered {
                 .await?;
             seen.push(n);
         }
-        Ok(json!({"customer": input.customer, "together": seen}))
+        Ok(MeteredOut {
+            customer: input.customer,
+            together: seen,
+        })
     }
 }

@@ -1,9 +1,8 @@
 //! `routed {"queue"}`: three steps; the middle one (`render`) runs on task queue `queue`
-//! (`ctx.step_on`), the others on the run's home queue. Each step returns the name of the
-//! worker that ran it (`SAVEPOINT_WORKER_NAME`), so the output shows where each ran.
+//! (`ctx.step(…).on_queue(queue)`), the others on the run's home queue. Each step returns the
+//! name of the worker that ran it (`SAVEPOINT_WORKER_NAME`), so the output shows where each ran.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 
 use savepoint::workflow::{Ctx, StepError, Workflow, WorkflowError};
 
@@ -12,6 +11,17 @@ use savepoint::workflow::{Ctx, StepError, Workflow, WorkflowError};
 pub struct RoutedIn {
     /// The task queue of the middle step.
     pub queue: String,
+}
+
+/// Output: the worker that ran each step.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RoutedOut {
+    /// The first step's worker (home queue).
+    pub prepare: String,
+    /// The middle step's worker (queue `queue`).
+    pub render: String,
+    /// The last step's worker (home queue).
+    pub deliver: String,
 }
 
 /// The routing demo workflow.
@@ -24,15 +34,19 @@ fn worker_name() -> Result<String, StepError> {
 impl Workflow for Routed {
     const NAME: &'static str = "routed";
     type Input = RoutedIn;
-    type Output = Value;
+    type Output = RoutedOut;
 
-    async fn run(&self, ctx: &mut Ctx, input: RoutedIn) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: RoutedIn) -> Result<RoutedOut, WorkflowError> {
         let prepare: String = ctx.step("prepare", || async { worker_name() }).await?;
         let render: String = ctx
             .step("render", || async { worker_name() })
             .on_queue(&input.queue)
             .await?;
         let deliver: String = ctx.step("deliver", || async { worker_name() }).await?;
-        Ok(json!({"prepare": prepare, "render": render, "deliver": deliver}))
+        Ok(RoutedOut {
+            prepare,
+            render,
+            deliver,
+        })
     }
 }

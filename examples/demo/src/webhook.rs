@@ -5,7 +5,7 @@
 //! key and refuses lower ones (409) stops a worker that lost its lease.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::time::Duration;
 
 use savepoint::workflow::{Ctx, EffectPolicy, StepError, Workflow, WorkflowError};
@@ -24,6 +24,20 @@ pub struct WebhookIn {
     /// `block` (default) or `retry_safe`.
     #[serde(default)]
     pub policy: Option<String>,
+}
+
+/// What the receiver answered (the `webhook.post` effect's result).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Delivered {
+    /// Its HTTP status.
+    pub status: u16,
+}
+
+/// Output.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WebhookOut {
+    /// The steps run.
+    pub steps: u32,
 }
 
 /// The webhook workflow.
@@ -46,9 +60,9 @@ impl Webhook {
 impl Workflow for Webhook {
     const NAME: &'static str = "webhook";
     type Input = WebhookIn;
-    type Output = Value;
+    type Output = WebhookOut;
 
-    async fn run(&self, ctx: &mut Ctx, input: WebhookIn) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: WebhookIn) -> Result<WebhookOut, WorkflowError> {
         let policy = match input.policy.as_deref() {
             None => EffectPolicy::Block,
             Some(p) => EffectPolicy::parse(p)
@@ -58,7 +72,7 @@ impl Workflow for Webhook {
         for i in 0..input.steps {
             if i == input.effect_at {
                 let (log, http, t, url) = (&self.log, &self.http, &thread, &input.url);
-                let _: Value = ctx
+                let _: Delivered = ctx
                     .effect("webhook.post", format!("webhook:{thread}:{i}"), |fx| async move {
                         let resp = http
                             .post(url)
@@ -76,13 +90,15 @@ impl Workflow for Webhook {
                             return Err(StepError::retryable(format!("webhook answered {status}")));
                         }
                         log.record(t, "webhook.post", &fx.key).await?;
-                        Ok(json!({"status": status.as_u16()}))
+                        Ok(Delivered {
+                            status: status.as_u16(),
+                        })
                     })
                     .policy(policy.clone())
                     .await?;
             }
             let _: u32 = ctx.step(&format!("step-{i}"), || async move { Ok(i) }).await?;
         }
-        Ok(json!({"steps": input.steps}))
+        Ok(WebhookOut { steps: input.steps })
     }
 }

@@ -5,8 +5,8 @@
 
 fn main() -> std::process::ExitCode {
     let spec = std::env::var("IT_WORKFLOWS").ok().filter(|s| !s.trim().is_empty());
-    savepoint_worker::main_with(move |store| match spec {
-        Some(spec) => Ok(savepoint_demo::registry_from_spec(store, &spec)?),
-        None => Ok(savepoint_demo::registry(store)),
+    savepoint_worker::main_with(move |setup| match spec {
+        Some(spec) => Ok(savepoint_demo::registry_from_spec(setup.store(), &spec)?),
+        None => Ok(savepoint_demo::registry(setup.store())),
     })
 }

@@ -117,7 +117,7 @@ impl Workflow for FxProbe {
     const NAME: &'static str = "fx_probe";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let _: u32 = ctx.step("first", || async { Ok(1) }).await?;
         let key = format!("charge:{}", text(&input, "id"));
         let opts = EffectOptions {
@@ -225,7 +225,7 @@ impl Workflow for FxOnce {
     const NAME: &'static str = "fx_once";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let key = format!("send:{}", text(&input, "id"));
         let calls = self.calls.clone();
         let v: Value = ctx
@@ -297,7 +297,7 @@ impl Workflow for FxFail {
     const NAME: &'static str = "fx_fail";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let key = format!("pay:{}", text(&input, "id"));
         let mark = input["mark_done"].as_bool().unwrap_or(false);
         let (store, calls) = (self.store.clone(), self.calls.clone());
@@ -385,7 +385,7 @@ impl Workflow for Hold {
     const NAME: &'static str = "fx_hold";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let started = self.started.clone();
         let v: Value = ctx
             .effect("hold", text(&input, "key"), move |fx: EffectCtx| {
@@ -407,7 +407,7 @@ impl Workflow for UseKey {
     const NAME: &'static str = "fx_use";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         self.bodies.bump(ctx.thread_id().as_str());
         let performed = self.performed.clone();
         let v: Value = ctx
@@ -762,7 +762,7 @@ impl Workflow for Shrink {
     const NAME: &'static str = "shrink";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let a: String = ctx.step("a", || async { Ok("a".to_owned()) }).await?;
         if self.0 == 2 {
             return Ok(json!([a]));
@@ -850,7 +850,7 @@ impl Workflow for Patchy {
     const NAME: &'static str = "patchy";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let first = if self.0 { Some(ctx.patched("x").await) } else { None };
         let _: u32 = ctx.step("a", || async { Ok(1) }).await?;
         let _: u32 = ctx.step("b", || async { Ok(2) }).await?;
@@ -935,7 +935,7 @@ impl Workflow for Twice {
     const NAME: &'static str = "twice";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let key = text(&input, "key");
         if input["at_once"].as_bool().unwrap_or(false) {
             let (store, k) = (self.store.clone(), key.clone());
@@ -1021,7 +1021,7 @@ impl Workflow for StepPanic {
     fn retry_policy(&self) -> RetryPolicy {
         fast_retry(3)
     }
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let calls = self.calls.clone();
         let n: u32 = ctx
             .step("flaky", || {
@@ -1047,9 +1047,9 @@ impl Workflow for StepPanic {
             })
             .await;
         match r {
-            Err(WorkflowError::CallFailed { kind, name, message }) => {
-                Ok(json!({"flaky": n, "doomed": {"kind": kind, "name": name, "message": message}}))
-            }
+            Err(WorkflowError::CallFailed {
+                kind, name, message, ..
+            }) => Ok(json!({"flaky": n, "doomed": {"kind": kind, "name": name, "message": message}})),
             Ok(_) => Err(WorkflowError::failed("doomed succeeded")),
             Err(e) => Err(e),
         }
@@ -1099,7 +1099,7 @@ impl Workflow for AlwaysFails {
     const NAME: &'static str = "always_fails";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let calls = self.calls.clone();
         let policy = RetryPolicy {
             initial: Duration::from_secs(3),
@@ -1169,7 +1169,7 @@ impl Workflow for CodePanic {
     const NAME: &'static str = "code_panic";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let _: u32 = ctx.step("before", || async { Ok(1) }).await?;
         if input["panic"].as_bool().unwrap_or(true) {
             panic!("the code is broken");
@@ -1207,7 +1207,7 @@ impl Workflow for EffectPanic {
     const NAME: &'static str = "effect_panic";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let calls = self.calls.clone();
         let v: Value = ctx
             .effect("charge", format!("card:{}", text(&input, "id")), |fx: EffectCtx| {
@@ -1268,7 +1268,7 @@ impl Workflow for Gates {
     const NAME: &'static str = "gates";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let a: Value = ctx.interrupt("gate", json!({"n": 1})).await?;
         let b: Value = ctx.interrupt("gate", json!({"n": 2})).await?;
         let x: Value = ctx.wait_signal("go").await?;
@@ -1409,32 +1409,28 @@ impl Workflow for Pair {
     type Input = Value;
     type Output = Value;
 
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let t = ctx.thread_id().to_string();
         let slow = EffectOptions {
             retry: Some(RetryPolicy::attempts(1).with_attempt_timeout(Duration::from_millis(300))),
             ..EffectOptions::default()
         };
         let calls = Arc::clone(&self.quick_calls);
-        let results = ctx
-            .all(vec![
-                savepoint::workflow::Call::effect_with("slow", format!("slow:{t}"), slow, |_fx: EffectCtx| async {
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                    Ok(json!("slow"))
-                }),
-                savepoint::workflow::Call::effect("quick", format!("quick:{t}"), move |_fx: EffectCtx| {
-                    let calls = Arc::clone(&calls);
-                    async move {
-                        *calls.lock().unwrap() += 1;
-                        Ok(json!("quick"))
-                    }
-                }),
-            ])
-            .await;
-        let mut out = Vec::new();
-        for r in results {
-            out.push(r?);
-        }
+        let (slow, quick) = futures::join!(
+            ctx.effect("slow", format!("slow:{t}"), |_fx: EffectCtx| async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Ok(json!("slow"))
+            })
+            .options(slow),
+            ctx.effect("quick", format!("quick:{t}"), move |_fx: EffectCtx| {
+                let calls = Arc::clone(&calls);
+                async move {
+                    *calls.lock().unwrap() += 1;
+                    Ok(json!("quick"))
+                }
+            }),
+        );
+        let out = vec![slow?, quick?];
         Ok(json!(out))
     }
 }

@@ -1,5 +1,6 @@
-//! The in-process suites: the store, broker and keyspace contracts, the API, the hazards and
-//! the workflow API, each with the scheduler and workers inside this process.
+//! The in-process suites: the store, broker and keyspace contracts, the API, the hazards,
+//! the workflow API and the fields of answers and signals, each with the scheduler and
+//! workers inside this process.
 //!
 //! Without the `services` feature (plain `cargo test`) they run on the embedded backend and
 //! need no services; the contract halves that need Redis or RabbitMQ, and the keyspace
@@ -7,6 +8,7 @@
 //! and Redis, and `SAVEPOINT_TEST_BACKEND=embedded` moves them back onto the embedded
 //! backend (README "Tests").
 
+pub mod answer_fields;
 pub mod conformance_broker;
 #[cfg(feature = "services")]
 pub mod conformance_keyspace;

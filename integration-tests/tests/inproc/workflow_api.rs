@@ -21,7 +21,7 @@ impl Workflow for Timer {
     const NAME: &'static str = "timer";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let _: u32 = ctx.step("before", || async { Ok(1) }).await?;
         ctx.sleep("nap", Duration::from_millis(400)).await?;
         let now = ctx.now().await?;
@@ -72,7 +72,7 @@ impl Workflow for Saga {
             ..RetryPolicy::attempts(4)
         }
     }
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let flaky = self.flaky_calls.clone();
         let n: u32 = ctx
             .step("flaky", || {
@@ -138,7 +138,7 @@ impl Workflow for Signals {
     const NAME: &'static str = "signals";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let gate: Value = ctx
             .interrupt("ready", json!({"why": "let the test send signals first"}))
             .await?;
@@ -179,7 +179,7 @@ impl Workflow for Shape {
     const NAME: &'static str = "shape";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let mut log = vec![ctx.step("a", || async { Ok("a".to_owned()) }).await?];
         let second = match self.0 {
             1 => "b",
@@ -273,7 +273,7 @@ impl Workflow for Slow {
     const NAME: &'static str = "slow";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let finished = self.finished.clone();
         let v: u32 = ctx
             .step("long", || {
@@ -334,7 +334,7 @@ impl Workflow for Ship {
     const NAME: &'static str = "ship";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let a: Approval = ctx.interrupt("shipping_approval", json!({"question": "ship?"})).await?;
         let n: u32 = ctx.wait_signal("count").await?;
         Ok(json!({"approved": a.approved, "carrier": a.carrier, "count": n}))
@@ -405,7 +405,7 @@ impl Workflow for ClockKey {
     const NAME: &'static str = "clock_key";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let order = input["order_id"].as_str().unwrap_or("").to_owned();
         #[allow(clippy::disallowed_methods)] // the mistake under test
         let ms = std::time::SystemTime::now()
@@ -475,7 +475,7 @@ impl Workflow for Pay {
     const NAME: &'static str = "pay";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let charges = self.charges.clone();
         let c: Charged = ctx
             .effect("card.charge", "charge:P-1", |fx| {
@@ -539,7 +539,7 @@ impl Workflow for Escalate {
     const NAME: &'static str = "escalate";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let ms = input["timeout_ms"].as_u64().unwrap_or(500);
         let answer: Option<String> = ctx
             .interrupt("approve", json!({"question": "approve?"}))

@@ -1,5 +1,5 @@
 //! A parallel group under real SIGKILLs: a worker running `fanout` (three steps and two
-//! effects in one `ctx.all`, then a race against a timeout) is killed with SIGKILL at each
+//! effects side by side under `futures::join!`, then a race against a timeout) is killed with SIGKILL at each
 //! failpoint and hit inside the group; a fresh worker finishes the run. Counted at the
 //! provider (the demo effects log in Redis): each effect applied exactly once, the journal in
 //! call order.

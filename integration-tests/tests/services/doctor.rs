@@ -93,7 +93,7 @@ impl Workflow for Nap {
     const NAME: &'static str = "nap";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         ctx.step("before", || async { Ok(1) }).await?;
         ctx.sleep("cool_off", Duration::from_secs(60)).await?;
         Ok(json!("woke"))
@@ -293,7 +293,7 @@ impl Workflow for Drift {
     const NAME: &'static str = "drift";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let first = if self.0 == 1 { "a" } else { "x" };
         ctx.step(first, || async { Ok(1) }).await?;
         let v: Value = ctx.interrupt("gate", json!({})).await?;

@@ -173,7 +173,7 @@ impl Workflow for Fragile {
     const NAME: &'static str = "fragile";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let load = self.load.clone();
         let n: u32 = ctx
             .step("load", || {

@@ -150,7 +150,7 @@ impl Workflow for Slow {
     const NAME: &'static str = "slow";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         ctx.step("work", || async {
             tokio::time::sleep(Duration::from_millis(2500)).await;
             Ok(json!("done"))

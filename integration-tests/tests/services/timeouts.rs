@@ -55,7 +55,7 @@ impl Workflow for Sleeper {
     const NAME: &'static str = "sleeper";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
         let _: u32 = ctx.step("before", || async { Ok(1) }).await?;
         ctx.sleep("nap", Duration::from_secs(3600)).await?;
         Ok(json!("woke"))
@@ -219,7 +219,7 @@ impl Workflow for Hangs {
     const NAME: &'static str = "hangs";
     type Input = Value;
     type Output = Value;
-    async fn run(&self, ctx: &mut Ctx, input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let policy = RetryPolicy {
             initial: Duration::from_millis(10),
             jitter: 0.0,

@@ -118,3 +118,61 @@ pub(crate) fn check_value(
         ))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::StatusCode;
+    use savepoint::workflow::Schemas;
+    use schemars::JsonSchema;
+    use serde_json::json;
+
+    /// The default: a field the type does not have is ignored.
+    #[derive(JsonSchema, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Lenient {
+        approved: bool,
+    }
+
+    /// Opted in: a field the type does not have is refused.
+    #[derive(JsonSchema, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Strict {
+        approved: bool,
+    }
+
+    #[test]
+    fn an_unknown_field_is_refused_only_where_the_type_denies_unknown_fields() {
+        let s = Schemas::new()
+            .interrupt::<Lenient>("lenient")
+            .interrupt::<Strict>("strict")
+            .signal::<Strict>("strict_signal");
+        let extra = json!({"approved": true, "aproved_by": "ann"});
+        let lenient = Expects::Interrupt("lenient");
+        assert_eq!(check_value(s.interrupts.get("lenient"), &extra, lenient, "wf"), Ok(()));
+        for (schema, what, of) in [
+            (
+                s.interrupts.get("strict"),
+                Expects::Interrupt("strict"),
+                "the answer to interrupt \"strict\"",
+            ),
+            (
+                s.signals.get("strict_signal"),
+                Expects::Signal("strict_signal"),
+                "signal \"strict_signal\"",
+            ),
+        ] {
+            let e = check_value(schema, &extra, what, "wf").expect_err("refused");
+            assert_eq!(e.status, StatusCode::UNPROCESSABLE_ENTITY);
+            assert!(e.message.starts_with(of), "{}", e.message);
+            assert!(
+                e.message.contains("'aproved_by'"),
+                "the unknown field is named: {}",
+                e.message
+            );
+            assert!(e.message.contains("nothing was changed"), "{}", e.message);
+            assert_eq!(check_value(schema, &json!({"approved": false}), what, "wf"), Ok(()));
+        }
+    }
+}

@@ -359,6 +359,7 @@ mod tests {
             at,
             attempts: 1,
             key: key.map(str::to_owned),
+            failure: None,
         }
     }
 

@@ -14,143 +14,146 @@
 
 use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
-use serde::Serialize;
-use std::future::{Future, IntoFuture};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use serde_json::Value;
-use std::marker::PhantomData;
 use std::time::Duration;
 
-use super::{Ctx, EffectCtx, EffectOptions, EffectPolicy, RetryPolicy, StepError, WorkflowError};
+use super::{Ctx, EffectOptions, EffectPolicy, RetryPolicy, WorkflowError};
 use crate::journal::EntryKind;
 
-/// A step, run when awaited (see [`Ctx::step`]): at-least-once work whose result is journaled.
-#[must_use = "a step runs when it is awaited"]
-pub struct StepCall<'c, F> {
-    ctx: &'c mut Ctx,
-    name: String,
-    f: F,
-    retry: Option<RetryPolicy>,
-    queue: Option<String>,
+/// What starts a call from its options on its first poll (built where the call is made, so
+/// the call's future type names no closure and its `Future` impl has no lifetime bounds, which
+/// an `async fn`'s `Send` check could not prove).
+type Start<'c, O, R> = Box<dyn FnOnce(O) -> BoxFuture<'c, R> + Send + 'c>;
+
+/// A call's options until it is first polled, then the call running.
+enum Lazy<'c, O, R> {
+    Options(O, Start<'c, O, R>),
+    Running(BoxFuture<'c, R>),
+    Taken,
 }
 
-impl<'c, F> StepCall<'c, F> {
-    pub(super) fn new(ctx: &'c mut Ctx, name: &str, f: F) -> Self {
+impl<'c, O, R> Lazy<'c, O, R> {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<R> {
+        if let Lazy::Options(..) = self {
+            if let Lazy::Options(o, start) = std::mem::replace(self, Lazy::Taken) {
+                *self = Lazy::Running(start(o));
+            }
+        }
+        match self {
+            Lazy::Running(fut) => fut.as_mut().poll(cx),
+            // (A call is polled again after it finished only by a broken executor.)
+            _ => Poll::Pending,
+        }
+    }
+
+    fn options(&mut self) -> Option<&mut O> {
+        match self {
+            Lazy::Options(o, _) => Some(o),
+            _ => None,
+        }
+    }
+}
+
+/// A step's options.
+#[derive(Debug, Default)]
+pub(super) struct StepOptions {
+    pub retry: Option<RetryPolicy>,
+    pub queue: Option<String>,
+}
+
+/// A step, run when awaited (see [`Ctx::step`]): at-least-once work whose result is journaled.
+/// A future: `futures::join!` runs several side by side.
+#[must_use = "a step runs when it is awaited"]
+pub struct StepCall<'c, T> {
+    call: Lazy<'c, StepOptions, Result<T, WorkflowError>>,
+}
+
+impl<'c, T> StepCall<'c, T> {
+    pub(super) fn new(start: Start<'c, StepOptions, Result<T, WorkflowError>>) -> Self {
         Self {
-            ctx,
-            name: name.to_owned(),
-            f,
-            retry: None,
-            queue: None,
+            call: Lazy::Options(StepOptions::default(), start),
         }
     }
 
     /// Retries this step by `policy` instead of the workflow's
     /// ([`Workflow::retry_policy`](super::Workflow::retry_policy)).
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
-        self.retry = Some(policy);
+        if let Some(o) = self.call.options() {
+            o.retry = Some(policy);
+        }
         self
     }
 
     /// Runs this step on task queue `queue` (`{ns}.q.<queue>`): the run moves to a worker that
     /// consumes that queue (`SAVEPOINT_WORKER_QUEUES`) for this call, e.g. a GPU fleet, and
     /// back to its home queue for the next call that is not routed there. That worker must
-    /// host this workflow too (it replays the journal up to the call).
+    /// host this workflow too (it replays the journal up to the call). (A step that starts
+    /// while other calls are in flight runs where they run.)
     pub fn on_queue(mut self, queue: impl Into<String>) -> Self {
-        self.queue = Some(queue.into());
+        if let Some(o) = self.call.options() {
+            o.queue = Some(queue.into());
+        }
         self
     }
 }
 
-impl<'c, T, F, Fut> IntoFuture for StepCall<'c, F>
-where
-    T: Serialize + DeserializeOwned + Send + 'c,
-    F: FnMut() -> Fut + Send + 'c,
-    Fut: Future<Output = Result<T, StepError>> + Send + 'c,
-{
+impl<T> Future for StepCall<'_, T> {
     type Output = Result<T, WorkflowError>;
-    type IntoFuture = BoxFuture<'c, Self::Output>;
 
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            let StepCall {
-                ctx,
-                name,
-                f,
-                retry,
-                queue,
-            } = self;
-            let policy = retry.unwrap_or_else(|| ctx.default_retry());
-            ctx.route = queue;
-            let r = ctx.run_step(&name, &policy, f).await;
-            ctx.route = None;
-            r
-        })
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.get_mut().call.poll(cx)
     }
 }
 
 /// An effect, run when awaited (see [`Ctx::effect`]): at most once per key, or the run blocks
-/// saying so.
+/// saying so. A future: `futures::join!` runs several side by side.
 #[must_use = "an effect runs when it is awaited"]
-pub struct EffectCall<'c, F> {
-    ctx: &'c mut Ctx,
-    name: String,
-    key: String,
-    f: F,
-    opts: EffectOptions,
+pub struct EffectCall<'c, T> {
+    call: Lazy<'c, EffectOptions, Result<T, WorkflowError>>,
 }
 
-impl<'c, F> EffectCall<'c, F> {
-    pub(super) fn new(ctx: &'c mut Ctx, name: &str, key: String, f: F) -> Self {
+impl<'c, T> EffectCall<'c, T> {
+    pub(super) fn new(start: Start<'c, EffectOptions, Result<T, WorkflowError>>) -> Self {
         Self {
-            ctx,
-            name: name.to_owned(),
-            key,
-            f,
-            opts: EffectOptions::default(),
+            call: Lazy::Options(EffectOptions::default(), start),
         }
     }
 
     /// What to do when an earlier attempt's outcome is unknown (default
     /// [`EffectPolicy::Block`]).
     pub fn policy(mut self, policy: EffectPolicy) -> Self {
-        self.opts.policy = policy;
+        if let Some(o) = self.call.options() {
+            o.policy = policy;
+        }
         self
     }
 
     /// Retries failures the effect function reports (the effect did not happen) by `policy`.
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
-        self.opts.retry = Some(policy);
+        if let Some(o) = self.call.options() {
+            o.retry = Some(policy);
+        }
         self
     }
 
-    /// Both options at once (as a group's `Call::effect_with` takes them).
+    /// Both options at once.
     pub fn options(mut self, opts: EffectOptions) -> Self {
-        self.opts = opts;
+        if let Some(o) = self.call.options() {
+            *o = opts;
+        }
         self
     }
 }
 
-impl<'c, T, F, Fut> IntoFuture for EffectCall<'c, F>
-where
-    T: Serialize + DeserializeOwned + Send + 'c,
-    F: FnMut(EffectCtx) -> Fut + Send + 'c,
-    Fut: Future<Output = Result<T, StepError>> + Send + 'c,
-{
+impl<T> Future for EffectCall<'_, T> {
     type Output = Result<T, WorkflowError>;
-    type IntoFuture = BoxFuture<'c, Self::Output>;
 
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            let EffectCall {
-                ctx,
-                name,
-                key,
-                f,
-                opts,
-            } = self;
-            ctx.run_effect(&name, key, opts, f).await
-        })
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.get_mut().call.poll(cx)
     }
 }
 
@@ -158,29 +161,36 @@ where
 /// [`Ctx::wait_signal`]): the value, journaled.
 #[must_use = "a wait happens when it is awaited"]
 pub struct WaitCall<'c, T> {
-    ctx: &'c mut Ctx,
+    args: Option<WaitArgs<'c>>,
+    call: Option<BoxFuture<'c, Result<T, WorkflowError>>>,
+}
+
+struct WaitArgs<'c> {
+    ctx: &'c Ctx,
     kind: EntryKind,
     field: String,
     name: String,
     payload: Result<Value, WorkflowError>,
-    ty: PhantomData<fn() -> T>,
 }
 
 impl<'c, T> WaitCall<'c, T> {
     pub(super) fn new(
-        ctx: &'c mut Ctx,
+        ctx: &'c Ctx,
         kind: EntryKind,
         field: String,
         name: String,
         payload: Result<Value, WorkflowError>,
     ) -> Self {
-        Self {
+        let a = WaitArgs {
             ctx,
             kind,
             field,
             name,
             payload,
-            ty: PhantomData,
+        };
+        Self {
+            args: Some(a),
+            call: None,
         }
     }
 
@@ -189,46 +199,69 @@ impl<'c, T> WaitCall<'c, T> {
     /// it; the run waits in Redis with the deadline as its due time, and the scanner hands it
     /// to a worker when it passes (no worker holds it meanwhile).
     pub fn within(self, timeout: Duration) -> WaitWithin<'c, T> {
-        WaitWithin { call: self, timeout }
+        WaitWithin {
+            args: self.args,
+            call: None,
+            timeout,
+        }
     }
 }
 
-impl<'c, T> IntoFuture for WaitCall<'c, T>
+impl<'c, T> Future for WaitCall<'c, T>
 where
     T: DeserializeOwned + Send + 'c,
 {
     type Output = Result<T, WorkflowError>;
-    type IntoFuture = BoxFuture<'c, Self::Output>;
 
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            let payload = self.payload?;
-            self.ctx.await_answer(self.kind, &self.name, self.field, payload).await
-        })
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Some(a) = this.args.take() {
+            this.call = Some(Box::pin(async move {
+                let payload = a.payload?;
+                a.ctx
+                    .exclusive()
+                    .await
+                    .await_answer(a.kind, &a.name, a.field, payload)
+                    .await
+            }));
+        }
+        match &mut this.call {
+            Some(fut) => fut.as_mut().poll(cx),
+            None => Poll::Pending,
+        }
     }
 }
 
 /// A [`WaitCall`] with a durable deadline: `Some(value)`, or `None` once the deadline passed.
 #[must_use = "a wait happens when it is awaited"]
 pub struct WaitWithin<'c, T> {
-    call: WaitCall<'c, T>,
+    args: Option<WaitArgs<'c>>,
+    call: Option<BoxFuture<'c, Result<Option<T>, WorkflowError>>>,
     timeout: Duration,
 }
 
-impl<'c, T> IntoFuture for WaitWithin<'c, T>
+impl<'c, T> Future for WaitWithin<'c, T>
 where
     T: DeserializeOwned + Send + 'c,
 {
     type Output = Result<Option<T>, WorkflowError>;
-    type IntoFuture = BoxFuture<'c, Self::Output>;
 
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            let WaitWithin { call, timeout } = self;
-            let payload = call.payload?;
-            call.ctx
-                .await_answer_within(call.kind, &call.name, call.field, payload, timeout)
-                .await
-        })
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Some(a) = this.args.take() {
+            let timeout = this.timeout;
+            this.call = Some(Box::pin(async move {
+                let payload = a.payload?;
+                a.ctx
+                    .exclusive()
+                    .await
+                    .await_answer_within(a.kind, &a.name, a.field, payload, timeout)
+                    .await
+            }));
+        }
+        match &mut this.call {
+            Some(fut) => fut.as_mut().poll(cx),
+            None => Poll::Pending,
+        }
     }
 }

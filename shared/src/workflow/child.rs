@@ -17,7 +17,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use std::time::Duration;
 
-use super::ctx::{decode_outcome, Ctx, SliceExit};
+use super::ctx::{decode_outcome, Core, SliceExit};
+use super::Ctx;
 use super::{Workflow, WorkflowError};
 use crate::ids::{stable_hash, ThreadId, MAX_THREAD_ID_LEN};
 use crate::journal::{Entry, EntryKind, Outcome};
@@ -110,7 +111,7 @@ impl Ctx {
     /// ```ignore
     /// let price: Price = ctx.child::<Pricing>("price-1", Sku("A".into())).await?;
     /// ```
-    pub async fn child<W>(&mut self, name: &str, input: W::Input) -> Result<W::Output, WorkflowError>
+    pub async fn child<W>(&self, name: &str, input: W::Input) -> Result<W::Output, WorkflowError>
     where
         W: Workflow,
         W::Input: Serialize,
@@ -120,15 +121,15 @@ impl Ctx {
     }
 
     /// [`Ctx::child`] by workflow name, version and options.
-    pub async fn child_with<T: DeserializeOwned>(&mut self, name: &str, spec: ChildSpec) -> Result<T, WorkflowError> {
-        let o = self.child_call(name, spec, true).await;
+    pub async fn child_with<T: DeserializeOwned>(&self, name: &str, spec: ChildSpec) -> Result<T, WorkflowError> {
+        let o = self.exclusive().await.child_call(name, spec, true).await;
         decode_outcome(EntryKind::Child.as_str(), name, o)
     }
 
     /// Starts a run of `W` as this run's child and goes on without waiting: returns its
     /// thread id (journaled). Cancelling this run still cancels it, unless its spec says
     /// otherwise ([`Ctx::start_child_with`]).
-    pub async fn start_child<W>(&mut self, name: &str, input: W::Input) -> Result<ThreadId, WorkflowError>
+    pub async fn start_child<W>(&self, name: &str, input: W::Input) -> Result<ThreadId, WorkflowError>
     where
         W: Workflow,
         W::Input: Serialize,
@@ -137,8 +138,8 @@ impl Ctx {
     }
 
     /// [`Ctx::start_child`] by workflow name, version and options.
-    pub async fn start_child_with(&mut self, name: &str, spec: ChildSpec) -> Result<ThreadId, WorkflowError> {
-        let o = self.child_call(name, spec, false).await;
+    pub async fn start_child_with(&self, name: &str, spec: ChildSpec) -> Result<ThreadId, WorkflowError> {
+        let o = self.exclusive().await.child_call(name, spec, false).await;
         let v: Value = decode_outcome(EntryKind::Child.as_str(), name, o)?;
         let t = v["thread_id"].as_str().unwrap_or_default();
         ThreadId::new(t).map_err(|e| WorkflowError::Decode {
@@ -146,8 +147,11 @@ impl Ctx {
             message: e.to_string(),
         })
     }
+}
 
-    async fn child_call(&mut self, name: &str, spec: ChildSpec, awaited: bool) -> Outcome {
+impl Core {
+    /// Starts or awaits a child run (what [`Ctx::child_with`] and [`Ctx::start_child_with`] do).
+    pub(super) async fn child_call(&mut self, name: &str, spec: ChildSpec, awaited: bool) -> Outcome {
         if let Some(e) = self.replayed(name, EntryKind::Child).await {
             return e.outcome;
         }

@@ -3,7 +3,6 @@
 
 use futures::FutureExt;
 use serde::de::DeserializeOwned;
-use serde::Serialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -21,7 +20,7 @@ use crate::ids::{EffectKey, ThreadId};
 use crate::journal::{Entry, EntryKind, Outcome};
 use savepoint_core::failpoints::{Action, Failpoints};
 use savepoint_core::lease::LeaseClock;
-use savepoint_core::metrics::{inc, labels, metrics};
+use savepoint_core::metrics::{inc, metrics};
 use savepoint_core::model::{BlockKind, Finish, Holder, Lease, RunStatus};
 use savepoint_core::outcome::Suspend;
 use savepoint_core::seam::RunStore;
@@ -137,8 +136,9 @@ pub(super) struct HeldIntent {
     pub called: bool,
 }
 
-/// The handle workflow code journals its calls through.
-pub struct Ctx {
+/// The context's state: what a call reads and writes, one call at a time (the [`Ctx`] it sits
+/// in hands it out under its lock; see `seq.rs`).
+pub(super) struct Core {
     pub(super) p: CtxParts,
     pub(super) cursor: u32,
     live_in_slice: u32,
@@ -164,10 +164,11 @@ pub struct Ctx {
     pub(super) unjournaled: Vec<EffectKey>,
 }
 
-impl Ctx {
-    #[doc(hidden)] // the worker runtime's, not workflow code's
-    /// A context over a claimed run.
-    pub fn new(parts: CtxParts) -> Self {
+pub use super::seq::Ctx;
+
+impl Core {
+    /// The state of a context over a claimed run.
+    pub(super) fn new(parts: CtxParts) -> Self {
         let replay_span = Some(tracing::debug_span!("replay", journal.entries = parts.journal.len()));
         let journal_bytes = parts.journal.iter().map(|e| e.encode().len() as u64).sum();
         Self {
@@ -190,56 +191,42 @@ impl Ctx {
     /// Server time now (ms), never behind the server's clock: the claim's server time plus
     /// the local monotonic time since its request was sent (virtual under a paused tokio
     /// clock, as in the test kit and the simulator).
-    pub fn server_now_ms(&self) -> u64 {
+    pub(super) fn server_now_ms(&self) -> u64 {
         self.p.server_clock.latest()
     }
 
     /// The run's thread id.
-    pub fn thread_id(&self) -> &ThreadId {
+    pub(super) fn thread_id(&self) -> &ThreadId {
         &self.p.lease.thread
     }
 
-    /// The index the next call will have.
-    pub fn next_index(&self) -> u32 {
-        self.cursor
-    }
-
-    /// True while re-executing recorded calls.
-    pub fn is_replaying(&self) -> bool {
-        (self.cursor as usize) < self.p.journal.len()
-    }
-
-    #[doc(hidden)] // the worker runtime's, not workflow code's
     /// Live calls executed in this slice.
-    pub fn live_calls(&self) -> u32 {
+    pub(super) fn live_calls(&self) -> u32 {
         self.live_in_slice
     }
 
     /// The journal as it stands (recorded plus committed in this slice).
-    pub fn journal(&self) -> &[Entry] {
+    pub(super) fn journal(&self) -> &[Entry] {
         &self.p.journal
     }
 
-    #[doc(hidden)] // the worker runtime's, not workflow code's
     /// The lease (after the slice: its latest version).
-    pub fn lease(&self) -> &Lease {
+    pub(super) fn lease(&self) -> &Lease {
         &self.p.lease
     }
 
-    #[doc(hidden)] // the worker runtime's, not workflow code's
     /// Why the slice stopped, once it has (taken by the runtime).
-    pub fn take_exit(&mut self) -> Option<SliceExit> {
+    pub(super) fn take_exit(&mut self) -> Option<SliceExit> {
         self.exit.take()
     }
 
-    #[doc(hidden)] // the worker runtime's, not workflow code's
     /// Signalled when the slice stops without the workflow returning.
-    pub fn exit_signal(&self) -> Arc<Notify> {
+    pub(super) fn exit_signal(&self) -> Arc<Notify> {
         self.notify.clone()
     }
 
     /// The fencing token of this attempt (monotonic per run: every claim raises it).
-    pub fn fence(&self) -> u64 {
+    pub(super) fn fence(&self) -> u64 {
         self.p.lease.fence
     }
 
@@ -580,40 +567,31 @@ impl Ctx {
     /// passes, the slice stops and `fut` is dropped. Past the deadline `fut` is never polled
     /// again, even if it is ready: a worker that may have lost its lease does not go on.
     pub(super) async fn guarded<T>(&mut self, fut: impl Future<Output = T>) -> T {
-        let lost = self.p.lease_lost.clone();
-        let clock = self.p.clock.clone();
-        let run_deadline = self.run_deadline_instant();
-        let mut fut = std::pin::pin!(fut);
-        let outcome = loop {
-            let deadline = clock.deadline();
-            let gate = std::future::poll_fn(|cx| {
-                if clock.expired() || run_deadline.is_some_and(|d| Instant::now() >= d) {
-                    return std::task::Poll::Pending;
-                }
-                fut.as_mut().poll(cx)
-            });
-            // The gate refuses to poll the call past either deadline, so it may come first: a
-            // call that is ready at once never arms a timer, and a call reached after the run's
-            // deadline (its intent write was slow) is never entered.
-            tokio::select! {
-                biased;
-                _ = lost.cancelled() => break Err(SliceExit::LeaseLost("lease lost during a call".into())),
-                v = gate => break Ok(v),
-                _ = sleep_until_some(run_deadline) => {
-                    // The call is never polled again (the slice ends with the failed run).
-                    let reason = super::decide::timeout_reason(self.p.deadline.unwrap_or_default());
-                    return self.fail_run(reason).await;
-                }
-                _ = tokio::time::sleep_until(deadline) => {
-                    if clock.expired() {
-                        break Err(SliceExit::DeadlinePassed("the local lease deadline passed during a call".into()));
-                    }
-                }
-            }
-        };
-        match outcome {
+        let watch = self.watch();
+        match watched(&watch, fut).await {
             Ok(v) => v,
-            Err(exit) => self.stop(exit).await,
+            Err(broke) => self.broke(broke).await,
+        }
+    }
+
+    /// Stops the slice as a [`watched`] call's break says.
+    pub(super) async fn broke<T>(&mut self, broke: Broke) -> T {
+        match broke {
+            Broke::Exit(exit) => self.stop(exit).await,
+            Broke::RunDeadline => {
+                // The call is never polled again (the slice ends with the failed run).
+                let reason = super::decide::timeout_reason(self.p.deadline.unwrap_or_default());
+                self.fail_run(reason).await
+            }
+        }
+    }
+
+    /// What [`watched`] watches a call with.
+    pub(super) fn watch(&self) -> Watch {
+        Watch {
+            lost: self.p.lease_lost.clone(),
+            clock: self.p.clock.clone(),
+            run_deadline: self.run_deadline_instant(),
         }
     }
 
@@ -622,28 +600,6 @@ impl Ctx {
         let d = self.p.deadline?;
         let left = d.saturating_sub(self.server_now_ms());
         Some(Instant::now() + Duration::from_millis(left))
-    }
-
-    /// Runs `f(attempt)` under the retry policy (each retry recorded as a `retried` event),
-    /// [`Ctx::guarded`]. What a panic or a timed-out attempt means is the `cut`'s (see [`Cut`]).
-    pub(super) async fn attempt_loop<T, F, Fut, E>(
-        &mut self,
-        name: &str,
-        policy: &RetryPolicy,
-        cut: Cut,
-        f: F,
-    ) -> Attempted<T>
-    where
-        F: FnMut(u32) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Into<StepError>,
-    {
-        let tools = self.call_tools();
-        let index = self.cursor;
-        match self.guarded(attempts(&tools, index, name, policy, cut, f)).await {
-            Ok(a) => a,
-            Err(e) => self.store_failed(e).await,
-        }
     }
 
     /// What a call needs to run its attempts without borrowing the context.
@@ -655,77 +611,9 @@ impl Ctx {
         }
     }
 
-    /// `step`: at-least-once work, retried by the workflow's policy; the result (or final
-    /// error) is journaled and replayed. Runs when awaited; options go on the call:
-    /// `.retry(policy)`, `.on_queue("gpu")` ([`StepCall`](super::StepCall)).
-    pub fn step<T, F, Fut>(&mut self, name: &str, f: F) -> super::StepCall<'_, F>
-    where
-        T: Serialize + DeserializeOwned,
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, StepError>>,
-    {
-        super::StepCall::new(self, name, f)
-    }
-
     /// The workflow's retry policy (a call's own, if it gives one, wins).
     pub(super) fn default_retry(&self) -> RetryPolicy {
         self.p.retry.clone()
-    }
-
-    /// Runs a step under `policy` (what awaiting a [`StepCall`](super::StepCall) does).
-    pub(super) async fn run_step<T, F, Fut>(
-        &mut self,
-        name: &str,
-        policy: &RetryPolicy,
-        f: F,
-    ) -> Result<T, WorkflowError>
-    where
-        T: Serialize + DeserializeOwned,
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, StepError>>,
-    {
-        if let Some(e) = self.replayed(name, EntryKind::Step).await {
-            return decode_outcome("step", name, e.outcome);
-        }
-        let span = tracing::debug_span!("step", step.name = name, step.index = self.cursor);
-        let outcome = async {
-            self.before_live(name).await;
-            let started = Instant::now();
-            let mut f = f;
-            let stubs = self.p.stubs.clone();
-            let attempted = match &stubs {
-                Some(stubs) => {
-                    self.attempt_loop(name, policy, Cut::Step, |attempt| {
-                        stubs.choose(name, attempt, &mut f).run::<T, StepError>(name)
-                    })
-                    .await
-                }
-                None => self.attempt_loop(name, policy, Cut::Step, |_| f()).await,
-            };
-            let (r, attempts) = match attempted {
-                Attempted::Done(r, attempts) => (r, attempts),
-                // (Unreachable: a step's panic is a failed attempt.)
-                Attempted::Unknown(msg) => (Err(StepError::retryable(msg)), 1),
-            };
-            let m = metrics();
-            let step_labels = labels(&[("workflow", &self.p.workflow)]);
-            m.step_seconds
-                .get_or_create(&step_labels)
-                .observe(started.elapsed().as_secs_f64());
-            let outcome = match r {
-                Ok(v) => match serde_json::to_value(&v) {
-                    Ok(j) => Outcome::Ok(j),
-                    Err(e) => Outcome::Err(format!("result does not encode as JSON: {e}")),
-                },
-                Err(e) => Outcome::Err(e.message),
-            };
-            self.commit(Entry::new(name, EntryKind::Step, outcome.clone(), attempts), "", None)
-                .await;
-            outcome
-        }
-        .instrument(span)
-        .await;
-        decode_outcome("step", name, outcome)
     }
 }
 
@@ -872,16 +760,75 @@ pub(super) fn decode_outcome<T: DeserializeOwned>(
     name: &str,
     o: Outcome,
 ) -> Result<T, WorkflowError> {
+    decode_failed(kind, name, o, None)
+}
+
+/// Decodes a journaled entry: its value, or its failure with the error's class and
+/// retryability as data ([`WorkflowError::class`]).
+pub(super) fn decode_entry<T: DeserializeOwned>(kind: &'static str, e: Entry) -> Result<T, WorkflowError> {
+    decode_failed(kind, &e.name, e.outcome, e.failure)
+}
+
+fn decode_failed<T: DeserializeOwned>(
+    kind: &'static str,
+    name: &str,
+    o: Outcome,
+    failure: Option<savepoint_core::journal::Failure>,
+) -> Result<T, WorkflowError> {
     match o {
         Outcome::Ok(v) => serde_json::from_value(v).map_err(|e| WorkflowError::Decode {
             name: name.to_owned(),
             message: e.to_string(),
         }),
-        Outcome::Err(message) => Err(WorkflowError::CallFailed {
-            kind,
-            name: name.to_owned(),
-            message,
-        }),
+        Outcome::Err(message) => Err(WorkflowError::call_failed(kind, name, message, failure)),
+    }
+}
+
+/// What a call in flight is watched for: the lease lost, the local lease deadline, the run's
+/// deadline.
+pub(super) struct Watch {
+    lost: CancellationToken,
+    clock: LeaseClock,
+    run_deadline: Option<Instant>,
+}
+
+/// Why a [`watched`] call was cut off.
+pub(super) enum Broke {
+    /// The slice stops so.
+    Exit(SliceExit),
+    /// The run's deadline passed: the run fails.
+    RunDeadline,
+}
+
+/// Runs `fut` until it ends or the [`Watch`] breaks in; past the local lease deadline `fut`
+/// is never polled again, even if it is ready. Borrows nothing of the context, so calls in
+/// flight side by side are watched at once.
+pub(super) async fn watched<T>(w: &Watch, fut: impl Future<Output = T>) -> Result<T, Broke> {
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        let deadline = w.clock.deadline();
+        let gate = std::future::poll_fn(|cx| {
+            if w.clock.expired() || w.run_deadline.is_some_and(|d| Instant::now() >= d) {
+                return std::task::Poll::Pending;
+            }
+            fut.as_mut().poll(cx)
+        });
+        // The gate refuses to poll the call past either deadline, so it may come first: a
+        // call that is ready at once never arms a timer, and a call reached after the run's
+        // deadline (its intent write was slow) is never entered.
+        tokio::select! {
+            biased;
+            _ = w.lost.cancelled() => return Err(Broke::Exit(SliceExit::LeaseLost("lease lost during a call".into()))),
+            v = gate => return Ok(v),
+            _ = sleep_until_some(w.run_deadline) => return Err(Broke::RunDeadline),
+            _ = tokio::time::sleep_until(deadline) => {
+                if w.clock.expired() {
+                    return Err(Broke::Exit(SliceExit::DeadlinePassed(
+                        "the local lease deadline passed during a call".into(),
+                    )));
+                }
+            }
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use super::{Ctx, Declared, RetryPolicy, Schemas, WorkflowError};
 ///     const NAME: &'static str = "approval";
 ///     type Input = serde_json::Value;
 ///     type Output = serde_json::Value;
-///     async fn run(&self, ctx: &mut Ctx, _input: Self::Input) -> Result<Self::Output, WorkflowError> {
+///     async fn run(&self, ctx: &Ctx, _input: Self::Input) -> Result<Self::Output, WorkflowError> {
 ///         ctx.step("first", || async { Ok(()) }).await?;
 ///         let answer: String = ctx.interrupt("gate", serde_json::json!({"question": "Approve?"})).await?;
 ///         Ok(serde_json::json!({"log": ["first", format!("gate={answer}")]}))
@@ -42,11 +42,7 @@ pub trait Workflow: Send + Sync + 'static {
 
     /// The workflow body. Suspension (sleep, interrupt, signal, yield) is handled by the
     /// runtime: the future simply stops being polled.
-    fn run(
-        &self,
-        ctx: &mut Ctx,
-        input: Self::Input,
-    ) -> impl Future<Output = Result<Self::Output, WorkflowError>> + Send;
+    fn run(&self, ctx: &Ctx, input: Self::Input) -> impl Future<Output = Result<Self::Output, WorkflowError>> + Send;
 
     /// Retry policy of the workflow's steps unless a call gives its own.
     fn retry_policy(&self) -> RetryPolicy {

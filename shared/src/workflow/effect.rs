@@ -10,19 +10,16 @@
 //! deadline holds; only a real crash (or a deadline that passes) leaves an effect in doubt.
 
 use futures::future::BoxFuture;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use serde_json::Value;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::Instrument;
 
-use super::ctx::{decode_outcome, Attempted, Ctx, HeldIntent, SliceExit};
+use super::ctx::{Core, HeldIntent, SliceExit};
 use super::decide::{self, Intent};
-use super::{RetryPolicy, StepError, WorkflowError};
+use super::{RetryPolicy, StepError};
 use crate::ids::{EffectKey, IdError, ThreadId};
-use crate::journal::{Entry, EntryKind, Outcome};
+use crate::journal::{Entry, EntryKind, Failure, Outcome};
 use savepoint_core::metrics::{inc, metrics};
 use savepoint_core::model::{BlockKind, EffectClaim, Finish, Holder, RunStatus};
 use savepoint_core::outcome::{EffectDone, EffectRecord, EffectRelease, Suspend};
@@ -146,103 +143,7 @@ enum Doubt {
     Again,
 }
 
-/// How a stopped effect call ended.
-enum Called<T> {
-    Ok(T),
-    /// The function reported an error: the effect did not happen.
-    Failed(StepError, u32),
-    /// The function panicked or its last attempt timed out: whether the effect happened is
-    /// unknown. The cause.
-    Unknown(String),
-}
-
-impl Ctx {
-    /// `effect`: a side effect performed at most once per `key`, or the run blocks saying so.
-    /// `f` receives an [`EffectCtx`] with the key and the fencing token so it can pass both
-    /// to providers that honour them. Runs when awaited; options go on the call:
-    /// `.policy(EffectPolicy::RetrySafe)`, `.retry(policy)` ([`EffectCall`](super::EffectCall)).
-    pub fn effect<T, F, Fut>(&mut self, name: &str, key: impl Into<String>, f: F) -> super::EffectCall<'_, F>
-    where
-        T: Serialize + DeserializeOwned,
-        F: FnMut(EffectCtx) -> Fut,
-        Fut: Future<Output = Result<T, StepError>>,
-    {
-        super::EffectCall::new(self, name, key.into(), f)
-    }
-
-    /// Runs an effect with `opts` (what awaiting an [`EffectCall`](super::EffectCall) does).
-    pub(super) async fn run_effect<T, F, Fut>(
-        &mut self,
-        name: &str,
-        key: impl Into<String>,
-        opts: EffectOptions,
-        f: F,
-    ) -> Result<T, WorkflowError>
-    where
-        T: Serialize + DeserializeOwned,
-        F: FnMut(EffectCtx) -> Fut,
-        Fut: Future<Output = Result<T, StepError>>,
-    {
-        if let Some(e) = self.replayed(name, EntryKind::Effect).await {
-            return decode_outcome("effect", name, e.outcome);
-        }
-        self.before_live(name).await;
-        let key = match EffectKey::new(key.into()) {
-            Ok(k) => k,
-            Err(e) => return self.block_on_bad_key(name, e).await,
-        };
-        let idx = self.cursor;
-        let intent_span =
-            tracing::debug_span!("effect.intent", effect.name = name, effect.key = %key, step.index = idx);
-        if let Some(recorded) = self
-            .take_intent(name, &key, &opts.policy, idx)
-            .instrument(intent_span)
-            .await
-        {
-            if let Err(e) = serde_json::from_value::<T>(recorded.clone()) {
-                return self.undecodable_result(name, &key, idx, &e.to_string()).await;
-            }
-            let entry = effect_entry(name, &key, Outcome::Ok(recorded.clone()), 0);
-            self.commit(entry, "effect_skipped", None).await;
-            return decode_outcome("effect", name, Outcome::Ok(recorded));
-        }
-        let policy = opts.retry.clone().unwrap_or_else(|| self.p.retry.clone());
-        let call_span = tracing::debug_span!("effect.call", effect.name = name, effect.key = %key, step.index = idx);
-        let cut = super::ctx::Cut::effect(&opts.policy);
-        let called = self.call(name, &key, &policy, cut, f).instrument(call_span).await;
-        let value = match called {
-            Called::Ok(v) => match serde_json::to_value(&v) {
-                Ok(j) => j,
-                Err(e) => {
-                    let holder = self.holder(idx);
-                    let reason = format!("effect {name:?} result does not encode as JSON: {e}");
-                    return self.block_on_key(&reason, &key, &holder).await;
-                }
-            },
-            Called::Unknown(cause) => {
-                // It may have happened: in doubt, as after a crash, under the same policy.
-                let holder = self.holder(idx);
-                let reason = format!("effect {key} outcome unknown: {cause}");
-                return self.block_on_key(&reason, &key, &holder).await;
-            }
-            Called::Failed(e, attempts) => {
-                let (entry, event) = self.failed(name, &key, e, attempts, idx).await;
-                let outcome = entry.outcome.clone();
-                self.commit(entry, event, None).await;
-                return decode_outcome("effect", name, outcome);
-            }
-        };
-        let done_span = tracing::debug_span!("effect.done", effect.key = %key, step.index = idx);
-        let value = self.mark_done(&key, value, idx).instrument(done_span).await;
-        self.commit(
-            effect_entry(name, &key, Outcome::Ok(value.0.clone()), value.1),
-            "effect_done",
-            None,
-        )
-        .await;
-        decode_outcome("effect", name, Outcome::Ok(value.0))
-    }
-
+impl Core {
     /// Records the key at `idx` in the run and takes its intent: `Some(result)` when the effect
     /// is already applied (skip it), `None` when this slice holds the intent and performs it.
     pub(super) async fn take_intent(
@@ -296,6 +197,16 @@ impl Ctx {
         self.block(BlockKind::Other, &reason, None).await
     }
 
+    /// Releases the intent of an effect at `idx` that was dropped before its function was
+    /// called (the intent may or may not have been written: a release of a key this run does
+    /// not hold changes nothing).
+    pub(super) async fn release_unused(&mut self, key: &EffectKey, idx: u32) {
+        let (store, thread, fence) = (self.p.store.clone(), self.thread_id().clone(), self.p.lease.fence);
+        let released = self.durable(|| store.effect_release(key, &thread, idx, fence)).await;
+        tracing::debug!(effect.key = %key, ?released, "released the intent of an effect call that was dropped");
+        self.unhold(idx);
+    }
+
     /// Forgets the intent held at `idx` (settled).
     pub(super) fn unhold(&mut self, idx: u32) {
         self.held.retain(|h| h.index != idx);
@@ -308,7 +219,7 @@ impl Ctx {
         }
     }
 
-    fn holder(&self, index: u32) -> Holder {
+    pub(super) fn holder(&self, index: u32) -> Holder {
         Holder {
             thread: self.thread_id().to_string(),
             index: i64::from(index),
@@ -441,54 +352,6 @@ impl Ctx {
         }
     }
 
-    /// Calls the effect function under its retry policy, with the fencing token.
-    async fn call<T, F, Fut, E>(
-        &mut self,
-        name: &str,
-        key: &EffectKey,
-        policy: &RetryPolicy,
-        cut: super::ctx::Cut,
-        mut f: F,
-    ) -> Called<T>
-    where
-        T: DeserializeOwned,
-        F: FnMut(EffectCtx) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Into<StepError>,
-    {
-        if self.p.clock.expired() {
-            self.stop::<()>(SliceExit::DeadlinePassed(format!("before effect {name:?}")))
-                .await;
-        }
-        self.mark_called(self.cursor);
-        let fx = EffectCtx {
-            key: key.as_str().to_owned(),
-            fence: self.p.lease.fence,
-            thread: self.thread_id().clone(),
-            index: self.cursor,
-            attempt: 0,
-        };
-        let stubs = self.p.stubs.clone();
-        let attempted = match &stubs {
-            Some(stubs) => {
-                self.attempt_loop(name, policy, cut, |attempt| {
-                    let fx = EffectCtx { attempt, ..fx.clone() };
-                    stubs.choose(name, attempt, || f(fx)).run::<T, E>(name)
-                })
-                .await
-            }
-            None => {
-                self.attempt_loop(name, policy, cut, |attempt| f(EffectCtx { attempt, ..fx.clone() }))
-                    .await
-            }
-        };
-        match attempted {
-            Attempted::Done(Ok(v), _) => Called::Ok(v),
-            Attempted::Done(Err(e), attempts) => Called::Failed(e, attempts),
-            Attempted::Unknown(cause) => Called::Unknown(cause),
-        }
-    }
-
     /// The function promised the effect did not happen: free the key; the entry to journal is
     /// the failure, or, if the key turns out done (another attempt or an operator applied it),
     /// the recorded result.
@@ -497,6 +360,7 @@ impl Ctx {
         name: &str,
         key: &EffectKey,
         e: StepError,
+        failure: Failure,
         attempts: u32,
         idx: u32,
     ) -> (Entry, &'static str) {
@@ -518,7 +382,7 @@ impl Ctx {
         }
         inc(&metrics().effects, &[("outcome", "failed")]);
         (
-            effect_entry(name, key, Outcome::Err(e.message), attempts),
+            effect_entry(name, key, Outcome::Err(e.message), attempts).with_failure(failure),
             "effect_failed",
         )
     }
@@ -599,6 +463,8 @@ impl Ctx {
                 match self.guarded(check(key.as_str().to_owned())).await {
                     Ok(Some(v)) => {
                         tracing::info!(effect.key = %key, "in-doubt effect reconciled: it was applied");
+                        self.reconciled(key, "applied: its recorded result is the provider's")
+                            .await;
                         let store = self.p.store.clone();
                         match self.durable(|| store.settle_done(key, thread, &v, Some(holder))).await {
                             EffectDone::Already(first) => Doubt::Applied(first),
@@ -609,9 +475,13 @@ impl Ctx {
                     }
                     Ok(None) => {
                         tracing::info!(effect.key = %key, "in-doubt effect reconciled: not applied, performing it");
+                        self.reconciled(key, "not applied: calling it again with the same key")
+                            .await;
                         Doubt::Perform
                     }
                     Err(e) => {
+                        self.reconciled(key, &format!("failed: {e}; the run blocks in doubt"))
+                            .await;
                         let reason = format!("effect {key} outcome unknown: reconcile failed: {e}");
                         self.block_in_doubt(&reason, key, holder).await
                     }
@@ -622,6 +492,19 @@ impl Ctx {
                 let reason = format!("effect {key} outcome unknown");
                 self.block_in_doubt(&reason, key, holder).await
             }
+        }
+    }
+
+    /// Records a reconcile's decision on the in-doubt effect `key` as the run's event
+    /// `effect_reconciled` (the console's timeline and `GET /v1/runs/{thread}/events` show it),
+    /// best effort: the decision stands whether or not the event is written.
+    async fn reconciled(&mut self, key: &EffectKey, decision: &str) {
+        if self.p.replay_only {
+            return;
+        }
+        let detail = format!("{key}: {decision}");
+        if let Err(e) = self.p.store.event(&self.p.lease, "effect_reconciled", &detail).await {
+            tracing::debug!(error = %e, "could not record the reconcile decision as an event");
         }
     }
 

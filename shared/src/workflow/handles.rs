@@ -7,12 +7,14 @@
 //! ```ignore
 //! const APPROVAL: Interrupt<ShippingApproval> = Interrupt::new("shipping_approval");
 //! const PAUSE: Signal<bool> = Signal::new("pause");
+//! const CHARGE: Effect<Charge> = Effect::new("card.charge");
 //!
 //! impl Workflow for Fulfil {
-//!     const DECLARED: &'static [&'static dyn Declared] = &[&APPROVAL, &PAUSE];
+//!     const DECLARED: &'static [&'static dyn Declared] = &[&APPROVAL, &PAUSE, &CHARGE];
 //!     // …
-//!     async fn run(&self, ctx: &mut Ctx, order: Order) -> Result<Fulfilled, WorkflowError> {
+//!     async fn run(&self, ctx: &Ctx, order: Order) -> Result<Fulfilled, WorkflowError> {
 //!         let approval = ctx.interrupt(APPROVAL, &question).await?; // a ShippingApproval
+//!         let charge = ctx.effect(CHARGE, key, |fx| charge(fx)).await?; // a Charge
 //!         // …
 //!     }
 //! }
@@ -38,6 +40,14 @@ pub struct Interrupt<T> {
 
 /// A signal (a named value sent to a run) whose value is a `T`.
 pub struct Signal<T> {
+    name: Cow<'static, str>,
+    ty: PhantomData<fn() -> T>,
+}
+
+/// An effect whose result is a `T`: `ctx.effect(CHARGE, key, f)` takes it where a name goes,
+/// and `f` must return a `T`. Declared, its schema is the one an operator's resolve of the
+/// effect in doubt is checked against.
+pub struct Effect<T> {
     name: Cow<'static, str>,
     ty: PhantomData<fn() -> T>,
 }
@@ -75,9 +85,9 @@ macro_rules! handle {
         }
 
         /// A name written at the call (the value's type inferred from the code).
-        impl<T> From<&'static str> for $handle<T> {
-            fn from(name: &'static str) -> Self {
-                Self::new(name)
+        impl<T> From<&str> for $handle<T> {
+            fn from(name: &str) -> Self {
+                Self::from(name.to_owned())
             }
         }
 
@@ -91,6 +101,13 @@ macro_rules! handle {
             }
         }
 
+        /// A name made at run time, borrowed (`&format!("approval-{n}")`).
+        impl<T> From<&String> for $handle<T> {
+            fn from(name: &String) -> Self {
+                Self::from(name.clone())
+            }
+        }
+
         impl<T: JsonSchema> Declared for $handle<T> {
             fn declare(&self, schemas: Schemas) -> Schemas {
                 schemas.$add::<T>(&self.name)
@@ -101,6 +118,7 @@ macro_rules! handle {
 
 handle!(Interrupt, "interrupt", interrupt);
 handle!(Signal, "signal", signal);
+handle!(Effect, "effect", effect);
 
 /// A handle whose schema the worker publishes with the workflow's (see
 /// [`Workflow::DECLARED`](super::Workflow::DECLARED)).
@@ -115,14 +133,18 @@ mod tests {
 
     const APPROVAL: Interrupt<bool> = Interrupt::new("approval");
     const PAUSE: Signal<String> = Signal::new("pause");
+    const CHARGE: Effect<u64> = Effect::new("charge");
 
     #[test]
     fn a_declared_handle_publishes_its_schema_under_its_name() {
-        let declared: &[&dyn Declared] = &[&APPROVAL, &PAUSE];
+        let declared: &[&dyn Declared] = &[&APPROVAL, &PAUSE, &CHARGE];
         let s = declared.iter().fold(Schemas::new(), |s, d| d.declare(s));
         assert_eq!(
             s,
-            Schemas::new().interrupt::<bool>("approval").signal::<String>("pause")
+            Schemas::new()
+                .interrupt::<bool>("approval")
+                .signal::<String>("pause")
+                .effect::<u64>("charge")
         );
         assert_eq!(APPROVAL.name(), "approval");
         let from_str: Interrupt<u32> = "gate".into();

@@ -35,7 +35,7 @@ pub trait DynWorkflow: Send + Sync {
     /// Schemas of the values it takes from outside.
     fn schemas(&self) -> super::Schemas;
     /// Runs the body on JSON input.
-    fn run<'a>(&'a self, ctx: &'a mut Ctx, input: Value) -> BoxFuture<'a, Result<Value, RunError>>;
+    fn run<'a>(&'a self, ctx: &'a Ctx, input: Value) -> BoxFuture<'a, Result<Value, RunError>>;
 }
 
 struct Erased<W> {
@@ -60,7 +60,7 @@ impl<W: Workflow> DynWorkflow for Erased<W> {
     fn schemas(&self) -> super::Schemas {
         W::DECLARED.iter().fold(self.w.schemas(), |s, handle| handle.declare(s))
     }
-    fn run<'a>(&'a self, ctx: &'a mut Ctx, input: Value) -> BoxFuture<'a, Result<Value, RunError>> {
+    fn run<'a>(&'a self, ctx: &'a Ctx, input: Value) -> BoxFuture<'a, Result<Value, RunError>> {
         Box::pin(async move {
             let input: W::Input = serde_json::from_value(input).map_err(|e| RunError::Input(e.to_string()))?;
             let out = self.w.run(ctx, input).await.map_err(RunError::Workflow)?;

@@ -6,15 +6,79 @@ use serde_json::{json, Value};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use uuid::Uuid;
 
-use super::ctx::{decode_outcome, Ctx, SliceExit};
+use super::ctx::{decode_outcome, Core, SliceExit};
+use super::Ctx;
 use super::{Interrupt, Signal, WaitCall, WorkflowError};
 use crate::journal::{Entry, EntryKind, Outcome};
 use savepoint_core::model::{Finish, RunStatus, Wait};
 use savepoint_core::outcome::Suspend;
 
 impl Ctx {
+    /// Pauses for a human: the run waits (status `waiting`, the payload shown by the API)
+    /// until `POST /v1/runs/{thread}/resume {"value"}`; returns that value, journaled. The
+    /// payload is any `Serialize` value (a question, the facts to decide on). Runs when
+    /// awaited; `.within(timeout)` gives the wait a durable deadline
+    /// ([`WaitCall::within`](super::WaitCall::within)).
+    ///
+    /// `handle` is an [`Interrupt<T>`] constant (the answer's type is its `T`), or a name.
+    pub fn interrupt<T>(&self, handle: impl Into<Interrupt<T>>, payload: impl Serialize) -> WaitCall<'_, T> {
+        let handle = handle.into();
+        let name = handle.name().to_owned();
+        let payload = payload_value(&name, payload);
+        WaitCall::new(self, EntryKind::Interrupt, format!("i:{name}"), name, payload)
+    }
+
+    /// Waits for the named signal (`POST /v1/runs/{thread}/signals/{name}`); signals sent
+    /// before the run asks are kept, in order. Runs when awaited; `.within(timeout)` gives
+    /// the wait a durable deadline.
+    ///
+    /// `handle` is a [`Signal<T>`] constant (the value's type is its `T`), or a name.
+    pub fn wait_signal<T>(&self, handle: impl Into<Signal<T>>) -> WaitCall<'_, T> {
+        let handle = handle.into();
+        let name = handle.name().to_owned();
+        WaitCall::new(self, EntryKind::Signal, format!("s:{name}:"), name, Ok(Value::Null))
+    }
+
     /// A durable timer: the run sleeps in Redis (no worker holds it) and resumes after `d`.
-    pub async fn sleep(&mut self, name: &str, d: Duration) -> Result<(), WorkflowError> {
+    pub async fn sleep(&self, name: &str, d: Duration) -> Result<(), WorkflowError> {
+        self.exclusive().await.sleep(name, d).await
+    }
+
+    /// The time now by the store server's clock, recorded so a replay sees the same time. A
+    /// recorded value that is not a time is an error ([`WorkflowError::Decode`]), never a
+    /// default.
+    pub async fn now(&self) -> Result<SystemTime, WorkflowError> {
+        self.exclusive().await.now().await
+    }
+
+    /// A random UUID (version 4), recorded: a replay sees the same one, so an effect key made
+    /// from it is stable. A recorded value that is not a UUID is an error, never a default.
+    pub async fn uuid(&self) -> Result<Uuid, WorkflowError> {
+        self.exclusive().await.uuid().await
+    }
+
+    /// A random number in [0, 1), recorded. A recorded value that is not a number in [0, 1)
+    /// is an error, never a default.
+    pub async fn random(&self) -> Result<f64, WorkflowError> {
+        self.exclusive().await.random().await
+    }
+
+    /// Code-version branching for in-flight runs: true for runs that reach this point under
+    /// code that has the change, false for runs whose journal was written before it.
+    ///
+    /// The answer is sticky per run: the first `patched(id)` decides (a marker in the
+    /// journal, or its absence where the old code ran), and every later call with the same id
+    /// in the same run answers the same, so a run never takes the old path before a point and
+    /// the new one after it. Each slice replays from the top, so the decision is re-derived
+    /// from the journal every time.
+    pub async fn patched(&self, change_id: &str) -> bool {
+        self.exclusive().await.patched(change_id).await
+    }
+}
+
+impl Core {
+    /// [`Ctx::sleep`]'s work, the state held.
+    pub(super) async fn sleep(&mut self, name: &str, d: Duration) -> Result<(), WorkflowError> {
         if self.replayed(name, EntryKind::Sleep).await.is_some() {
             return Ok(());
         }
@@ -41,31 +105,6 @@ impl Ctx {
             Ok(s) => self.stop(SliceExit::Suspended { woke: s.woke, rv: s.rv }).await,
             Err(e) => self.store_failed(e).await,
         }
-    }
-
-    /// Pauses for a human: the run waits (status `waiting`, the payload shown by the API)
-    /// until `POST /v1/runs/{thread}/resume {"value"}`; returns that value, journaled. The
-    /// payload is any `Serialize` value (a question, the facts to decide on). Runs when
-    /// awaited; `.within(timeout)` gives the wait a durable deadline
-    /// ([`WaitCall::within`](super::WaitCall::within)).
-    ///
-    /// `handle` is an [`Interrupt<T>`] constant (the answer's type is its `T`), or a name.
-    pub fn interrupt<T>(&mut self, handle: impl Into<Interrupt<T>>, payload: impl Serialize) -> WaitCall<'_, T> {
-        let handle = handle.into();
-        let name = handle.name().to_owned();
-        let payload = payload_value(&name, payload);
-        WaitCall::new(self, EntryKind::Interrupt, format!("i:{name}"), name, payload)
-    }
-
-    /// Waits for the named signal (`POST /v1/runs/{thread}/signals/{name}`); signals sent
-    /// before the run asks are kept, in order. Runs when awaited; `.within(timeout)` gives
-    /// the wait a durable deadline.
-    ///
-    /// `handle` is a [`Signal<T>`] constant (the value's type is its `T`), or a name.
-    pub fn wait_signal<T>(&mut self, handle: impl Into<Signal<T>>) -> WaitCall<'_, T> {
-        let handle = handle.into();
-        let name = handle.name().to_owned();
-        WaitCall::new(self, EntryKind::Signal, format!("s:{name}:"), name, Ok(Value::Null))
     }
 
     /// Waits for an interrupt's answer or a signal with no deadline (what awaiting a
@@ -260,10 +299,8 @@ impl Ctx {
         v
     }
 
-    /// The time now by the store server's clock, recorded so a replay sees the same time. A
-    /// recorded value that is not a time is an error ([`WorkflowError::Decode`]), never a
-    /// default.
-    pub async fn now(&mut self) -> Result<SystemTime, WorkflowError> {
+    /// [`Ctx::now`]'s work, the state held.
+    pub(super) async fn now(&mut self) -> Result<SystemTime, WorkflowError> {
         let now = self.server_now_ms();
         let v = self.recorded("now", || json!(now)).await;
         let ms = v
@@ -272,9 +309,8 @@ impl Ctx {
         Ok(UNIX_EPOCH + Duration::from_millis(ms))
     }
 
-    /// A random UUID (version 4), recorded: a replay sees the same one, so an effect key made
-    /// from it is stable. A recorded value that is not a UUID is an error, never a default.
-    pub async fn uuid(&mut self) -> Result<Uuid, WorkflowError> {
+    /// [`Ctx::uuid`]'s work, the state held.
+    pub(super) async fn uuid(&mut self) -> Result<Uuid, WorkflowError> {
         let v = self
             .recorded("uuid", || json!(savepoint_core::entropy::uuid().to_string()))
             .await;
@@ -283,24 +319,16 @@ impl Ctx {
             .ok_or_else(|| recorded_wrong("uuid", &v, "a UUID"))
     }
 
-    /// A random number in [0, 1), recorded. A recorded value that is not a number in [0, 1)
-    /// is an error, never a default.
-    pub async fn random(&mut self) -> Result<f64, WorkflowError> {
+    /// [`Ctx::random`]'s work, the state held.
+    pub(super) async fn random(&mut self) -> Result<f64, WorkflowError> {
         let v = self.recorded("random", || json!(savepoint_core::entropy::f64())).await;
         v.as_f64()
             .filter(|x| (0.0..1.0).contains(x))
             .ok_or_else(|| recorded_wrong("random", &v, "a number in [0, 1)"))
     }
 
-    /// Code-version branching for in-flight runs: true for runs that reach this point under
-    /// code that has the change, false for runs whose journal was written before it.
-    ///
-    /// The answer is sticky per run: the first `patched(id)` decides (a marker in the
-    /// journal, or its absence where the old code ran), and every later call with the same id
-    /// in the same run answers the same, so a run never takes the old path before a point and
-    /// the new one after it. Each slice replays from the top, so the decision is re-derived
-    /// from the journal every time.
-    pub async fn patched(&mut self, change_id: &str) -> bool {
+    /// [`Ctx::patched`]'s work, the state held.
+    pub(super) async fn patched(&mut self, change_id: &str) -> bool {
         match self.p.journal.get(self.cursor as usize) {
             Some(e) if e.kind == EntryKind::Patch && e.name == change_id => {
                 self.cursor += 1;

@@ -5,8 +5,8 @@
 //! ship (or refund).
 //!
 //! The effects stand in for a payment provider and a warehouse: each goes through a [`Shop`]
-//! the binary plugs in (the example's records itself in the demo effects log, a Redis list,
-//! so a test can count at the "provider" that nothing happened twice). This crate depends
+//! the binary plugs in (the example's appends to a Redis list of its own, so a test can count
+//! at the "provider" that nothing happened twice; its kit test plugs in one in memory). This crate depends
 //! on the SDK alone: no store, broker or server is in its tree (`.ci/sdk-deps` counts it).
 
 use schemars::JsonSchema;
@@ -16,7 +16,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use savepoint::workflow::{Call, Ctx, Declared, Interrupt, Schemas, StepError, Workflow, WorkflowError};
+use savepoint::workflow::{Ctx, Declared, Effect, Interrupt, Schemas, StepError, Workflow, WorkflowError};
 
 /// Where the workflow's effects land: the payment provider and the warehouse. Each call
 /// carries the effect's idempotency key, which a real provider deduplicates on.
@@ -94,6 +94,14 @@ pub struct Fulfilled {
 
 /// The person's approval of the shipment: declared once, its name and answer type together.
 pub const SHIPPING_APPROVAL: Interrupt<ShippingApproval> = Interrupt::new("shipping_approval");
+/// The effects, each declared once with its result type.
+pub const STOCK_RESERVE: Effect<bool> = Effect::new("stock.reserve");
+/// Charges the card (the key is derived from the order).
+pub const CARD_CHARGE: Effect<Charge> = Effect::new("card.charge");
+/// Ships the order with the approved carrier.
+pub const SHIP: Effect<Shipment> = Effect::new("ship");
+/// Refunds the charge when shipping is refused.
+pub const REFUND: Effect<()> = Effect::new("refund");
 
 /// The workflow.
 pub struct Fulfil {
@@ -113,40 +121,33 @@ impl Workflow for Fulfil {
     type Output = Fulfilled;
     // The handles' schemas are published with the workflow's: the API refuses (422) an
     // approval of the wrong shape.
-    const DECLARED: &'static [&'static dyn Declared] = &[&SHIPPING_APPROVAL];
+    const DECLARED: &'static [&'static dyn Declared] =
+        &[&SHIPPING_APPROVAL, &STOCK_RESERVE, &CARD_CHARGE, &SHIP, &REFUND];
 
     fn schemas(&self) -> Schemas {
-        Schemas::new()
-            .input::<Order>()
-            .effect::<bool>("stock.reserve")
-            .effect::<Charge>("card.charge")
-            .effect::<Shipment>("ship")
-            .effect::<()>("refund")
+        Schemas::new().input::<Order>()
     }
 
-    async fn run(&self, ctx: &mut Ctx, order: Order) -> Result<Fulfilled, WorkflowError> {
-        let (shop, thread) = (&self.shop, ctx.thread_id().to_string());
-        let t = &thread;
-        // Two independent calls at once: the journal keeps their order, whatever finishes first.
-        let (reserved, quote) = ctx
-            .join(
-                Call::effect("stock.reserve", format!("stock:{}", order.order_id), |fx| async move {
-                    shop.record(t, "stock.reserve", &fx.key).await?;
-                    Ok(true)
-                }),
-                Call::step("shipping.quote", || async {
-                    // Any error type works with `?`: it is a retryable failure.
-                    let cents: u64 = format!("{}", 450 + 50 * u64::from(order.qty)).parse()?;
-                    Ok(cents)
-                }),
-            )
-            .await;
-        let (_reserved, quote_cents): (bool, u64) = (reserved?, quote?);
+    async fn run(&self, ctx: &Ctx, order: Order) -> Result<Fulfilled, WorkflowError> {
+        let (shop, t) = (&self.shop, ctx.thread_id().as_str());
+        // Two independent calls at once, in plain Rust: journaled in the order written,
+        // whatever finishes first.
+        let (_reserved, quote_cents) = futures::try_join!(
+            ctx.effect(STOCK_RESERVE, format!("stock:{}", order.order_id), |fx| async move {
+                shop.record(t, STOCK_RESERVE.name(), &fx.key).await?;
+                Ok(true)
+            }),
+            ctx.step("shipping.quote", || async {
+                // Any error type works with `?`: it is a retryable failure.
+                let cents: u64 = format!("{}", 450 + 50 * u64::from(order.qty)).parse()?;
+                Ok(cents)
+            }),
+        )?;
         // The key comes from the input, never from the clock: a resumed run derives the same
         // key and the provider is not charged twice.
-        let charge: Charge = ctx
-            .effect("card.charge", format!("charge:{}", order.order_id), |fx| async move {
-                shop.record(t, "card.charge", &fx.key).await?;
+        let charge = ctx
+            .effect(CARD_CHARGE, format!("charge:{}", order.order_id), |fx| async move {
+                shop.record(t, CARD_CHARGE.name(), &fx.key).await?;
                 Ok(Charge {
                     charge_id: format!("ch_{}", fx.key),
                     amount_cents: order.amount_cents,
@@ -161,8 +162,8 @@ impl Workflow for Fulfil {
         });
         let approval = ctx.interrupt(SHIPPING_APPROVAL, question).await?;
         if !approval.approved {
-            ctx.effect("refund", format!("refund:{}", order.order_id), |fx| async move {
-                shop.record(t, "refund", &fx.key).await?;
+            ctx.effect(REFUND, format!("refund:{}", order.order_id), |fx| async move {
+                shop.record(t, REFUND.name(), &fx.key).await?;
                 Ok(())
             })
             .await?;
@@ -175,11 +176,11 @@ impl Workflow for Fulfil {
             });
         }
         let carrier = approval.carrier.clone();
-        let shipment: Shipment = ctx
-            .effect("ship", format!("ship:{}", order.order_id), |fx| {
+        let shipment = ctx
+            .effect(SHIP, format!("ship:{}", order.order_id), |fx| {
                 let carrier = carrier.clone();
                 async move {
-                    shop.record(t, "ship", &fx.key).await?;
+                    shop.record(t, SHIP.name(), &fx.key).await?;
                     Ok(Shipment {
                         tracking: format!("TRK-{}", fx.key),
                         carrier,
