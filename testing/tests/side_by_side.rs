@@ -13,7 +13,18 @@ use std::time::Duration;
 
 use savepoint::workflow::{Ctx, Registry, StepError, Workflow, WorkflowError};
 use savepoint_store::RunStatus;
-use savepoint_testing::{Setup, TestEnv, CALL_POINTS};
+use savepoint_testing::{TestEnv, CALL_POINTS};
+
+/// A test environment serving `w` alone.
+async fn env_with<W: Workflow>(w: W) -> TestEnv {
+    TestEnv::new(move |_| {
+        let mut r = Registry::new();
+        r.register(w);
+        r
+    })
+    .await
+    .expect("a test environment")
+}
 
 fn sleep_ms(ms: u64) -> tokio::time::Sleep {
     tokio::time::sleep(Duration::from_millis(ms))
@@ -68,12 +79,6 @@ impl Workflow for Mixed {
     }
 }
 
-fn mixed(_: &Setup) -> Registry {
-    let mut r = Registry::new();
-    r.register(Mixed);
-    r
-}
-
 const MIXED: [&str; 16] = [
     "fetch.0", "fetch.1", "fetch.2", "fetch.3", "fetch.4", "fetch.5", "fetch.6", "fetch.7", "fetch.8", "fetch.9",
     "first", "now", "last", "ok", "bad", "after",
@@ -85,7 +90,7 @@ fn names(journal: &[savepoint_core::journal::Entry]) -> Vec<&str> {
 
 #[tokio::test(start_paused = true)]
 async fn calls_side_by_side_are_journaled_in_the_order_written() {
-    let mut env = TestEnv::new(mixed).await.unwrap();
+    let mut env = env_with(Mixed).await;
     let run = env.start::<Mixed>(&json!({})).await.unwrap();
     let done = env.settle(&run).await.unwrap();
     assert_eq!(done.header.status, RunStatus::Completed, "{:?}", done.header);
@@ -110,7 +115,7 @@ async fn a_crash_at_any_call_replays_to_the_same_journal() {
     for point in CALL_POINTS.iter().filter(|p| p.starts_with("step.")) {
         for hit in [1, 3, 10, 11, 12, 13, 14, 15] {
             let spec = format!("{point}=abort@{hit}");
-            let mut env = TestEnv::new(mixed).await.unwrap();
+            let mut env = env_with(Mixed).await;
             env.crash_at(&spec).unwrap();
             let run = env.start::<Mixed>(&json!({})).await.unwrap();
             let done = env.settle(&run).await.unwrap();
@@ -150,13 +155,7 @@ impl Workflow for DroppedEffect {
 async fn an_effect_dropped_while_it_runs_blocks_the_run_in_doubt() {
     let calls = Arc::new(AtomicU32::new(0));
     let c = Arc::clone(&calls);
-    let mut env = TestEnv::new(move |_| {
-        let mut r = Registry::new();
-        r.register(DroppedEffect { calls: Arc::clone(&c) });
-        r
-    })
-    .await
-    .unwrap();
+    let mut env = env_with(DroppedEffect { calls: Arc::clone(&c) }).await;
     let run = env.start::<DroppedEffect>(&json!({})).await.unwrap();
     let done = env.settle(&run).await.unwrap();
     assert_eq!(done.header.status, RunStatus::Blocked, "{:?}", done.header);
@@ -195,18 +194,145 @@ impl Workflow for DroppedFirst {
 
 #[tokio::test(start_paused = true)]
 async fn a_call_dropped_before_a_later_one_blocks_the_run_saying_so() {
-    let mut env = TestEnv::new(|_| {
-        let mut r = Registry::new();
-        r.register(DroppedFirst);
-        r
-    })
-    .await
-    .unwrap();
+    let mut env = env_with(DroppedFirst).await;
     let run = env.start::<DroppedFirst>(&json!({})).await.unwrap();
     let done = env.settle(&run).await.unwrap();
     assert_eq!(done.header.status, RunStatus::Blocked, "{:?}", done.header);
     let reason = done.header.reason.clone().unwrap_or_default();
     assert!(reason.contains("\"slow\" (entry 0) was dropped"), "{reason}");
     assert!(done.journal.is_empty(), "{:?}", names(&done.journal));
+    env.shutdown().await;
+}
+
+/// Branches that chain calls, and two calls that take their turn, side by side: the journal
+/// is the same on every replay (a replayed call yields once, as a live one waits for its
+/// commit, so the branches make their next calls in the same order).
+struct Branches;
+
+impl Workflow for Branches {
+    const NAME: &'static str = "branches";
+    type Input = Value;
+    type Output = Value;
+
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let branch = |tag: &'static str, ms: u64| async move {
+            let a: u64 = ctx
+                .step(&format!("{tag}.fetch"), move || async move {
+                    sleep_ms(ms).await;
+                    Ok(ms)
+                })
+                .await?;
+            let b: u64 = ctx
+                .step(&format!("{tag}.parse"), move || async move { Ok(a + 1) })
+                .await?;
+            Ok::<u64, WorkflowError>(b)
+        };
+        let (x, y, t1, t2) = futures::join!(branch("x", 300), branch("y", 100), ctx.now(), ctx.uuid());
+        let (_, _) = (t1?, t2?);
+        Ok(json!({"x": x?, "y": y?}))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn chained_branches_and_turn_taking_calls_replay_to_the_same_journal() {
+    let mut env = env_with(Branches).await;
+    let run = env.start::<Branches>(&json!({})).await.unwrap();
+    let done = env.settle(&run).await.unwrap();
+    assert_eq!(done.header.status, RunStatus::Completed, "{:?}", done.header);
+    let want: Vec<String> = names(&done.journal).into_iter().map(str::to_owned).collect();
+    assert_eq!(done.output().unwrap(), &json!({"x": 301, "y": 101}));
+    env.shutdown().await;
+    // A crash at each commit: the resumed run replays the recorded prefix and journals the
+    // rest in the same order (a divergence would block it as non-determinism).
+    for hit in 1..=6 {
+        for point in ["step.before_commit", "step.after_commit"] {
+            let spec = format!("{point}=abort@{hit}");
+            let mut env = env_with(Branches).await;
+            env.crash_at(&spec).unwrap();
+            let run = env.start::<Branches>(&json!({})).await.unwrap();
+            let done = env.settle(&run).await.unwrap();
+            assert_eq!(done.header.status, RunStatus::Completed, "{spec}: {:?}", done.header);
+            assert_eq!(names(&done.journal), want, "{spec}");
+            env.shutdown().await;
+        }
+    }
+}
+
+/// A ctx call inside a step's function is refused with a message (it would wait forever for
+/// the step that runs it): the attempt fails, and the step's error says why.
+struct Nested;
+
+impl Workflow for Nested {
+    const NAME: &'static str = "nested";
+    type Input = Value;
+    type Output = Value;
+
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let r: Result<u32, _> = ctx
+            .step("outer", move || async move {
+                let inner = ctx.step("inner", || async { Ok(1u32) }).await;
+                inner.map_err(|e| StepError::fatal(e.to_string()))
+            })
+            .retry(savepoint::workflow::RetryPolicy::attempts(1))
+            .await;
+        Ok(json!({"error": r.err().map(|e| e.to_string())}))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_ctx_call_inside_a_step_function_fails_the_attempt_saying_why() {
+    let mut env = env_with(Nested).await;
+    let run = env.start::<Nested>(&json!({})).await.unwrap();
+    let done = env.settle(&run).await.unwrap();
+    assert_eq!(done.header.status, RunStatus::Completed, "{:?}", done.header);
+    let error = done.output().unwrap()["error"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        error.contains("called inside the function of a step or an effect"),
+        "{error}"
+    );
+    assert_eq!(names(&done.journal), ["outer"]);
+    env.shutdown().await;
+}
+
+/// A failing `try_join!` drops an effect written after the failed step: the effect's index
+/// holds its key, so the run blocks naming it instead of giving the index to the next call,
+/// whatever the workflow returns.
+struct EffectAfterFailure {
+    calls: Arc<AtomicU32>,
+}
+
+impl Workflow for EffectAfterFailure {
+    const NAME: &'static str = "effect_after_failure";
+    type Input = Value;
+    type Output = Value;
+
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let calls = &self.calls;
+        let r = futures::try_join!(
+            ctx.step("check", || async {
+                sleep_ms(100).await;
+                Err::<u32, _>(StepError::fatal("refused"))
+            }),
+            ctx.effect("reserve", "reserve:1", |_fx| async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok(true)
+            }),
+        );
+        Ok(json!({"failed": r.is_err()}))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_effect_dropped_by_a_failing_try_join_blocks_the_run_naming_it() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let c = Arc::clone(&calls);
+    let mut env = env_with(EffectAfterFailure { calls: Arc::clone(&c) }).await;
+    let run = env.start::<EffectAfterFailure>(&json!({})).await.unwrap();
+    let done = env.settle(&run).await.unwrap();
+    assert_eq!(done.header.status, RunStatus::Blocked, "{:?}", done.header);
+    let reason = done.header.reason.clone().unwrap_or_default();
+    assert!(reason.contains("\"reserve\"") && reason.contains("dropped"), "{reason}");
+    assert_eq!(names(&done.journal), ["check"]);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
     env.shutdown().await;
 }

@@ -43,11 +43,15 @@ impl<'c, O, R> Lazy<'c, O, R> {
                 *self = Lazy::Running(start(o));
             }
         }
-        match self {
-            Lazy::Running(fut) => fut.as_mut().poll(cx),
+        let Lazy::Running(fut) = self else {
             // (A call is polled again after it finished only by a broken executor.)
-            _ => Poll::Pending,
+            return Poll::Pending;
+        };
+        let r = fut.as_mut().poll(cx);
+        if r.is_ready() {
+            *self = Lazy::Taken;
         }
+        r
     }
 
     fn options(&mut self) -> Option<&mut O> {
@@ -219,7 +223,7 @@ where
             this.call = Some(Box::pin(async move {
                 let payload = a.payload?;
                 a.ctx
-                    .exclusive()
+                    .exclusive(&a.name)
                     .await
                     .await_answer(a.kind, &a.name, a.field, payload)
                     .await
@@ -253,7 +257,7 @@ where
             this.call = Some(Box::pin(async move {
                 let payload = a.payload?;
                 a.ctx
-                    .exclusive()
+                    .exclusive(&a.name)
                     .await
                     .await_answer_within(a.kind, &a.name, a.field, payload, timeout)
                     .await

@@ -122,7 +122,7 @@ impl Ctx {
 
     /// [`Ctx::child`] by workflow name, version and options.
     pub async fn child_with<T: DeserializeOwned>(&self, name: &str, spec: ChildSpec) -> Result<T, WorkflowError> {
-        let o = self.exclusive().await.child_call(name, spec, true).await;
+        let o = self.exclusive(name).await.child_call(name, spec, true).await;
         decode_outcome(EntryKind::Child.as_str(), name, o)
     }
 
@@ -139,7 +139,7 @@ impl Ctx {
 
     /// [`Ctx::start_child`] by workflow name, version and options.
     pub async fn start_child_with(&self, name: &str, spec: ChildSpec) -> Result<ThreadId, WorkflowError> {
-        let o = self.exclusive().await.child_call(name, spec, false).await;
+        let o = self.exclusive(name).await.child_call(name, spec, false).await;
         let v: Value = decode_outcome(EntryKind::Child.as_str(), name, o)?;
         let t = v["thread_id"].as_str().unwrap_or_default();
         ThreadId::new(t).map_err(|e| WorkflowError::Decode {

@@ -162,6 +162,8 @@ pub(super) struct Core {
     /// yet (a parallel group journals in call order): if the run blocks, their records are
     /// the only proof the effects happened, so they are kept from expiring.
     pub(super) unjournaled: Vec<EffectKey>,
+    /// Step or effect functions being polled right now (shared with the [`Ctx`]).
+    pub(super) in_function: Arc<std::sync::atomic::AtomicU32>,
 }
 
 pub use super::seq::Ctx;
@@ -185,6 +187,7 @@ impl Core {
             noted: false,
             route: None,
             unjournaled: Vec::new(),
+            in_function: Arc::default(),
         }
     }
 

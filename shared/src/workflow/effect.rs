@@ -197,16 +197,6 @@ impl Core {
         self.block(BlockKind::Other, &reason, None).await
     }
 
-    /// Releases the intent of an effect at `idx` that was dropped before its function was
-    /// called (the intent may or may not have been written: a release of a key this run does
-    /// not hold changes nothing).
-    pub(super) async fn release_unused(&mut self, key: &EffectKey, idx: u32) {
-        let (store, thread, fence) = (self.p.store.clone(), self.thread_id().clone(), self.p.lease.fence);
-        let released = self.durable(|| store.effect_release(key, &thread, idx, fence)).await;
-        tracing::debug!(effect.key = %key, ?released, "released the intent of an effect call that was dropped");
-        self.unhold(idx);
-    }
-
     /// Forgets the intent held at `idx` (settled).
     pub(super) fn unhold(&mut self, idx: u32) {
         self.held.retain(|h| h.index != idx);
@@ -368,6 +358,8 @@ impl Core {
         let released = self.durable(|| store.effect_release(key, &thread, idx, fence)).await;
         self.unhold(idx);
         if let EffectRelease::Done(recorded) = released {
+            // Until its turn, the key's record is the only proof the effect happened.
+            self.unjournaled.push(key.clone());
             return (
                 effect_entry(name, key, Outcome::Ok(recorded), attempts),
                 "effect_skipped",

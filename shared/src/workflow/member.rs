@@ -11,7 +11,7 @@ use tracing::Instrument;
 use super::calls::StepOptions;
 use super::ctx::{attempts, decode_entry, decode_outcome, watched, Attempted, Cut, SliceExit};
 use super::effect::effect_entry;
-use super::seq::{Locked, Reserved};
+use super::seq::{in_function, Locked, Reserved};
 use super::{Ctx, EffectCtx, EffectOptions, RetryPolicy, StepError, WorkflowError};
 use crate::ids::EffectKey;
 use crate::journal::{Entry, EntryKind, Outcome};
@@ -75,7 +75,7 @@ impl Ctx {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, StepError>>,
     {
-        let (mut core, index) = self.reserve().await;
+        let (mut core, index) = self.reserve(name).await;
         let claim = Reserved::new(self, index, name);
         if let Some(e) = replayed_at(&mut core, name, EntryKind::Step, index).await {
             claim.journaled();
@@ -147,9 +147,10 @@ impl Ctx {
         Fut: Future<Output = Result<T, E>>,
         E: Into<StepError>,
     {
-        let (tools, watch) = (core.call_tools(), core.watch());
+        let (tools, watch, depth) = (core.call_tools(), core.watch(), core.in_function.clone());
         drop(core);
-        match watched(&watch, attempts(&tools, index, name, policy, cut, f)).await {
+        let run = in_function(&depth, attempts(&tools, index, name, policy, cut, f));
+        match watched(&watch, run).await {
             Ok(Ok(a)) => a,
             Ok(Err(e)) => self.lock().await.store_failed(e).await,
             Err(broke) => self.lock().await.broke(broke).await,
@@ -175,7 +176,7 @@ impl Ctx {
         F: FnMut(EffectCtx) -> Fut,
         Fut: Future<Output = Result<T, StepError>>,
     {
-        let (mut core, index) = self.reserve().await;
+        let (mut core, index) = self.reserve(name).await;
         let mut claim = Reserved::new(self, index, name);
         if let Some(e) = replayed_at(&mut core, name, EntryKind::Effect, index).await {
             claim.journaled();

@@ -99,7 +99,7 @@ impl Ctx {
     where
         T: Serialize + DeserializeOwned,
     {
-        let outcome = self.exclusive().await.race(name, calls, timeout).await;
+        let outcome = self.exclusive(name).await.race(name, calls, timeout).await;
         match decode_outcome::<Value>("step", name, outcome)? {
             v if v.get("timeout") == Some(&Value::Bool(true)) => Ok(Selected::TimedOut),
             v => {
@@ -143,13 +143,14 @@ impl Core {
                 launch(&tools, stubs.clone(), pos, idx, c.name, policy, c.run)
             })
             .collect();
+        let depth = self.in_function.clone();
         let first = self
             .guarded(async {
                 if left.is_zero() {
                     return None;
                 }
                 tokio::select! {
-                    r = racing.next() => r,
+                    r = super::seq::in_function(&depth, racing.next()) => r,
                     _ = tokio::time::sleep(left) => None,
                 }
             })

@@ -63,7 +63,11 @@ impl<W: Workflow> DynWorkflow for Erased<W> {
     fn run<'a>(&'a self, ctx: &'a Ctx, input: Value) -> BoxFuture<'a, Result<Value, RunError>> {
         Box::pin(async move {
             let input: W::Input = serde_json::from_value(input).map_err(|e| RunError::Input(e.to_string()))?;
-            let out = self.w.run(ctx, input).await.map_err(RunError::Workflow)?;
+            let out = self.w.run(ctx, input).await;
+            // Calls the workflow dropped unfinished are dealt with before its end is taken
+            // (an effect dropped while its function ran blocks the run, whatever it returned).
+            ctx.settle_dropped().await;
+            let out = out.map_err(RunError::Workflow)?;
             serde_json::to_value(out).map_err(|e| RunError::Output(e.to_string()))
         })
     }

@@ -4,10 +4,14 @@
 //! `futures::join!`, `futures::future::join_all`, `futures::try_join!` over `ctx.step(..)` and
 //! `ctx.effect(..)`. What keeps that durable:
 //!
-//! - **A call's journal index is the order it was first polled in.** A step or an effect
-//!   reserves the next index the first time it is polled (under the context's lock, whose
-//!   waiters are served first come, first served). `join!` and `join_all` poll their futures in
-//!   the order they are written, so the indices are the call order, again on every replay.
+//! - **A call's journal index is the order it was first polled in.** Every call takes a ticket
+//!   the first time it is polled; steps and effects reserve their index, and other calls take
+//!   their turn, strictly in ticket order. `join!` and `join_all` poll their futures in the
+//!   order they are written, so the indices are the call order, again on every replay.
+//! - **Every call yields once before it ends**, replayed or live, so a replay, where recorded
+//!   calls finish at once, polls the other branches of a join when the first run did (a live
+//!   call always waits for its commit): a branch that makes its next call after its first one
+//!   gets the same ticket on replay.
 //! - **Entries are journaled in index order.** Calls run concurrently; each one's entry waits
 //!   until every call before it is journaled, so the journal after a crash always holds a prefix,
 //!   and a resumed run replays it and runs the rest again, concurrently.
@@ -19,14 +23,17 @@
 //!   (it may take more than one entry).
 //! - **A dropped call** (a `select!`, a timeout or a failing `try_join!` drops the others) never
 //!   leaves a hole: a dropped step is as if never made when every call after it is dropped too;
-//!   otherwise the run blocks saying so. An effect dropped while its function ran is in doubt,
-//!   and the run blocks on its key: effects are never raced. Race calls with
-//!   [`Ctx::select`], which journals the winner.
+//!   otherwise the run blocks saying so. A dropped effect blocks the run (in doubt on its key if
+//!   its function may have run): effects are never raced, and an effect's index is never given
+//!   to another call. Race calls with [`Ctx::select`], which journals the winner.
+//! - **No ctx call inside a step's or an effect's function**: the function runs outside the
+//!   journal; such a call panics with a message, which fails the attempt.
 
 use std::collections::BTreeSet;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex as SyncMutex, MutexGuard as SyncGuard};
+use std::task::Poll;
 use tokio::sync::{Mutex, MutexGuard, Notify};
 
 use super::ctx::{Core, CtxParts, SliceExit};
@@ -50,17 +57,34 @@ pub struct Ctx {
     fence: u64,
     clock: ServerClock,
     exit: Arc<Notify>,
+    /// Step or effect functions being polled right now (a ctx call inside one is refused).
+    in_function: Arc<AtomicU32>,
 }
 
-/// Index reservations (a plain lock: a dropped call reports itself from `Drop`).
+/// Tickets and index reservations (a plain lock: a dropped call reports itself from `Drop`).
 #[derive(Debug, Default)]
 struct Seq {
+    /// The ticket the next call takes.
+    next_ticket: u64,
+    /// The ticket whose turn it is (every ticket before it reserved, took its turn or was
+    /// dropped).
+    granted: u64,
+    /// Tickets dropped before their turn: skipped when it comes.
+    skipped: BTreeSet<u64>,
     /// The index the next call reserves.
     reserved: u32,
-    /// Turn-taking calls waiting for the calls before them: no call reserves meanwhile.
-    gate: u32,
     /// Calls dropped before their entry was journaled.
     dropped: Vec<Dropped>,
+}
+
+impl Seq {
+    /// Whether it is `ticket`'s turn (moving past dropped tickets first).
+    fn turn_of(&mut self, ticket: u64) -> bool {
+        while self.skipped.remove(&self.granted) {
+            self.granted += 1;
+        }
+        self.granted == ticket
+    }
 }
 
 /// A call dropped before its entry was journaled.
@@ -83,6 +107,7 @@ impl Ctx {
             fence: core.fence(),
             clock: core.p.server_clock,
             exit: core.exit_signal(),
+            in_function: core.in_function.clone(),
             cursor: AtomicU32::new(0),
             seq: SyncMutex::new(Seq::default()),
             changed: Notify::new(),
@@ -164,9 +189,30 @@ impl Ctx {
         held
     }
 
-    /// Reserves the next journal index for a step or an effect (waiting while a turn-taking
-    /// call waits for its turn); returns the state, still held, and the index.
-    pub(super) async fn reserve(&self) -> (Locked<'_>, u32) {
+    /// A ticket for a call's first poll: calls reserve and take turns in ticket order.
+    /// Refused (a panic, which fails the attempt with its message) inside a step's or an
+    /// effect's function.
+    fn ticket(&self, what: &str) -> Ticket<'_> {
+        assert!(
+            self.in_function.load(Ordering::Relaxed) == 0,
+            "{what} was called inside the function of a step or an effect: a function runs outside the journal \
+             (it may run again, or in another process); make the call in the workflow, around the step"
+        );
+        let mut seq = self.seq();
+        let t = seq.next_ticket;
+        seq.next_ticket += 1;
+        Ticket {
+            ctx: self,
+            t,
+            used: false,
+        }
+    }
+
+    /// Reserves the next journal index for the step or effect `name` in its ticket's turn;
+    /// returns the state, still held, and the index.
+    pub(super) async fn reserve(&self, name: &str) -> (Locked<'_>, u32) {
+        let mut ticket = self.ticket(name);
+        self.yield_once().await;
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
@@ -174,9 +220,11 @@ impl Ctx {
             let held = self.lock().await;
             {
                 let mut seq = self.seq();
-                if seq.gate == 0 {
+                if seq.turn_of(ticket.t) {
                     let index = seq.reserved;
                     seq.reserved += 1;
+                    seq.granted += 1;
+                    ticket.used = true;
                     return (held, index);
                 }
             }
@@ -192,6 +240,7 @@ impl Ctx {
             tokio::pin!(changed);
             changed.as_mut().enable();
             let held = self.lock().await;
+            debug_assert!(held.cursor <= index, "entry {index} journaled out of turn");
             if held.cursor >= index {
                 return held;
             }
@@ -200,27 +249,52 @@ impl Ctx {
         }
     }
 
-    /// The state for a call that takes its turn: once every call before it is journaled, and
-    /// kept until it ends, so no call starts meanwhile.
-    pub(super) async fn exclusive(&self) -> Locked<'_> {
-        let mut gate: Option<GateClosed<'_>> = None;
+    /// The state for the call `what` that takes its turn: in its ticket's turn, once every
+    /// call before it is journaled, and kept until it ends, so no call starts meanwhile.
+    pub(super) async fn exclusive(&self, what: &str) -> Locked<'_> {
+        let mut ticket = self.ticket(what);
+        self.yield_once().await;
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
             let mut held = self.lock().await;
-            if held.cursor == self.seq().reserved {
-                drop(gate);
+            let ready = {
+                let mut seq = self.seq();
+                seq.turn_of(ticket.t) && held.cursor == seq.reserved
+            };
+            if ready {
+                ticket.used = true;
                 held.turn_taking = true;
                 return held;
-            }
-            if gate.is_none() {
-                self.seq().gate += 1;
-                gate = Some(GateClosed(self));
             }
             drop(held);
             changed.await;
         }
+    }
+
+    /// Returns `Pending` once (waking itself at once): every call yields once after taking
+    /// its ticket, so a replayed call lets the other branches of a join run as a live call,
+    /// which always waits for its commit, would.
+    async fn yield_once(&self) {
+        let mut yielded = false;
+        std::future::poll_fn(|cx| {
+            if yielded {
+                Poll::Ready(())
+            } else {
+                yielded = true;
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
+    #[doc(hidden)] // the worker runtime's, not workflow code's
+    /// Deals with the calls the workflow dropped unfinished, once its body returned (an effect
+    /// dropped while its function ran blocks the run, whatever the body returned).
+    pub async fn settle_dropped(&self) {
+        drop(self.lock().await);
     }
 
     /// Notes a call dropped before its entry was journaled (from the call's `Drop`).
@@ -230,15 +304,40 @@ impl Ctx {
     }
 }
 
-/// A turn-taking call's hold on the gate; reopened when it gets its turn or is dropped.
-struct GateClosed<'a>(&'a Ctx);
+/// Runs `fut` with the function counter `depth` raised while it is polled.
+pub(super) async fn in_function<T>(depth: &AtomicU32, fut: impl std::future::Future<Output = T>) -> T {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| {
+        depth.fetch_add(1, Ordering::Relaxed);
+        let _lower = Lower(depth);
+        fut.as_mut().poll(cx)
+    })
+    .await
+}
 
-impl Drop for GateClosed<'_> {
+/// Lowers the function counter again, even if the poll panicked.
+struct Lower<'a>(&'a AtomicU32);
+
+impl Drop for Lower<'_> {
     fn drop(&mut self) {
-        let mut seq = self.0.seq();
-        seq.gate = seq.gate.saturating_sub(1);
-        drop(seq);
-        self.0.changed.notify_waiters();
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A call's ticket; dropped before its turn, the turn skips it.
+struct Ticket<'a> {
+    ctx: &'a Ctx,
+    t: u64,
+    used: bool,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        if self.used {
+            return;
+        }
+        self.ctx.seq().skipped.insert(self.t);
+        self.ctx.changed.notify_waiters();
     }
 }
 
@@ -269,7 +368,9 @@ impl DerefMut for Locked<'_> {
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
         if self.turn_taking {
-            self.ctx.seq().reserved = self.core.cursor;
+            let mut seq = self.ctx.seq();
+            seq.reserved = self.core.cursor;
+            seq.granted += 1;
         }
         self.ctx.cursor.store(self.core.cursor, Ordering::Release);
         if self.turn_taking || self.core.cursor != self.taken_at {
@@ -279,49 +380,58 @@ impl Drop for Locked<'_> {
 }
 
 impl Locked<'_> {
-    /// Deals with the calls dropped before their entry was journaled: an effect whose function
-    /// may have started blocks the run in doubt; an effect's intent not acted on is released;
-    /// the indices of dropped calls after which no call goes on are given back; a dropped call
-    /// with a call after it still going blocks the run (its entry would never be journaled).
+    /// Deals with the calls dropped before their entry was journaled (one dropped after its
+    /// entry was written counts as journaled): a dropped effect blocks the run, in doubt on its
+    /// key if its function may have run (its index is never given to another call: the run
+    /// recorded its key there); the indices of dropped steps after which no call goes on are
+    /// given back; a dropped step with a call after it still going blocks the run (its entry
+    /// would never be journaled).
     async fn settle_dropped(&mut self) {
-        let dropped = std::mem::take(&mut self.ctx.seq().dropped);
-        if dropped.is_empty() {
-            return;
-        }
-        for d in &dropped {
-            match &d.effect {
-                Some((key, true)) => {
-                    let holder = Holder {
-                        thread: self.ctx.thread.to_string(),
-                        index: i64::from(d.index),
-                        fence: self.ctx.fence,
-                    };
-                    let reason = format!(
-                        "effect {key} outcome unknown: the call {:?} was dropped while its function ran (a select!, \
-                         a timeout or a failing try_join! over ctx calls drops the others); effects are never raced",
-                        d.name
-                    );
-                    return self.core.block_on_key(&reason, key, &holder).await;
-                }
-                Some((key, false)) => self.core.release_unused(key, d.index).await,
-                None => {}
-            }
-        }
-        let mut gone: BTreeSet<u32> = dropped.iter().map(|d| d.index).collect();
-        let hole = {
+        let cursor = self.core.cursor;
+        let (effect, hole) = {
             let mut seq = self.ctx.seq();
-            while seq.reserved > self.core.cursor && gone.remove(&(seq.reserved - 1)) {
-                seq.reserved -= 1;
+            seq.dropped.retain(|d| d.index >= cursor);
+            if seq.dropped.is_empty() {
+                return;
             }
-            gone.first().copied()
+            let effect = seq
+                .dropped
+                .iter()
+                .find(|d| d.effect.is_some())
+                .map(|d| (d.index, d.name.clone(), d.effect.clone()));
+            let mut gone: BTreeSet<u32> = seq.dropped.iter().map(|d| d.index).collect();
+            if effect.is_none() {
+                while seq.reserved > cursor && gone.remove(&(seq.reserved - 1)) {
+                    seq.reserved -= 1;
+                }
+                let hole = gone.first().copied();
+                let names: Vec<(u32, String)> = seq.dropped.iter().map(|d| (d.index, d.name.clone())).collect();
+                if hole.is_none() {
+                    seq.dropped.clear();
+                }
+                (
+                    None,
+                    hole.map(|i| {
+                        (
+                            i,
+                            names
+                                .into_iter()
+                                .find(|(x, _)| *x == i)
+                                .map(|(_, n)| n)
+                                .unwrap_or_default(),
+                        )
+                    }),
+                )
+            } else {
+                (effect, None)
+            }
         };
         // A turn-taking call may be waiting for the indices given back.
         self.ctx.changed.notify_waiters();
-        if let Some(index) = hole {
-            let name = dropped
-                .iter()
-                .find(|d| d.index == index)
-                .map_or("?", |d| d.name.as_str());
+        if let Some((index, name, Some((key, called)))) = effect {
+            return self.block_dropped_effect(index, &name, &key, called).await;
+        }
+        if let Some((index, name)) = hole {
             let reason = format!(
                 "the call {name:?} (entry {index}) was dropped before it finished while a call after it went on: its \
                  entry would never be journaled. Drop an unfinished ctx call only together with every call made after \
@@ -329,6 +439,29 @@ impl Locked<'_> {
             );
             self.core.block(BlockKind::Other, &reason, None).await
         }
+    }
+
+    /// Blocks the run on the effect `name` at `index`, dropped before its entry was journaled.
+    async fn block_dropped_effect<T>(&mut self, index: u32, name: &str, key: &EffectKey, called: bool) -> T {
+        if called {
+            let holder = Holder {
+                thread: self.ctx.thread.to_string(),
+                index: i64::from(index),
+                fence: self.ctx.fence,
+            };
+            let reason = format!(
+                "effect {key} outcome unknown: the call {name:?} was dropped while its function ran (a select!, a \
+                 timeout or a failing try_join! over ctx calls drops the others); effects are never raced"
+            );
+            return self.core.block_on_key(&reason, key, &holder).await;
+        }
+        let reason = format!(
+            "the effect {name:?} (key {key}, entry {index}) was dropped before its entry was journaled (a select!, a \
+             timeout or a failing try_join! over ctx calls drops the others): the run recorded its key at that entry, \
+             so no other call may take it. Write effects before the calls that may fail in a try_join!, or use join!; \
+             retry the run after the fix"
+        );
+        self.core.block(BlockKind::Other, &reason, None).await
     }
 }
 

@@ -41,26 +41,26 @@ impl Ctx {
 
     /// A durable timer: the run sleeps in Redis (no worker holds it) and resumes after `d`.
     pub async fn sleep(&self, name: &str, d: Duration) -> Result<(), WorkflowError> {
-        self.exclusive().await.sleep(name, d).await
+        self.exclusive(name).await.sleep(name, d).await
     }
 
     /// The time now by the store server's clock, recorded so a replay sees the same time. A
     /// recorded value that is not a time is an error ([`WorkflowError::Decode`]), never a
     /// default.
     pub async fn now(&self) -> Result<SystemTime, WorkflowError> {
-        self.exclusive().await.now().await
+        self.exclusive("now").await.now().await
     }
 
     /// A random UUID (version 4), recorded: a replay sees the same one, so an effect key made
     /// from it is stable. A recorded value that is not a UUID is an error, never a default.
     pub async fn uuid(&self) -> Result<Uuid, WorkflowError> {
-        self.exclusive().await.uuid().await
+        self.exclusive("uuid").await.uuid().await
     }
 
     /// A random number in [0, 1), recorded. A recorded value that is not a number in [0, 1)
     /// is an error, never a default.
     pub async fn random(&self) -> Result<f64, WorkflowError> {
-        self.exclusive().await.random().await
+        self.exclusive("random").await.random().await
     }
 
     /// Code-version branching for in-flight runs: true for runs that reach this point under
@@ -72,7 +72,7 @@ impl Ctx {
     /// the new one after it. Each slice replays from the top, so the decision is re-derived
     /// from the journal every time.
     pub async fn patched(&self, change_id: &str) -> bool {
-        self.exclusive().await.patched(change_id).await
+        self.exclusive(change_id).await.patched(change_id).await
     }
 }
 
