@@ -157,6 +157,15 @@ fn entry_from_export(position: usize, e: &Value) -> Result<Entry, EntryProblem> 
         Some(_) => return Err(EntryProblem::NotString("key")),
     };
     let attempts = u32::try_from(number("attempts")?).map_err(|_| EntryProblem::Attempts)?;
+    // An export from entry version 3 on carries a failure's class and retryability, which
+    // compensation code may branch on: the replay must see them as the run did.
+    let failure = match (&outcome, e.get("error_class"), e.get("retryable")) {
+        (Outcome::Err(_), class, Some(Value::Bool(retryable))) => Some(savepoint_core::journal::Failure::new(
+            class.and_then(Value::as_str).map(str::to_owned),
+            *retryable,
+        )),
+        _ => None,
+    };
     Ok(Entry {
         v: ENTRY_VERSION,
         name: text("name")?,
@@ -165,7 +174,7 @@ fn entry_from_export(position: usize, e: &Value) -> Result<Entry, EntryProblem> 
         at: number("at")?,
         attempts,
         key,
-        failure: None,
+        failure,
     })
 }
 

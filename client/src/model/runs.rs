@@ -456,6 +456,13 @@ pub struct EntryView {
     /// The recorded error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The recorded error's class (`StepError::with_class`), if it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_class: Option<String>,
+    /// Whether the recorded error was retryable (it ran out of attempts); absent for a
+    /// success and for entries written before entry version 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retryable: Option<bool>,
     /// An effect's idempotency key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,

@@ -277,6 +277,7 @@ pub(crate) fn entry_view(index: usize, e: &Entry) -> EntryView {
         Outcome::Ok(v) => (EntryOutcome::Ok, shown(v), None),
         Outcome::Err(msg) => (EntryOutcome::Error, serde_json::Value::Null, Some(msg.clone())),
     };
+    let failure = e.failure.as_ref().filter(|_| error.is_some());
     EntryView {
         index,
         name: e.name.clone(),
@@ -284,6 +285,8 @@ pub(crate) fn entry_view(index: usize, e: &Entry) -> EntryView {
         outcome,
         result,
         error,
+        error_class: failure.and_then(|f| f.class.clone()),
+        retryable: failure.map(|f| f.retryable),
         key: e.key.clone(),
         attempts: e.attempts,
         at: e.at,
