@@ -8,12 +8,9 @@
 //! same way.
 
 use serde_json::json;
-use std::future::Future;
-use std::pin::Pin;
 use tokio::sync::OnceCell;
 
-use custom_worker_flows::{Fulfil, Shop};
-use savepoint::workflow::StepError;
+use custom_worker_flows::{Fulfil, Recorded, Shop};
 
 /// The example's shop: a list in Redis, one JSON record per applied effect.
 struct RedisShop {
@@ -36,12 +33,7 @@ impl RedisShop {
 }
 
 impl Shop for RedisShop {
-    fn record<'a>(
-        &'a self,
-        thread: &'a str,
-        effect: &'a str,
-        key: &'a str,
-    ) -> Pin<Box<dyn Future<Output = Result<(), StepError>> + Send + 'a>> {
+    fn record<'a>(&'a self, thread: &'a str, effect: &'a str, key: &'a str) -> Recorded<'a> {
         Box::pin(async move {
             let conn = self
                 .conn

@@ -5,14 +5,12 @@
 //! No RabbitMQ or Redis (plain `cargo test -p custom-worker`).
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
 
-use custom_worker_flows::{Fulfil, Order, ShippingApproval, Shop, SHIPPING_APPROVAL};
+use custom_worker_flows::{Fulfil, Order, Recorded, ShippingApproval, Shop, SHIPPING_APPROVAL};
 use savepoint::workflow::{Registry, StepError};
 use savepoint_testing::{Answers, CrashMatrix, RunStatus, TestEnv};
 
@@ -32,12 +30,7 @@ impl CountingShop {
 }
 
 impl Shop for CountingShop {
-    fn record<'a>(
-        &'a self,
-        thread: &'a str,
-        _effect: &'a str,
-        key: &'a str,
-    ) -> Pin<Box<dyn Future<Output = Result<(), StepError>> + Send + 'a>> {
+    fn record<'a>(&'a self, thread: &'a str, _effect: &'a str, key: &'a str) -> Recorded<'a> {
         Box::pin(async move {
             let mut m = self.0.lock().map_err(|_| StepError::fatal("shop lock poisoned"))?;
             *m.entry((thread.to_owned(), key.to_owned())).or_default() += 1;

@@ -45,7 +45,9 @@ use serde_json::Value;
 use savepoint::workflow::StepResult;
 
 /// The walkthrough's workflow crate (`examples/custom_worker/flows`), as "your crate".
-pub use custom_worker_flows::{Charge, Fulfil, Fulfilled, Order, Shipment, ShippingApproval, Shop, SHIPPING_APPROVAL};
+pub use custom_worker_flows::{
+    Charge, Fulfil, Fulfilled, Order, Recorded, Shipment, ShippingApproval, Shop, SHIPPING_APPROVAL,
+};
 
 // The README, whose ```rust blocks are this crate's doctests. `readme.rs` is the one line
 // `#![doc = include_str!("../../../README.md")]`, so a doctest's line is its README line

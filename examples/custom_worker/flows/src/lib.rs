@@ -22,13 +22,11 @@ use savepoint::workflow::{Ctx, Declared, Effect, Interrupt, Schemas, StepError, 
 /// carries the effect's idempotency key, which a real provider deduplicates on.
 pub trait Shop: Send + Sync + 'static {
     /// Applies `effect` for run `thread` under idempotency key `key`.
-    fn record<'a>(
-        &'a self,
-        thread: &'a str,
-        effect: &'a str,
-        key: &'a str,
-    ) -> Pin<Box<dyn Future<Output = Result<(), StepError>> + Send + 'a>>;
+    fn record<'a>(&'a self, thread: &'a str, effect: &'a str, key: &'a str) -> Recorded<'a>;
 }
+
+/// What [`Shop::record`] returns: the provider's answer, later.
+pub type Recorded<'a> = Pin<Box<dyn Future<Output = Result<(), StepError>> + Send + 'a>>;
 
 /// The order to fulfil (the run's input).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
