@@ -30,7 +30,9 @@ pub async fn sleeping_run(store: &ScriptStore, thread: &ThreadId, nap: Duration)
         Outcome::Ok(serde_json::json!({"i": 1, "acc": 0})),
         1,
     );
-    store.commit(&mut lease, 0, &step, ("", ""), None).await?;
+    store
+        .commit(&mut lease, 0, std::slice::from_ref(&step), ("", ""), None)
+        .await?;
     let entry = Entry::new(
         "nap",
         EntryKind::Sleep,
@@ -40,7 +42,7 @@ pub async fn sleeping_run(store: &ScriptStore, thread: &ThreadId, nap: Duration)
     store
         .suspend(
             &mut lease,
-            Some((1, &entry)),
+            Some((1, std::slice::from_ref(&entry))),
             Suspend::until(RunStatus::Sleeping, nap),
             ("slept", "nap"),
         )

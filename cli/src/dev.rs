@@ -136,6 +136,7 @@ fn spawn_worker(
         crash,
         serve_http: false,
         stubs: None,
+        wrap_store: None,
     };
     let stop = fleet.stop.clone();
     let name = name.to_owned();

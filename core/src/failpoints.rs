@@ -167,6 +167,11 @@ impl Failpoints {
         self.points.is_empty()
     }
 
+    /// True when point `name` is configured (whether or not it will fire).
+    pub fn has(&self, name: &str) -> bool {
+        self.points.contains_key(name)
+    }
+
     /// Checks point `name`: aborts the process, returns an injected error, or does nothing.
     /// With a crash hook installed, `abort` calls the hook and then never returns
     /// (the hook is expected to cancel the calling task).

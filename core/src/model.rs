@@ -648,6 +648,32 @@ pub struct SliceLimits {
     /// Journal bytes per run (entries' MessagePack, before sealing); a run whose next entry
     /// would exceed it fails with the reason instead of growing its hash without bound.
     pub max_journal_bytes: u64,
+    /// When a step's checkpoint must be acknowledged before the workflow goes on.
+    pub checkpoints: Checkpoints,
+}
+
+/// When a step's checkpoint is acknowledged (`SAVEPOINT_CHECKPOINTS`, ARCHITECTURE §4a).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Checkpoints {
+    /// A step's entry is sent at once and the workflow goes on; the next entries are batched
+    /// behind it, and every entry is acknowledged before anything the run does outside itself
+    /// (an effect, a child, a wait, a sleep, a routed step, a yield, the end). A crash can lose
+    /// only steps with no consequence outside the run, which run again.
+    #[default]
+    Pipelined,
+    /// Every entry is acknowledged before the workflow goes on (one round trip per step).
+    Sync,
+}
+
+impl Checkpoints {
+    /// Parses `pipelined` or `sync`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pipelined" => Some(Self::Pipelined),
+            "sync" => Some(Self::Sync),
+            _ => None,
+        }
+    }
 }
 
 impl Default for SliceLimits {
@@ -657,6 +683,7 @@ impl Default for SliceLimits {
             max_time: Duration::from_secs(10),
             max_entries: 10_000,
             max_journal_bytes: 16 * 1024 * 1024,
+            checkpoints: Checkpoints::Pipelined,
         }
     }
 }

@@ -46,30 +46,33 @@ pub trait RunStore: Send + Sync + 'static {
 
     // ---- fenced writes of the run the lease holds ----
 
-    /// Appends `entry` at `index` (compare-and-swap on the lease's version and fence).
+    /// Appends `entries` from journal index `first` in one write (compare-and-swap on the
+    /// lease's version and fence); the event and the consumed signal are the last entry's.
     fn commit<'a>(
         &'a self,
         lease: &'a mut Lease,
-        index: u32,
-        entry: &'a Entry,
+        first: u32,
+        entries: &'a [Entry],
         event: (&'a str, &'a str),
         consume_signal: Option<&'a str>,
     ) -> BoxFut<'a, StoreResult<()>>;
 
-    /// Suspends the run (sleeping, waiting, pending), with an optional last entry.
+    /// Suspends the run (sleeping, waiting, pending), appending the slice's unwritten entries
+    /// (from index `.0`) in the same write.
     fn suspend<'a>(
         &'a self,
         lease: &'a mut Lease,
-        entry: Option<(u32, &'a Entry)>,
+        entries: Option<(u32, &'a [Entry])>,
         how: Suspend<'a>,
         event: (&'a str, &'a str),
     ) -> BoxFut<'a, StoreResult<Suspended>>;
 
-    /// Ends the slice: completed, failed, blocked or handed back.
+    /// Ends the slice: completed, failed, blocked or handed back, appending the slice's
+    /// unwritten entries first (from index `.0`).
     fn finish<'a>(
         &'a self,
         lease: &'a mut Lease,
-        entry: Option<(u32, &'a Entry)>,
+        entries: Option<(u32, &'a [Entry])>,
         how: Finish<'a>,
         event: (&'a str, &'a str),
     ) -> BoxFut<'a, StoreResult<()>>;

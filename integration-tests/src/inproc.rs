@@ -40,6 +40,7 @@ impl InProc {
             crash: crash.clone(),
             serve_http: false,
             stubs: None,
+            wrap_store: None,
         };
         let (cfg, s) = (cfg.clone(), stop.clone());
         let join = tokio::spawn(async move {

@@ -10,7 +10,7 @@ use crate::security::{SecuritySection, TokenSpec};
 use savepoint_broker::{BrokerConfig, Topology};
 use savepoint_core::ids::Namespace;
 use savepoint_core::keys::{Keys, DEFAULT_PARTITIONS};
-use savepoint_core::model::SliceLimits;
+use savepoint_core::model::{Checkpoints, SliceLimits};
 use savepoint_store::{AckScope, ReplicaAck, StoreConfig};
 
 /// Where environment variables come from.
@@ -91,6 +91,9 @@ pub struct WorkerSection {
     pub max_entries: u32,
     /// Bytes of journal per run (entries as stored); a run past it fails with the reason.
     pub max_journal_bytes: u64,
+    /// When a step's checkpoint is acknowledged: `pipelined` (sent at once, acknowledged
+    /// before anything the run does outside itself) or `sync` (before the next call).
+    pub checkpoints: String,
     /// How long SIGTERM waits for in-flight slices (ms).
     pub shutdown_grace_ms: u64,
     /// Health/metrics listener.
@@ -111,6 +114,7 @@ impl Default for WorkerSection {
             slice_max_ms: 10_000,
             max_entries: 10_000,
             max_journal_bytes: 16 * 1024 * 1024,
+            checkpoints: "pipelined".into(),
             shutdown_grace_ms: 10_000,
             http_addr: "127.0.0.1:7071".into(),
             name: "worker".into(),
@@ -321,6 +325,7 @@ impl Config {
         env_parse(env, "SAVEPOINT_SLICE_MAX_MS", &mut w.slice_max_ms)?;
         env_parse(env, "SAVEPOINT_MAX_ENTRIES", &mut w.max_entries)?;
         env_parse(env, "SAVEPOINT_MAX_JOURNAL_BYTES", &mut w.max_journal_bytes)?;
+        env_parse(env, "SAVEPOINT_CHECKPOINTS", &mut w.checkpoints)?;
         env_parse(env, "SAVEPOINT_SHUTDOWN_GRACE_MS", &mut w.shutdown_grace_ms)?;
         env_parse(env, "SAVEPOINT_WORKER_HTTP_ADDR", &mut w.http_addr)?;
         env_parse(env, "SAVEPOINT_WORKER_QUEUES", &mut w.queues)?;
@@ -465,6 +470,12 @@ impl Config {
         if self.worker.slice_max_steps == 0 || self.worker.max_entries == 0 {
             return bad("worker.slice_max_steps and worker.max_entries must be at least 1".into());
         }
+        if Checkpoints::parse(&self.worker.checkpoints).is_none() {
+            return bad(format!(
+                "worker.checkpoints (SAVEPOINT_CHECKPOINTS) must be pipelined or sync, got {:?}",
+                self.worker.checkpoints
+            ));
+        }
         if !["text", "json"].contains(&self.log_format.as_str()) {
             return bad(format!("log_format must be text or json, got {:?}", self.log_format));
         }
@@ -593,6 +604,7 @@ impl Config {
             max_time: Duration::from_millis(self.worker.slice_max_ms),
             max_entries: self.worker.max_entries,
             max_journal_bytes: self.worker.max_journal_bytes,
+            checkpoints: Checkpoints::parse(&self.worker.checkpoints).unwrap_or_default(),
         }
     }
 }

@@ -25,32 +25,32 @@ impl RunStore for ScriptStore {
     fn commit<'a>(
         &'a self,
         lease: &'a mut Lease,
-        index: u32,
-        entry: &'a Entry,
+        first: u32,
+        entries: &'a [Entry],
         event: (&'a str, &'a str),
         consume_signal: Option<&'a str>,
     ) -> BoxFut<'a, StoreResult<()>> {
-        Box::pin(ScriptStore::commit(self, lease, index, entry, event, consume_signal))
+        Box::pin(ScriptStore::commit(self, lease, first, entries, event, consume_signal))
     }
 
     fn suspend<'a>(
         &'a self,
         lease: &'a mut Lease,
-        entry: Option<(u32, &'a Entry)>,
+        entries: Option<(u32, &'a [Entry])>,
         how: Suspend<'a>,
         event: (&'a str, &'a str),
     ) -> BoxFut<'a, StoreResult<Suspended>> {
-        Box::pin(ScriptStore::suspend(self, lease, entry, how, event))
+        Box::pin(ScriptStore::suspend(self, lease, entries, how, event))
     }
 
     fn finish<'a>(
         &'a self,
         lease: &'a mut Lease,
-        entry: Option<(u32, &'a Entry)>,
+        entries: Option<(u32, &'a [Entry])>,
         how: Finish<'a>,
         event: (&'a str, &'a str),
     ) -> BoxFut<'a, StoreResult<()>> {
-        Box::pin(ScriptStore::finish(self, lease, entry, how, event))
+        Box::pin(ScriptStore::finish(self, lease, entries, how, event))
     }
 
     fn note<'a>(&'a self, lease: &'a Lease, field: &'a str, value: &'a str) -> BoxFut<'a, StoreResult<()>> {

@@ -152,6 +152,7 @@ impl TestEnv {
             crash: crash.clone(),
             serve_http: false,
             stubs: Some(self.stubs.clone()),
+            wrap_store: None,
         };
         let stop = CancellationToken::new();
         let (cfg, s) = (self.cfg.clone(), stop.clone());

@@ -29,7 +29,7 @@ mod setup;
 mod shared;
 mod slice;
 
-pub use runtime::{run, run_with, WorkerError, WorkerOptions};
+pub use runtime::{run, run_with, StoreWrap, WorkerError, WorkerOptions};
 /// The worker's configuration ([`Setup::config`], [`run`]).
 pub use savepoint_runtime::config::Config;
 pub use setup::Setup;

@@ -13,6 +13,7 @@ use savepoint_core::failpoints::{FailpointParseError, Failpoints};
 use savepoint_core::ids::Incarnation;
 use savepoint_core::metrics::metrics;
 use savepoint_core::outcome::CatalogEntry;
+use savepoint_core::seam::RunStore;
 use savepoint_runtime::config::Config;
 use savepoint_runtime::ops::{ops_router, Readiness};
 use savepoint_store::{until_ok, ScriptStore, StoreError};
@@ -71,7 +72,12 @@ pub struct WorkerOptions {
     pub serve_http: bool,
     /// Test doubles for step and effect functions, and live-call counts (the test kit).
     pub stubs: Option<savepoint::workflow::Stubs>,
+    /// Wraps the store the worker's slices write through (the simulator's witnesses).
+    pub wrap_store: Option<StoreWrap>,
 }
+
+/// A wrapper around the store a worker's slices write through ([`WorkerOptions::wrap_store`]).
+pub type StoreWrap = Arc<dyn Fn(Arc<dyn RunStore>) -> Arc<dyn RunStore> + Send + Sync>;
 
 impl WorkerOptions {
     /// Options for a registry with defaults.
@@ -82,6 +88,7 @@ impl WorkerOptions {
             crash: CancellationToken::new(),
             serve_http: true,
             stubs: None,
+            wrap_store: None,
         }
     }
 }
@@ -254,7 +261,10 @@ async fn start(
         queues: queues.clone(),
     });
     let shared = Arc::new(Shared {
-        run_store: Arc::new(store.clone()),
+        run_store: match &opts.wrap_store {
+            Some(wrap) => wrap(Arc::new(store.clone())),
+            None => Arc::new(store.clone()),
+        },
         store,
         broker,
         queues,

@@ -25,7 +25,7 @@ use savepoint_core::protocol::{Task, TaskReason};
 use savepoint_store::Suspend;
 use savepoint_store::{
     Acquired, BlockKind, ChildResult, Claimed, Finish, Flow, Lease, ParentCancel, RunStatus, ScriptStore,
-    SignalOutcome, FLOW_PARK,
+    SignalOutcome, StoreError, FLOW_PARK,
 };
 
 use crate::heartbeat::Heartbeat;
@@ -223,10 +223,11 @@ async fn run_slice(shared: &Shared, c: Claimed) {
     shared
         .steps
         .fetch_add(u64::from(recorded).saturating_sub(replayed as u64), Ordering::Relaxed);
-    let mut lease = ctx.lease().clone();
     let end = decide::slice_end(body_of(&result), at, recorded, ctx.journal().get(at as usize));
     let action = plan::end_action(end, ctx.take_exit(), at, c.header.queue.as_deref());
-    let end = carry_out(shared, &c, &mut lease, action).await;
+    let (action, tail) = with_unsent(&mut ctx, action).await;
+    let mut lease = ctx.lease().clone();
+    let end = carry_out(shared, &c, &mut lease, action, &tail).await;
     if let Some(f) = &c.header.flow {
         // Only this slice's own slot (its fence): if the run was claimed again meanwhile (a
         // yield already published, a pause past the lease), the next slice holds it now.
@@ -459,14 +460,52 @@ fn body_of(result: &BodyResult) -> Body<'_> {
     }
 }
 
+/// The entries a slice journaled and has not written yet (pipelined checkpoints): the index
+/// of the first, the entries. The write that ends the run or blocks it carries them.
+type Unsent = (u32, Vec<Entry>);
+
+/// Unsent entries as a store write takes them (`None`: there are none).
+type Tail<'a> = Option<(u32, &'a [Entry])>;
+
+/// `unsent` as a store write takes it.
+fn tail(unsent: &Unsent) -> Tail<'_> {
+    (!unsent.1.is_empty()).then_some((unsent.0, &unsent.1[..]))
+}
+
+/// For an action that ends the run or blocks it: waits for the slice's commit in flight and
+/// takes its unsent entries. A commit in flight that failed turns the action into the end a
+/// failed commit forces (the run is not ended on a journal the store refused).
+async fn with_unsent(ctx: &mut Ctx, action: EndAction) -> (EndAction, Unsent) {
+    if !matches!(
+        action,
+        EndAction::Block(..) | EndAction::Complete(_) | EndAction::Fail(_)
+    ) {
+        return (action, (0, Vec::new()));
+    }
+    match ctx.unsent().await {
+        Ok(unsent) => (action, unsent),
+        Err(e) if e.is_lease_lost() || matches!(e, StoreError::Missing(_)) => {
+            (EndAction::LeaseLost(e.to_string()), (0, Vec::new()))
+        }
+        Err(e) => (EndAction::Retry(e.to_string()), (0, Vec::new())),
+    }
+}
+
 /// Carries out what the end of a slice's body calls for; returns how the slice ended (the
 /// `end` of the slices metric).
-async fn carry_out(shared: &Shared, c: &Claimed, lease: &mut Lease, action: EndAction) -> &'static str {
+async fn carry_out(
+    shared: &Shared,
+    c: &Claimed,
+    lease: &mut Lease,
+    action: EndAction,
+    unsent: &Unsent,
+) -> &'static str {
     let trace = c.header.trace.as_deref();
+    let tail = tail(unsent);
     match action {
-        EndAction::Block(reason, kind) => block(shared, lease, &reason, kind).await,
-        EndAction::Complete(output) => complete(shared, c, lease, output).await,
-        EndAction::Fail(msg) => fail(shared, c, lease, msg).await,
+        EndAction::Block(reason, kind) => block(shared, lease, &reason, kind, tail).await,
+        EndAction::Complete(output) => complete(shared, c, lease, output, tail).await,
+        EndAction::Fail(msg) => fail(shared, c, lease, msg, tail).await,
         EndAction::Continue { queue, step, rv } => {
             let q = queue.as_deref();
             publish(shared, &lease.thread, q, Some(step), TaskReason::Continue, trace, rv).await;
@@ -500,10 +539,10 @@ async fn carry_out(shared: &Shared, c: &Claimed, lease: &mut Lease, action: EndA
 }
 
 /// Records the run's completion with `output` and tells its parent.
-async fn complete(shared: &Shared, c: &Claimed, lease: &mut Lease, output: Value) -> &'static str {
+async fn complete(shared: &Shared, c: &Claimed, lease: &mut Lease, output: Value, tail: Tail<'_>) -> &'static str {
     let r = shared
-        .store
-        .finish(lease, None, Finish::Completed(&output), ("completed", ""))
+        .run_store
+        .finish(lease, tail, Finish::Completed(&output), ("completed", ""))
         .await;
     match r {
         Ok(()) => {
@@ -518,10 +557,10 @@ async fn complete(shared: &Shared, c: &Claimed, lease: &mut Lease, output: Value
 }
 
 /// Records the run's failure with `msg` and tells its parent.
-async fn fail(shared: &Shared, c: &Claimed, lease: &mut Lease, msg: String) -> &'static str {
+async fn fail(shared: &Shared, c: &Claimed, lease: &mut Lease, msg: String, tail: Tail<'_>) -> &'static str {
     let r = shared
-        .store
-        .finish(lease, None, Finish::Failed(&msg), ("failed", &msg))
+        .run_store
+        .finish(lease, tail, Finish::Failed(&msg), ("failed", &msg))
         .await;
     match r {
         Ok(()) => {
@@ -592,7 +631,7 @@ async fn leave_slot(shared: &Shared, f: &Flow, thread: &ThreadId, fence: Option<
 }
 
 /// Blocks the run with `reason`, a block of `kind` (counted under its metric class).
-async fn block(shared: &Shared, lease: &mut Lease, reason: &str, kind: BlockKind) -> &'static str {
+async fn block(shared: &Shared, lease: &mut Lease, reason: &str, kind: BlockKind, tail: Tail<'_>) -> &'static str {
     if savepoint_runtime::telemetry::outside_spans() {
         tracing::warn!(thread.id = %lease.thread, worker.id = %lease.owner, %reason, "run blocked");
     } else {
@@ -604,7 +643,7 @@ async fn block(shared: &Shared, lease: &mut Lease, reason: &str, kind: BlockKind
         kind,
         effect: None,
     };
-    match shared.store.finish(lease, None, how, ("blocked", reason)).await {
+    match shared.run_store.finish(lease, tail, how, ("blocked", reason)).await {
         Ok(()) => "blocked",
         Err(e) => {
             tracing::warn!(error = %e, "could not record the block");

@@ -69,7 +69,12 @@
 //!     (8 s after the heal) ends its run within a second (a blocked run waits for its
 //!     operator instead);
 //! 12. split scanners (even seeds): every run ends though a replica crashed and another left
-//!     (invariant 2), and the live registrations are exactly the running replicas.
+//!     (invariant 2), and the live registrations are exactly the running replicas;
+//! 13. pipelined checkpoints (`witness.rs`, watched at every worker's store calls): no effect's
+//!     begin record or intent, child link, suspension or end of a slice goes out while one of
+//!     the slice's step commits is unanswered or after one failed, and a slice never has two
+//!     commits in flight. (Faults at the store hit pipelined batches like any script: a batch
+//!     refused, applied with its reply lost, or stalled past the lease.)
 
 mod checks;
 mod faults;
@@ -77,6 +82,7 @@ mod operate;
 mod runner;
 mod schedules;
 mod simulate;
+mod witness;
 mod workload;
 mod world;
 

@@ -165,6 +165,7 @@ async fn assemble(seed: u64, args: &SimArgs, name: &str) -> Result<Sim, SetupErr
         started,
         unguarded: args.unguarded,
         exits: Arc::default(),
+        witnessed: Arc::default(),
         queue: publisher.broker().mem_queue().cloned(),
     };
     for i in 0..args.workers {
@@ -657,6 +658,7 @@ async fn final_checks(sim: &mut Sim, load: &Workload, p: &mut Progress, operated
         }
     }
     violations.extend(w.exits.lock().map(|x| x.clone()).unwrap_or_default());
+    violations.extend(w.witnessed.lock().map(|x| x.clone()).unwrap_or_default());
     if sim.provider.refused() > 0 {
         sim.trace.line(
             w.now(),

@@ -40,6 +40,8 @@ pub(super) struct World {
     pub(super) unguarded: bool,
     /// Workers that stopped with an error (each one a violation).
     pub(super) exits: Arc<Mutex<Vec<String>>>,
+    /// What the checkpoint barrier's witness saw go wrong (each one a violation).
+    pub(super) witnessed: Arc<Mutex<Vec<String>>>,
     pub(super) queue: Option<Arc<savepoint_broker::mem::MemQueue>>,
 }
 
@@ -81,6 +83,12 @@ impl World {
         SERVER_BASE_US / 1000 + self.now()
     }
 
+    /// The wrapper that puts the barrier's witness between a worker and the store.
+    fn witness(&self) -> savepoint_worker::StoreWrap {
+        let (found, trace) = (Arc::clone(&self.witnessed), Arc::clone(&self.trace));
+        Arc::new(move |inner| super::witness::Witness::wrap(inner, Arc::clone(&found), Arc::clone(&trace)))
+    }
+
     pub(super) fn start_worker(&mut self, i: usize) {
         let crash = CancellationToken::new();
         let stop = self.stop.child_token();
@@ -90,6 +98,7 @@ impl World {
             crash: crash.clone(),
             serve_http: false,
             stubs: None,
+            wrap_store: Some(self.witness()),
         };
         let mut cfg = self.cfg.clone();
         cfg.worker.name = format!("w{i}");

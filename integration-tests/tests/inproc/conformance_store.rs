@@ -86,19 +86,27 @@ async fn claim_outcomes_and_fenced_commits(s: ScriptStore) {
     assert!(
         matches!(s.claim(&t, "worker-b", None, &ServedSpec::any()).await.unwrap(), ClaimOutcome::Leased(o) if o == "worker-a")
     );
-    s.commit(&mut a.lease, 0, &entry("s0"), ("step_committed", "0 s0"), None)
-        .await
-        .unwrap();
+    s.commit(
+        &mut a.lease,
+        0,
+        std::slice::from_ref(&entry("s0")),
+        ("step_committed", "0 s0"),
+        None,
+    )
+    .await
+    .unwrap();
     // Wrong index and stale version are refused and change nothing.
     let before = s.header(&t).await.unwrap().unwrap();
     let mut stale = a.lease.clone();
     stale.version -= 1;
     assert!(matches!(
-        s.commit(&mut stale, 1, &entry("s1"), ("x", ""), None).await,
+        s.commit(&mut stale, 1, std::slice::from_ref(&entry("s1")), ("x", ""), None)
+            .await,
         Err(StoreError::Conflict { .. })
     ));
     assert!(matches!(
-        s.commit(&mut a.lease, 5, &entry("s1"), ("x", ""), None).await,
+        s.commit(&mut a.lease, 5, std::slice::from_ref(&entry("s1")), ("x", ""), None)
+            .await,
         Err(StoreError::Index { steps: 1, .. })
     ));
     assert_eq!(s.header(&t).await.unwrap().unwrap().version, before.version);
@@ -114,7 +122,7 @@ async fn claim_outcomes_and_fenced_commits(s: ScriptStore) {
     // The stale writer (fence 1) is fenced off: nothing changes.
     let v = s.header(&t).await.unwrap().unwrap().version;
     let err = s
-        .commit(&mut a.lease, 1, &entry("late"), ("x", ""), None)
+        .commit(&mut a.lease, 1, std::slice::from_ref(&entry("late")), ("x", ""), None)
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Fenced { .. }), "{err}");
@@ -126,9 +134,15 @@ async fn claim_outcomes_and_fenced_commits(s: ScriptStore) {
     let (h, j) = s.get(&t).await.unwrap().unwrap();
     assert_eq!((h.version, j.len()), (v, 1));
     // The new owner writes fine; heartbeats extend without bumping the version.
-    s.commit(&mut b.lease, 1, &entry("s1"), ("step_committed", "1 s1"), None)
-        .await
-        .unwrap();
+    s.commit(
+        &mut b.lease,
+        1,
+        std::slice::from_ref(&entry("s1")),
+        ("step_committed", "1 s1"),
+        None,
+    )
+    .await
+    .unwrap();
     let vb = b.lease.version;
     let until = s.heartbeat(&b.lease).await.unwrap();
     assert!(until > 0);
@@ -174,7 +188,7 @@ async fn sleeping_waiting_and_signals(s: ScriptStore) {
     let sleep = Entry::new("nap", EntryKind::Sleep, Outcome::Ok(json!({})), 1);
     s.suspend(
         &mut c.lease,
-        Some((0, &sleep)),
+        Some((0, std::slice::from_ref(&sleep))),
         Suspend {
             status: RunStatus::Sleeping,
             due_in: Some(Duration::from_secs(3600)),
@@ -196,7 +210,7 @@ async fn sleeping_waiting_and_signals(s: ScriptStore) {
     let mut c2 = claim(&s, &t2, "w").await;
     s.suspend(
         &mut c2.lease,
-        Some((0, &sleep)),
+        Some((0, std::slice::from_ref(&sleep))),
         Suspend {
             status: RunStatus::Sleeping,
             due_in: Some(Duration::from_millis(50)),
@@ -262,7 +276,7 @@ async fn sleeping_waiting_and_signals(s: ScriptStore) {
     s.commit(
         &mut c3.lease,
         0,
-        &answered,
+        std::slice::from_ref(&answered),
         ("interrupt_answered", "gate"),
         Some("i:gate"),
     )
@@ -310,7 +324,7 @@ async fn finish_cancel_unblock_and_retention(s: ScriptStore) {
     let mut c = claim(&s, &t, "w").await;
     s.finish(
         &mut c.lease,
-        Some((0, &entry("s0"))),
+        Some((0, std::slice::from_ref(&entry("s0")))),
         Finish::Completed(&json!({"ok": true})),
         ("completed", ""),
     )
@@ -336,7 +350,8 @@ async fn finish_cancel_unblock_and_retention(s: ScriptStore) {
     let mut c2 = claim(&s, &t2, "w").await;
     assert_eq!(s.cancel(&t2, "operator").await.unwrap().map(|c| c.settled), Ok(vec![]));
     assert!(matches!(
-        s.commit(&mut c2.lease, 0, &entry("s0"), ("x", ""), None).await,
+        s.commit(&mut c2.lease, 0, std::slice::from_ref(&entry("s0")), ("x", ""), None)
+            .await,
         Err(StoreError::Fenced { .. })
     ));
     // Blocked on an effect, then unblocked by an operator.

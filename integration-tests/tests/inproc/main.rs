@@ -15,4 +15,5 @@ pub mod conformance_keyspace;
 pub mod conformance_store;
 pub mod hazards;
 pub mod http_api;
+pub mod pipeline;
 pub mod workflow_api;

@@ -67,6 +67,7 @@ impl<'c, O, R> Lazy<'c, O, R> {
 pub(super) struct StepOptions {
     pub retry: Option<RetryPolicy>,
     pub queue: Option<String>,
+    pub durable: bool,
 }
 
 /// A step, run when awaited (see [`Ctx::step`]): at-least-once work whose result is journaled.
@@ -100,6 +101,17 @@ impl<'c, T> StepCall<'c, T> {
     pub fn on_queue(mut self, queue: impl Into<String>) -> Self {
         if let Some(o) = self.call.options() {
             o.queue = Some(queue.into());
+        }
+        self
+    }
+
+    /// Checkpoints this step synchronously: the workflow goes on only once its result (and
+    /// every entry before it) is acknowledged by the store, so a crash right after it never
+    /// runs it again. For a step that is pure but must not run twice (an expensive model
+    /// call, say); other steps' checkpoints are pipelined (`SAVEPOINT_CHECKPOINTS`).
+    pub fn durable(mut self) -> Self {
+        if let Some(o) = self.call.options() {
+            o.durable = true;
         }
         self
     }

@@ -156,6 +156,8 @@ impl Core {
             return e.outcome;
         }
         self.before_live(name).await;
+        // Outside the run: every entry before the child's start is durable first.
+        self.barrier().await;
         let index = self.cursor;
         let parent = self.p.lease.thread.clone();
         let child = spec
@@ -287,14 +289,7 @@ impl Core {
             ..Suspend::waiting(&wait)
         };
         let r = self
-            .p
-            .store
-            .suspend(
-                &mut self.p.lease,
-                None,
-                how,
-                ("waiting_child", &format!("{index} {child}")),
-            )
+            .suspend_run(None, how, ("waiting_child", &format!("{index} {child}")))
             .await;
         match r {
             Ok(s) => self.stop(SliceExit::Suspended { woke: s.woke, rv: s.rv }).await,

@@ -62,7 +62,7 @@ pub(super) fn plan_commit(entry: &Entry, idx: u32, event: &str, size: JournalSiz
 }
 
 /// The `outcome` label of the steps metric for a committed entry.
-fn outcome_label(outcome: &Outcome, event: &str) -> &'static str {
+pub(super) fn outcome_label(outcome: &Outcome, event: &str) -> &'static str {
     match (outcome, event) {
         (_, "effect_skipped") => "skipped",
         (Outcome::Ok(_), _) => "ok",

@@ -14,7 +14,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::commit::{plan_commit, CommitPlan, JournalSize, Write};
+use super::commit::{outcome_label, plan_commit, CommitPlan, JournalSize, Write};
+use super::pipeline::{may_pipeline, Pipeline};
 use super::{RetryPolicy, StepError, WorkflowError};
 use crate::ids::{EffectKey, ThreadId};
 use crate::journal::{Entry, EntryKind, Outcome};
@@ -164,6 +165,8 @@ pub(super) struct Core {
     pub(super) unjournaled: Vec<EffectKey>,
     /// Step or effect functions being polled right now (shared with the [`Ctx`]).
     pub(super) in_function: Arc<std::sync::atomic::AtomicU32>,
+    /// Step checkpoints sent without waiting (see `pipeline.rs`).
+    pub(super) pipeline: Pipeline,
 }
 
 pub use super::seq::Ctx;
@@ -188,6 +191,7 @@ impl Core {
             route: None,
             unjournaled: Vec::new(),
             in_function: Arc::default(),
+            pipeline: Pipeline::default(),
         }
     }
 
@@ -287,11 +291,7 @@ impl Core {
             }
             self.failpoint("run.deadline.before_fail").await;
         }
-        let r = self
-            .p
-            .store
-            .finish(&mut self.p.lease, None, Finish::Failed(&reason), ("failed", &reason))
-            .await;
+        let r = self.finish_run(Finish::Failed(&reason), ("failed", &reason)).await;
         match r {
             Ok(()) => self.stop(SliceExit::Failed(reason)).await,
             Err(e) => self.store_failed(e).await,
@@ -363,10 +363,7 @@ impl Core {
     pub(super) async fn write_block(&mut self, reason: &str, how: Finish<'_>) -> Result<(), StoreError> {
         self.keep_unjournaled().await;
         let class = block_class(&how);
-        self.p
-            .store
-            .finish(&mut self.p.lease, None, how, ("blocked", reason))
-            .await?;
+        self.finish_run(how, ("blocked", reason)).await?;
         // (The task span carries the thread and worker ids, unless a filter disabled it.)
         if tracing::Span::current().is_disabled() {
             let (thread, worker) = (&self.p.lease.thread, &self.p.lease.owner);
@@ -414,11 +411,7 @@ impl Core {
             super::decide::Gate::Yield => {
                 let redeliver = self.p.store.timings().redeliver;
                 let how = Suspend::until(RunStatus::Pending, redeliver);
-                let r = self
-                    .p
-                    .store
-                    .suspend(&mut self.p.lease, None, how, ("yielded", name))
-                    .await;
+                let r = self.suspend_run(None, how, ("yielded", name)).await;
                 match r {
                     Ok(s) => self.stop::<()>(SliceExit::Yielded { rv: s.rv, queue: None }).await,
                     Err(e) => self.store_failed::<()>(e).await,
@@ -461,11 +454,7 @@ impl Core {
             ..Suspend::until(RunStatus::Pending, redeliver)
         };
         let detail = format!("{index} {name} to queue {target}");
-        let r = self
-            .p
-            .store
-            .suspend(&mut self.p.lease, None, how, ("routed", &detail))
-            .await;
+        let r = self.suspend_run(None, how, ("routed", &detail)).await;
         match r {
             Ok(s) => {
                 let exit = SliceExit::Yielded {
@@ -479,7 +468,17 @@ impl Core {
     }
 
     /// Commits the entry at the cursor (fenced, compare-and-swap) and advances.
-    pub(super) async fn commit(&mut self, mut entry: Entry, event: &str, consume_signal: Option<&str>) {
+    pub(super) async fn commit(&mut self, entry: Entry, event: &str, consume_signal: Option<&str>) {
+        self.commit_as(entry, event, consume_signal, false).await
+    }
+
+    /// Commits a step's entry at the cursor: pipelined (see `pipeline.rs`) unless `durable`,
+    /// the slice checkpoints synchronously, or the entry carries more than a first attempt.
+    pub(super) async fn commit_step(&mut self, entry: Entry, durable: bool) {
+        self.commit_as(entry, "", None, durable).await
+    }
+
+    async fn commit_as(&mut self, mut entry: Entry, event: &str, consume_signal: Option<&str>, durable: bool) {
         entry.at = self.server_now_ms();
         let idx = self.cursor;
         let size = JournalSize {
@@ -487,39 +486,47 @@ impl Core {
             entry: entry.encode().len() as u64,
             max: self.p.limits.max_journal_bytes,
         };
-        match plan_commit(&entry, idx, event, size) {
-            CommitPlan::Overflow(reason) => self.fail_journal_full(reason).await,
-            CommitPlan::Write(w) => {
-                self.journal_bytes += size.entry;
-                self.write_entry(entry, idx, event, w, consume_signal).await
+        let w = match plan_commit(&entry, idx, event, size) {
+            CommitPlan::Overflow(reason) => return self.fail_journal_full(reason).await,
+            CommitPlan::Write(w) => w,
+        };
+        self.journal_bytes += size.entry;
+        if w.step {
+            self.failpoint("step.before_commit").await;
+        }
+        if !durable && self.pipelines() && may_pipeline(&entry, event, consume_signal) {
+            self.queue_entry(entry).await;
+            if self.p.failpoints.has("step.after_commit") {
+                // The point means "after the commit landed": a test that crashes there
+                // expects the step never to run again.
+                self.barrier().await;
             }
+        } else {
+            self.write_entry(entry, idx, event, &w, consume_signal).await;
+        }
+        if w.step {
+            self.failpoint("step.after_commit").await;
         }
     }
 
     /// Fails the run whose next entry would take its journal past the byte cap, and stops.
     async fn fail_journal_full(&mut self, reason: String) {
-        let r = self
-            .p
-            .store
-            .finish(&mut self.p.lease, None, Finish::Failed(&reason), ("failed", &reason))
-            .await;
-        match r {
+        match self.finish_run(Finish::Failed(&reason), ("failed", &reason)).await {
             Ok(()) => self.stop::<()>(SliceExit::Failed(reason)).await,
             Err(e) => self.store_failed::<()>(e).await,
         }
     }
 
-    /// Writes `entry` at `idx` as planned (with the step failpoints around it for a step),
-    /// counts it, and appends it to the journal.
-    async fn write_entry(&mut self, entry: Entry, idx: u32, event: &str, w: Write, consume_signal: Option<&str>) {
-        if w.step {
-            self.failpoint("step.before_commit").await;
-        }
+    /// Writes `entry` at `idx` as planned, with the pipeline's unsent entries before it in the
+    /// same script, and waits for the answer; counts it and appends it to the journal.
+    async fn write_entry(&mut self, entry: Entry, idx: u32, event: &str, w: &Write, consume_signal: Option<&str>) {
+        let (first, mut entries) = self.take_unsent().await;
+        entries.push(entry);
         let started = Instant::now();
         let r = self
             .p
             .store
-            .commit(&mut self.p.lease, idx, &entry, (event, &w.detail), consume_signal)
+            .commit(&mut self.p.lease, first, &entries, (event, &w.detail), consume_signal)
             .instrument(tracing::debug_span!("commit", step.index = idx))
             .await;
         if let Err(e) = r {
@@ -528,6 +535,18 @@ impl Core {
         self.p.clock.confirmed(started);
         let m = metrics();
         m.commit_seconds.observe(started.elapsed().as_secs_f64());
+        let Some(entry) = entries.pop() else { return };
+        for e in &entries {
+            let outcome = outcome_label(&e.outcome, "");
+            inc(
+                &m.steps,
+                &[
+                    ("workflow", &self.p.workflow),
+                    ("kind", e.kind.as_str()),
+                    ("outcome", outcome),
+                ],
+            );
+        }
         let kind = entry.kind.as_str();
         inc(
             &m.steps,
@@ -541,9 +560,6 @@ impl Core {
         }
         self.p.journal.push(entry);
         self.cursor += 1;
-        if w.step {
-            self.failpoint("step.after_commit").await;
-        }
     }
 
     /// Gives a kept effect record its expiry back.

@@ -331,11 +331,7 @@ impl Core {
             drop_begin: Some(idx),
             ..Suspend::until(RunStatus::Sleeping, delay)
         };
-        let r = self
-            .p
-            .store
-            .suspend(&mut self.p.lease, None, how, ("effect_busy", &detail))
-            .await;
+        let r = self.suspend_run(None, how, ("effect_busy", &detail)).await;
         match r {
             Ok(s) => self.stop(SliceExit::Suspended { woke: false, rv: s.rv }).await,
             Err(e) => self.store_failed(e).await,

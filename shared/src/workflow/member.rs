@@ -30,7 +30,7 @@ impl Ctx {
     {
         let name = name.to_owned();
         super::StepCall::new(Box::new(move |o: StepOptions| {
-            Box::pin(async move { self.run_step(&name, o.retry, o.queue, f).await })
+            Box::pin(async move { self.run_step(&name, o, f).await })
         }))
     }
 
@@ -61,15 +61,9 @@ impl Ctx {
         }))
     }
 
-    /// Runs a step (what awaiting a [`StepCall`](super::StepCall) does): `retry` is its own
-    /// policy, `queue` the task queue it is routed to.
-    pub(super) async fn run_step<T, F, Fut>(
-        &self,
-        name: &str,
-        retry: Option<RetryPolicy>,
-        queue: Option<String>,
-        f: F,
-    ) -> Result<T, WorkflowError>
+    /// Runs a step (what awaiting a [`StepCall`](super::StepCall) does) with its options: its
+    /// own retry policy, the task queue it is routed to, a synchronous checkpoint.
+    pub(super) async fn run_step<T, F, Fut>(&self, name: &str, opts: StepOptions, f: F) -> Result<T, WorkflowError>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut() -> Fut,
@@ -82,6 +76,7 @@ impl Ctx {
             return decode_entry("step", e);
         }
         let span = tracing::debug_span!("step", step.name = name, step.index = index);
+        let StepOptions { retry, queue, durable } = opts;
         let entry = async {
             core.route = queue;
             let in_flight = core.cursor < index;
@@ -122,7 +117,8 @@ impl Ctx {
                     Entry::failed(name, EntryKind::Step, e.message, failure, attempts)
                 }
             };
-            self.journal_in_turn(index, entry.clone(), "").await;
+            let mut core = self.turn(index).await;
+            core.commit_step(entry.clone(), durable).await;
             entry
         }
         .instrument(span)
@@ -184,6 +180,9 @@ impl Ctx {
         }
         let in_flight = core.cursor < index;
         core.before_live_at(name, index, in_flight).await;
+        // Outside the run: every entry before the effect's intent is durable first, so its key
+        // never derives from a result a crash could change.
+        core.barrier().await;
         let key = match EffectKey::new(key) {
             Ok(k) => k,
             Err(e) => return core.block_on_bad_key(name, e).await,

@@ -11,6 +11,7 @@ mod effect;
 mod error;
 mod handles;
 mod member;
+mod pipeline;
 mod race;
 mod registry;
 mod retry;

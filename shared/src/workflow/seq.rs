@@ -160,6 +160,16 @@ impl Ctx {
     }
 
     #[doc(hidden)] // the worker runtime's, not workflow code's
+    /// Once the body returned: waits for the pipelined commit in flight and takes the entries
+    /// not sent yet, which the write ending the slice carries (index of the first, entries).
+    /// An error: the commit in flight failed or was refused; the slice must not end the run.
+    pub async fn unsent(&mut self) -> Result<(u32, Vec<Entry>), savepoint_core::StoreError> {
+        let core = self.core.get_mut();
+        core.landed().await?;
+        Ok(core.unsent_entries())
+    }
+
+    #[doc(hidden)] // the worker runtime's, not workflow code's
     /// Why the slice stopped, once it has (taken by the runtime).
     pub fn take_exit(&mut self) -> Option<SliceExit> {
         self.core.get_mut().take_exit()

@@ -83,7 +83,6 @@ impl Core {
             return Ok(());
         }
         self.before_live(name).await;
-        let idx = self.cursor;
         let ms = d.as_millis() as u64;
         let entry = Entry::new(
             name,
@@ -92,14 +91,7 @@ impl Core {
             1,
         );
         let r = self
-            .p
-            .store
-            .suspend(
-                &mut self.p.lease,
-                Some((idx, &entry)),
-                Suspend::until(RunStatus::Sleeping, d),
-                ("slept", name),
-            )
+            .suspend_run(Some(entry), Suspend::until(RunStatus::Sleeping, d), ("slept", name))
             .await;
         match r {
             Ok(s) => self.stop(SliceExit::Suspended { woke: s.woke, rv: s.rv }).await,
@@ -275,7 +267,7 @@ impl Core {
             due_in: due_in_ms.map(Duration::from_millis),
             ..Suspend::waiting(&wait)
         };
-        let r = self.p.store.suspend(&mut self.p.lease, None, how, (event, name)).await;
+        let r = self.suspend_run(None, how, (event, name)).await;
         match r {
             Ok(s) => self.stop(SliceExit::Suspended { woke: s.woke, rv: s.rv }).await,
             Err(e) => self.store_failed(e).await,

@@ -7,46 +7,51 @@ use crate::StoreError;
 use savepoint_core::journal::Entry;
 
 impl ScriptStore {
-    /// Appends journal entry `index` and extends the lease (one round trip per live step).
-    /// An effect entry also clears the run's record of the key at that index.
+    /// Appends `entries` from journal index `first` and extends the lease (one round trip per
+    /// batch of a slice's pipelined steps). The event, the consumed signal and the settled
+    /// effect are the last entry's: an effect entry clears the run's record of its key.
     pub async fn commit(
         &self,
         lease: &mut Lease,
-        index: u32,
-        entry: &Entry,
+        first: u32,
+        entries: &[Entry],
         event: (&str, &str),
         consume_signal: Option<&str>,
     ) -> Result<(), StoreError> {
-        let settles = if entry.kind == savepoint_core::journal::EntryKind::Effect {
-            index.to_string()
+        let Some(last) = entries.last() else {
+            return Ok(());
+        };
+        let last_index = first + entries.len() as u32 - 1;
+        let settles = if last.kind == savepoint_core::journal::EntryKind::Effect {
+            last_index.to_string()
         } else {
             String::new()
         };
         let mut inv = Self::fenced(&self.scripts.commit, lease);
-        inv.arg(index)
-            .arg(self.seal_entry(&lease.thread, index, entry))
-            .arg(ms(self.cfg.lease))
-            .arg(ms(self.cfg.grace));
+        self.entry_args(&mut inv, &lease.thread, Some((first, entries)));
+        inv.arg(ms(self.cfg.lease)).arg(ms(self.cfg.grace));
         inv.arg(self.cfg.event_cap)
             .arg(event.0)
             .arg(event.1)
             .arg(consume_signal.unwrap_or(""))
             .arg(settles)
-            .arg(if entry.attempts > 1 { "1" } else { "" });
+            .arg(if last.attempts > 1 { "1" } else { "" });
+        self.more_entries(&mut inv, &lease.thread, Some((first, entries)));
         self.versioned_write(&inv, lease).await
     }
 
-    /// Ends a slice without ending the run: sleeping, waiting or pending (yield / retry later).
+    /// Ends a slice without ending the run: sleeping, waiting or pending (yield / retry later),
+    /// appending the slice's unwritten `entries` (from index `entries.0`).
     #[tracing::instrument(level = "debug", name = "suspend", skip_all, fields(run.status = how.status.as_str()))]
     pub async fn suspend(
         &self,
         lease: &mut Lease,
-        entry: Option<(u32, &Entry)>,
+        entries: Option<(u32, &[Entry])>,
         how: Suspend<'_>,
         event: (&str, &str),
     ) -> Result<Suspended, StoreError> {
         let mut inv = Self::fenced(&self.scripts.suspend, lease);
-        self.entry_args(&mut inv, &lease.thread, entry);
+        self.entry_args(&mut inv, &lease.thread, entries);
         inv.arg(how.status.as_str())
             .arg(how.due_in.map(|d| ms(d).to_string()).unwrap_or_default());
         match how.wait {
@@ -67,6 +72,7 @@ impl ScriptStore {
         };
         inv.arg(how.drop_begin.map(|i| i.to_string()).unwrap_or_default())
             .arg(how.queue.unwrap_or(""));
+        self.more_entries(&mut inv, &lease.thread, entries);
         let r = self.invoke(&inv).await?;
         match r.tag().as_str() {
             tag @ ("ok" | "woke") => {
@@ -82,17 +88,18 @@ impl ScriptStore {
         }
     }
 
-    /// Ends the run (completed, failed) or stops it (blocked), optionally with a last entry.
+    /// Ends the run (completed, failed) or stops it (blocked), appending the slice's unwritten
+    /// `entries` first (from index `entries.0`).
     #[tracing::instrument(level = "debug", name = "finish", skip_all, fields(run.status = how.status().as_str()))]
     pub async fn finish(
         &self,
         lease: &mut Lease,
-        entry: Option<(u32, &Entry)>,
+        entries: Option<(u32, &[Entry])>,
         how: Finish<'_>,
         event: (&str, &str),
     ) -> Result<(), StoreError> {
         let mut inv = Self::fenced(&self.scripts.finish, lease);
-        self.entry_args(&mut inv, &lease.thread, entry);
+        self.entry_args(&mut inv, &lease.thread, entries);
         let (output, error, reason, effect) = match how {
             Finish::Completed(o) => (o.to_string(), "", "", None),
             Finish::Failed(e) => (String::new(), e, "", None),
@@ -119,6 +126,7 @@ impl ScriptStore {
             _ => inv.arg("").arg("").arg("").arg(""),
         };
         inv.arg(how.block_kind().map(BlockKind::as_str).unwrap_or(""));
+        self.more_entries(&mut inv, &lease.thread, entries);
         self.versioned_write(&inv, lease).await
     }
 

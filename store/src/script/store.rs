@@ -137,12 +137,22 @@ impl ScriptStore {
         inv
     }
 
-    /// Optional journal entry arguments: index and (sealed) bytes, or two empty strings.
-    pub(super) fn entry_args(&self, inv: &mut Invocation<'_>, thread: &ThreadId, entry: Option<(u32, &Entry)>) {
-        match entry {
-            Some((i, e)) => inv.arg(i).arg(self.seal_entry(thread, i, e)),
+    /// The first of the journal entries a write appends from index `first`: its index and
+    /// (sealed) bytes, or two empty strings when there are none. The rest go at the end of
+    /// the arguments ([`ScriptStore::more_entries`]).
+    pub(super) fn entry_args(&self, inv: &mut Invocation<'_>, thread: &ThreadId, entries: Option<(u32, &[Entry])>) {
+        match entries.and_then(|(first, es)| Some((first, es.first()?))) {
+            Some((first, e)) => inv.arg(first).arg(self.seal_entry(thread, first, e)),
             None => inv.arg("").arg(""),
         };
+    }
+
+    /// The entries after the first (sealed, in journal order), as the script's last arguments.
+    pub(super) fn more_entries(&self, inv: &mut Invocation<'_>, thread: &ThreadId, entries: Option<(u32, &[Entry])>) {
+        let Some((first, entries)) = entries else { return };
+        for (i, e) in (first..).zip(entries).skip(1) {
+            inv.arg(self.seal_entry(thread, i, e));
+        }
     }
 
     pub(super) async fn invoke(&self, inv: &Invocation<'_>) -> Result<Reply, StoreError> {

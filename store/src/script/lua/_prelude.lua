@@ -30,6 +30,25 @@ local function check_lease(run, owner, fence, ver)
   return nil
 end
 
+-- Appends journal entries from index `first` (a string): `entry`, then ARGV[extra..#ARGV] in
+-- order (a pipelined batch of a slice's steps travels in one script). Returns the rejection
+-- {'index', steps} when the journal does not end at `first`, else nil and the new length.
+local function append_entries(run, first, entry, extra)
+  local steps = tonumber(redis.call('HGET', run, 'steps'))
+  if steps ~= tonumber(first) then return { 'index', steps } end
+  local fields = { 'j:' .. steps, entry }
+  local n = steps + 1
+  for i = extra, #ARGV do
+    fields[#fields + 1] = 'j:' .. n
+    fields[#fields + 1] = ARGV[i]
+    n = n + 1
+  end
+  fields[#fields + 1] = 'steps'
+  fields[#fields + 1] = n
+  redis.call('HSET', run, unpack(fields))
+  return nil, n
+end
+
 -- Deletes a consumed signal or answer field; a named signal also leaves the count of signals
 -- the run holds (#n, capped by signal.lua). A child's word (s:child:<index>:…) is not counted.
 local function consume_signal(sig, field)

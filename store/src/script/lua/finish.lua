@@ -1,15 +1,17 @@
 -- finish: end the run as completed, failed or blocked (or end a slice as blocked).
 -- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 run signals hash,
 --       5 partition blocked index, 6 partition waiting index (unused)
--- ARGV: 1 thread id, 2 owner, 3 fence, 4 version read, 5 entry index ('' = no entry),
---       6 entry (MessagePack), 7 status (completed | failed | blocked), 8 output (JSON or ''),
+-- ARGV: 1 thread id, 2 owner, 3 fence, 4 version read, 5 index of the first entry the
+--       slice had not written yet ('' = none), 6 that entry (MessagePack),
+--       7 status (completed | failed | blocked), 8 output (JSON or ''),
 --       9 error ('' = none), 10 blocked reason, 11 blocked effect key, 12 retention_ms,
 --       13 event cap, 14 event type, 15 event detail,
 --       16 the in-doubt record the block waits on, 'thread\31index\31fence' ('' = none),
 --       17 blocked on a delivered value that did not decode: its signal field, consumed
 --          ('' = none), 18 wait kind, 19 wait name, 20 wait payload: the wait is kept, so the
 --          run takes a new answer (see signal.lua), 21 the kind of block (`bk`: in_doubt |
---          non_determinism | panic | undecodable | other; '' = not blocked)
+--          non_determinism | panic | undecodable | other; '' = not blocked),
+--       22.. the slice's unwritten entries after the first
 -- Returns: {'ok', new_version} | {'missing'} | {'fenced', ...} | {'conflict', v} | {'index', steps}
 --        | {'unused', index, fence} (the in-doubt record of ARGV 16 is this run's own unused
 --          intent: not blocked)
@@ -25,9 +27,8 @@ if ARGV[7] == 'blocked' and ARGV[16] ~= '' then
 end
 local t = now_ms()
 if ARGV[5] ~= '' then
-  local steps = tonumber(redis.call('HGET', KEYS[1], 'steps'))
-  if steps ~= tonumber(ARGV[5]) then return { 'index', steps } end
-  redis.call('HSET', KEYS[1], 'j:' .. ARGV[5], ARGV[6], 'steps', steps + 1)
+  local refused = append_entries(KEYS[1], ARGV[5], ARGV[6], 22)
+  if refused then return refused end
 end
 local ver = tonumber(ARGV[4]) + 1
 redis.call('HSET', KEYS[1], 'status', ARGV[7], 'owner', '', 'lease', 0, 'ver', ver, 'updated', t)

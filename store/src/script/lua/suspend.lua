@@ -2,15 +2,16 @@
 -- signal or interrupt, yield to a continuation task, or retry later. Releases the lease.
 -- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 run signals hash,
 --       5 partition blocked index (unused), 6 partition waiting index
--- ARGV: 1 thread id, 2 owner, 3 fence, 4 version read, 5 entry index ('' = no entry),
---       6 entry (MessagePack), 7 new status (sleeping | waiting | pending),
+-- ARGV: 1 thread id, 2 owner, 3 fence, 4 version read, 5 index of the first entry the
+--       slice had not written yet ('' = none), 6 that entry (MessagePack),
+--       7 new status (sleeping | waiting | pending),
 --       8 due delay ms from server now ('' = no due time), 9 wait kind ('' | interrupt | signal),
 --       10 wait name, 11 wait payload (JSON), 12 event cap, 13 event type, 14 event detail,
 --       15 redeliver_ms (used when a waited-for value is already buffered),
 --       16 effect key the run backs off on ('' = none), 17 back-off count for it,
 --       18 journal index whose begin record x:<index> to drop ('' = none),
 --       19 task queue the run's next task goes to (`q`; '' = unchanged): a yield that routes
---          the next call to another queue
+--          the next call to another queue, 20.. the slice's unwritten entries after the first
 -- A run with a deadline (create.lua) never gets a due time past it.
 -- Returns: {'ok', new_version, due_ms or '', rv} | {'woke', new_version, due_ms, rv} (the
 --          awaited value was already buffered: the run is pending again and needs a task);
@@ -21,9 +22,8 @@ local bad = check_lease(KEYS[1], ARGV[2], ARGV[3], ARGV[4])
 if bad then return bad end
 local t = now_ms()
 if ARGV[5] ~= '' then
-  local steps = tonumber(redis.call('HGET', KEYS[1], 'steps'))
-  if steps ~= tonumber(ARGV[5]) then return { 'index', steps } end
-  redis.call('HSET', KEYS[1], 'j:' .. ARGV[5], ARGV[6], 'steps', steps + 1)
+  local refused = append_entries(KEYS[1], ARGV[5], ARGV[6], 20)
+  if refused then return refused end
 end
 local status, delay, reply = ARGV[7], ARGV[8], 'ok'
 if status == 'waiting' then

@@ -1,0 +1,313 @@
+//! Pipelined checkpoints (ARCHITECTURE §4a) under store faults placed exactly: the embedded
+//! engine's fault plan delays, refuses or loses the reply of the `commit` scripts of a run, so
+//! a batch is in flight, lost or applied-unanswered at a known moment. Always on the embedded
+//! backend (whatever the tier): only it lets a test place a fault at one script. The same
+//! mechanism runs on Redis in every other suite, and the simulator places faults at random
+//! with its barrier witness (invariant 13).
+
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+use savepoint::journal::Outcome;
+use savepoint::workflow::{Ctx, Registry, Workflow, WorkflowError};
+use savepoint_core::mem::{Fault, Faults, Op};
+use savepoint_integration_tests::embedded_config;
+use savepoint_integration_tests::inproc::InProc;
+use savepoint_integration_tests::scenario::World;
+
+const LONG: Duration = Duration::from_secs(20);
+const STEPS: u32 = 12;
+
+/// Times each step ran and each effect key was applied, outside the engine.
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<HashMap<String, u32>>>);
+
+impl Seen {
+    fn bump(&self, k: &str) {
+        *self.0.lock().unwrap().entry(k.to_owned()).or_default() += 1;
+    }
+
+    fn get(&self, k: &str) -> u32 {
+        self.0.lock().unwrap().get(k).copied().unwrap_or(0)
+    }
+}
+
+/// `STEPS` instant steps, `s<i>` returning `i * 10`; with `effect_at`, an effect at that
+/// position whose key is derived from the step before it.
+struct Chain {
+    seen: Seen,
+    effect_at: Option<u32>,
+}
+
+impl Workflow for Chain {
+    const NAME: &'static str = "pipe_chain";
+    type Input = Value;
+    type Output = Value;
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let mut last = 0u32;
+        for i in 0..STEPS {
+            if self.effect_at == Some(i) {
+                let seen = self.seen.clone();
+                let key = format!("mail:{last}");
+                let _: Value = ctx
+                    .effect("mail", key, move |fx| {
+                        let seen = seen.clone();
+                        async move {
+                            seen.bump(&fx.key);
+                            Ok(json!(fx.key))
+                        }
+                    })
+                    .await?;
+            }
+            let seen = self.seen.clone();
+            last = ctx
+                .step(&format!("s{i}"), move || {
+                    let seen = seen.clone();
+                    async move {
+                        seen.bump(&format!("s{i}"));
+                        Ok(i * 10)
+                    }
+                })
+                .await?;
+        }
+        Ok(json!(last))
+    }
+}
+
+/// The fault plan: every script named, timed; `commit` scripts delayed, and the `nth` one (from
+/// 1) given `fault`.
+struct Plan {
+    log: Mutex<Vec<(Instant, String)>>,
+    commit_delay: Duration,
+    nth: Option<(usize, Fault)>,
+    commits: Mutex<usize>,
+}
+
+impl Plan {
+    fn new(commit_delay: Duration, nth: Option<(usize, Fault)>) -> Arc<Self> {
+        Arc::new(Self {
+            log: Mutex::default(),
+            commit_delay,
+            nth,
+            commits: Mutex::new(0),
+        })
+    }
+
+    fn scripts(&self, name: &str) -> Vec<Instant> {
+        let log = self.log.lock().unwrap();
+        log.iter().filter(|(_, n)| n == name).map(|(t, _)| *t).collect()
+    }
+}
+
+impl Faults for Plan {
+    fn decide(&self, op: Op<'_>) -> Fault {
+        let Op::Script(name) = op else { return Fault::Pass };
+        self.log.lock().unwrap().push((Instant::now(), name.to_owned()));
+        if name != "commit" {
+            return Fault::Pass;
+        }
+        let mut n = self.commits.lock().unwrap();
+        *n += 1;
+        match self.nth {
+            Some((at, fault)) if at == *n => fault,
+            _ if self.commit_delay.is_zero() => Fault::Pass,
+            _ => Fault::Delay(self.commit_delay),
+        }
+    }
+}
+
+/// A world on the embedded backend with the fault plan installed, and a worker serving `Chain`.
+async fn world(prefix: &str, plan: Arc<Plan>, checkpoints: &str, chain: Chain) -> (World, InProc) {
+    let mode = checkpoints.to_owned();
+    let w = World::new(prefix, move |cfg| {
+        let e = embedded_config(&cfg.namespace);
+        cfg.redis_url = e.redis_url;
+        cfg.amqp_url = e.amqp_url;
+        cfg.worker.checkpoints = mode;
+        cfg.lease_ms = 1000;
+        cfg.lease_margin_ms = 200;
+    })
+    .await;
+    w.store
+        .mem_engine()
+        .expect("the embedded backend")
+        .set_faults(Some(plan as Arc<dyn Faults>));
+    let mut reg = Registry::new();
+    reg.register(chain);
+    let wk = InProc::start(&w.cfg, reg);
+    w.wait_registered(Chain::NAME).await;
+    (w, wk)
+}
+
+/// The run's journal as (name, value) pairs, read from the store.
+async fn journal(w: &World, t: &savepoint_core::ids::ThreadId) -> Vec<(String, Value)> {
+    let (_, entries) = w.store.get(t).await.expect("read").expect("the run");
+    entries
+        .iter()
+        .map(|e| match &e.outcome {
+            Outcome::Ok(v) => (e.name.clone(), v.clone()),
+            Outcome::Err(m) => (e.name.clone(), json!({ "error": m })),
+        })
+        .collect()
+}
+
+fn chain_journal(effect_at: Option<u32>) -> Vec<(String, Value)> {
+    let mut j = Vec::new();
+    for i in 0..STEPS {
+        if effect_at == Some(i) {
+            j.push(("mail".to_owned(), json!(format!("mail:{}", (i - 1) * 10))));
+        }
+        j.push((format!("s{i}"), json!(i * 10)));
+    }
+    j
+}
+
+#[tokio::test]
+async fn steps_go_on_while_their_commit_is_in_flight_and_the_end_carries_the_rest() {
+    for (mode, most_commits) in [("pipelined", 2), ("sync", STEPS as usize)] {
+        let plan = Plan::new(Duration::from_millis(40), None);
+        let seen = Seen::default();
+        let chain = Chain {
+            seen: seen.clone(),
+            effect_at: None,
+        };
+        let (w, wk) = world("pipebatch", plan.clone(), mode, chain).await;
+        let t = w.start(Chain::NAME, json!({})).await;
+        let run = w.wait_status(&t, &["completed"], LONG).await;
+        assert_eq!(run["output"], json!((STEPS - 1) * 10), "{mode}: {run}");
+        assert_eq!(journal(&w, &t).await, chain_journal(None), "{mode}");
+        let commits = plan.scripts("commit").len();
+        if mode == "pipelined" {
+            // The first step's commit went out alone; the eleven steps after it ran while it
+            // was in flight and the finish carried them: one commit, not twelve.
+            assert!(commits <= most_commits, "{mode}: {commits} commits for {STEPS} steps");
+        } else {
+            assert_eq!(commits, most_commits, "{mode}: one commit per step");
+        }
+        for i in 0..STEPS {
+            assert_eq!(seen.get(&format!("s{i}")), 1, "{mode}: step s{i} ran once");
+        }
+        wk.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn an_effect_keyed_on_a_step_result_waits_until_that_result_is_durable() {
+    let delay = Duration::from_millis(150);
+    let plan = Plan::new(delay, None);
+    let seen = Seen::default();
+    let chain = Chain {
+        seen: seen.clone(),
+        effect_at: Some(5),
+    };
+    let (w, wk) = world("pipebarrier", plan.clone(), "pipelined", chain).await;
+    let t = w.start(Chain::NAME, json!({})).await;
+    w.wait_status(&t, &["completed"], LONG).await;
+    assert_eq!(journal(&w, &t).await, chain_journal(Some(5)));
+    // Every commit sent before the effect's first write had landed (each takes `delay`)
+    // when that write went out.
+    let begin = plan.scripts("effect_begin")[0];
+    let landed_before = plan
+        .scripts("commit")
+        .into_iter()
+        .filter(|sent| *sent < begin)
+        .map(|sent| sent + delay)
+        .max()
+        .expect("a commit before the effect");
+    assert!(
+        begin >= landed_before,
+        "the effect's begin record went out {:?} before the step commit under it landed",
+        landed_before - begin
+    );
+    assert_eq!(
+        seen.get("mail:40"),
+        1,
+        "the effect ran once, keyed on s4's recorded result"
+    );
+    wk.stop().await;
+}
+
+#[tokio::test]
+async fn a_batch_refused_or_answered_into_the_void_ends_the_slice_and_the_run_completes_once() {
+    for fault in [Fault::Fail, Fault::LoseReply] {
+        // The second commit is the batch behind the first: it fails before it is applied,
+        // or is applied and its reply is lost; the slice stops there, the lease runs out,
+        // and the next slice replays what landed and runs the rest.
+        let plan = Plan::new(Duration::from_millis(30), Some((2, fault)));
+        let seen = Seen::default();
+        let chain = Chain {
+            seen: seen.clone(),
+            effect_at: Some(8),
+        };
+        let (w, wk) = world("pipelost", plan.clone(), "pipelined", chain).await;
+        let t = w.start(Chain::NAME, json!({})).await;
+        let run = w.wait_status(&t, &["completed"], LONG).await;
+        assert_eq!(run["output"], json!((STEPS - 1) * 10), "{fault:?}");
+        assert_eq!(journal(&w, &t).await, chain_journal(Some(8)), "{fault:?}");
+        assert_eq!(
+            seen.get("mail:70"),
+            1,
+            "{fault:?}: the effect after the lost batch ran once"
+        );
+        assert_eq!(seen.get("s0"), 1, "{fault:?}: s0's commit landed: never run again");
+        // The batch s1..s7 ran again only if it was never applied.
+        let again = u32::from(fault == Fault::Fail);
+        for i in 1..8 {
+            assert_eq!(seen.get(&format!("s{i}")), 1 + again, "{fault:?}: s{i}");
+        }
+        for i in 8..STEPS {
+            assert_eq!(
+                seen.get(&format!("s{i}")),
+                1,
+                "{fault:?}: s{i} came after the slice that stopped"
+            );
+        }
+        wk.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_worker_killed_with_a_batch_in_flight_loses_only_steps_after_its_last_effect() {
+    // Commits take 300 ms: the worker is killed while the batch after the effect is in flight
+    // (never applied); another worker takes the run over after the lease.
+    let plan = Plan::new(Duration::from_millis(300), None);
+    let seen = Seen::default();
+    let chain = Chain {
+        seen: seen.clone(),
+        effect_at: Some(2),
+    };
+    let (w, victim) = world("pipekill", plan.clone(), "pipelined", chain).await;
+    let t = w.start(Chain::NAME, json!({})).await;
+    let deadline = Instant::now() + LONG;
+    while seen.get("s11") == 0 {
+        assert!(Instant::now() < deadline, "the steps never ran");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    victim.kill().await;
+    let durable = journal(&w, &t).await.len();
+    assert!(
+        durable < chain_journal(Some(2)).len(),
+        "the kill came before the end was written"
+    );
+    let mut reg = Registry::new();
+    reg.register(Chain {
+        seen: seen.clone(),
+        effect_at: Some(2),
+    });
+    let rescuer = InProc::start(&w.cfg, reg);
+    let run = w.wait_status(&t, &["completed"], LONG).await;
+    assert_eq!(run["output"], json!((STEPS - 1) * 10));
+    assert_eq!(journal(&w, &t).await, chain_journal(Some(2)));
+    assert_eq!(seen.get("mail:10"), 1, "the effect ran once");
+    assert_eq!(seen.get("s0"), 1, "s0 was durable before the effect: never run again");
+    assert_eq!(seen.get("s1"), 1, "s1 was durable before the effect: never run again");
+    assert_eq!(
+        seen.get("s11"),
+        2,
+        "the last step's commit was lost with the worker: it ran again"
+    );
+    rescuer.stop().await;
+}
