@@ -5,6 +5,10 @@
 #   RUNS=200 STEPS=1000 WORKERS=1 deploy/bench/w1.sh
 #   PAYLOAD=10000 deploy/bench/w1.sh        # bytes of padding per step result
 #   FLOW_KEYS=50 FLOW_LIMIT=4 deploy/bench/w1.sh   # under flow control: 50 keys, 4 runs each at once
+#   INFLIGHT=200 deploy/bench/w1.sh         # at most 200 runs in flight (default: all at once)
+#   WORKFLOW=webhook deploy/bench/w1.sh     # a webhook effect in the middle step
+#   INFLIGHT=1 RUNS=200 deploy/bench/w1.sh  # unloaded: one run at a time
+#   SAVEPOINT_CHECKPOINTS=sync deploy/bench/w1.sh  # one acknowledged commit per step
 #   SAVEPOINT_REDIS_URL=redis+cluster://127.0.0.1:7000 REDIS_CLI="redis-cli -c -p 7000" \
 #     FLOOR=0 deploy/bench/w1.sh            # on a Redis Cluster (the I/O floor is single-node)
 # Prints loadgen's figures, the floor and the ratio. Uses a fresh namespace, cleans up.
@@ -12,6 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUNS=${RUNS:-500}; STEPS=${STEPS:-10}; WORKERS=${WORKERS:-2}; PAYLOAD=${PAYLOAD:-0}
 PORT=${PORT:-7170}; FLOOR=${FLOOR:-1}; FLOW_KEYS=${FLOW_KEYS:-0}; FLOW_LIMIT=${FLOW_LIMIT:-4}
+INFLIGHT=${INFLIGHT:-0}; WORKFLOW=${WORKFLOW:-chain}
 # How this script itself reaches Redis (readiness, clean-up); on a cluster `redis-cli -c -p N`,
 # whose clean-up then covers that node's keys only (throwaway clusters are stopped whole).
 read -r -a RCLI <<<"${REDIS_CLI:-redis-cli}"
@@ -29,7 +34,7 @@ fi
 NS=${SAVEPOINT_NAMESPACE:-bench$(date +%s)}
 export SAVEPOINT_NAMESPACE=$NS SAVEPOINT_HTTP_ADDR=127.0.0.1:$PORT RUST_LOG=${RUST_LOG:-warn,lapin=off}
 export SAVEPOINT_WORKER_HTTP_ADDR= SAVEPOINT_QUEUE_EXPIRES_MS=600000
-PIDS=()
+PIDS=(); WPIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
@@ -39,18 +44,28 @@ cleanup() {
 }
 trap cleanup EXIT
 "$BIN"/savepoint-scheduler & PIDS+=($!)
-for i in $(seq 1 "$WORKERS"); do SAVEPOINT_WORKER_NAME=w$i "$BIN"/savepoint-worker & PIDS+=($!); done
+for i in $(seq 1 "$WORKERS"); do SAVEPOINT_WORKER_NAME=w$i "$BIN"/savepoint-worker & PIDS+=($!); WPIDS+=($!); done
 for _ in $(seq 1 100); do
   curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && { "${RCLI[@]}" hgetall "$NS:workers" | grep -q '"chain"'; } && break
   sleep 0.2
 done
-echo "== savepoint: $RUNS runs x $STEPS steps of chain, $WORKERS workers, payload $PAYLOAD B, flow keys $FLOW_KEYS (namespace $NS)"
+echo "== savepoint: $RUNS runs x $STEPS steps of $WORKFLOW, $WORKERS workers, payload $PAYLOAD B, flow keys $FLOW_KEYS, in flight ${INFLIGHT/#0/all} (namespace $NS)"
 FLOW_ARGS=(); [ "$FLOW_KEYS" -gt 0 ] && FLOW_ARGS=(--flow-keys "$FLOW_KEYS" --flow-limit "$FLOW_LIMIT")
+[ "$INFLIGHT" -gt 0 ] && FLOW_ARGS+=(--inflight "$INFLIGHT")
+# CPU seconds (user + system) of processes, and Redis's own (INFO cpu), before and after.
+proc_cpu() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
+redis_cpu() { "${RCLI[@]}" info cpu | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { printf "%.6f", s }'; }
+redis_out() { "${RCLI[@]}" info stats | awk -F: '/^total_net_output_bytes:/ { print $2 + 0 }'; }
+"${RCLI[@]}" config resetstat >/dev/null
+WCPU0=$(proc_cpu "${WPIDS[@]}"); RCPU0=$(redis_cpu); ROUT0=$(redis_out)
 cpu_jiffies() { awk '/^cpu /{ idle=$5+$6; t=0; for(i=2;i<=NF;i++) t+=$i; print t-idle, t }' /proc/stat; }
 read -r BUSY0 TOTAL0 < <(cpu_jiffies)
-"${LOADGEN:-$BIN/savepoint}" --api "http://127.0.0.1:$PORT" loadgen --workflow chain --runs "$RUNS" --steps "$STEPS" \
+"${LOADGEN:-$BIN/savepoint}" --api "http://127.0.0.1:$PORT" loadgen --workflow "$WORKFLOW" --runs "$RUNS" --steps "$STEPS" \
   --payload-bytes "$PAYLOAD" "${FLOW_ARGS[@]}" --json > /tmp/w1-savepoint.json
 read -r BUSY1 TOTAL1 < <(cpu_jiffies)
+WCPU1=$(proc_cpu "${WPIDS[@]}"); RCPU1=$(redis_cpu); ROUT1=$(redis_out)
+"${RCLI[@]}" info commandstats > /tmp/w1-commandstats.txt
+echo "$(( (WCPU1 - WCPU0) * 10000 / $(getconf CLK_TCK) ))e-4 $(awk -v a="$RCPU0" -v b="$RCPU1" 'BEGIN { print b - a }') $((ROUT1 - ROUT0))" > /tmp/w1-cpu-split.txt
 # The machine's CPU use while the load ran (every process on it), in % of all its cores.
 awk -v b=$((BUSY1 - BUSY0)) -v t=$((TOTAL1 - TOTAL0)) 'BEGIN { printf "%.0f\n", 100 * b / (t ? t : 1) }' >/tmp/w1-cpu.txt
 python3 - <<'PY'
@@ -61,6 +76,16 @@ print(f"run latency ms p50 {l['p50']:.0f} p90 {l['p90']:.0f} p99 {l['p99']:.0f} 
 print(f"step latency ms p50 {s['p50']:.1f} p99 {s['p99']:.1f}")
 print(f"redis bytes/run {r['redis_bytes_per_run']:.0f}  by status {r['by_status']}  lost {r['lost']}")
 print(f"machine CPU during the load {open('/tmp/w1-cpu.txt').read().strip()}% of all cores")
+# Redis scripts per run and CPU per step (INFO commandstats and cpu over the load; the
+# scanner's and the API's scripts included), worker CPU per step.
+calls = usec = 0
+for line in open('/tmp/w1-commandstats.txt'):
+    if line.startswith(('cmdstat_evalsha:', 'cmdstat_eval:')):
+        f = dict(kv.split('=') for kv in line.split(':', 1)[1].strip().split(','))
+        calls += int(f['calls']); usec += int(f['usec'])
+wcpu, rcpu, rout = (float(x) for x in open('/tmp/w1-cpu-split.txt').read().split())
+runs, steps = r['runs'], max(r['steps'], 1)
+print(f"scripts/run {calls / runs:.1f}  script µs/step {usec / steps:.1f}  redis CPU µs/step {1e6 * rcpu / steps:.1f}  worker CPU µs/step {1e6 * wcpu / steps:.1f}  redis bytes out/step {rout / steps:.0f}")
 PY
 if [ "$FLOOR" = 1 ]; then
   echo "== I/O floor: same shape"

@@ -81,11 +81,7 @@ pub async fn run_with_token(cfg: Config, api: &str, token: Option<&str>, args: L
         }
         let (http, url, tracker) = (http.clone(), format!("{api}/v1/runs"), tracker.clone());
         submits.spawn(async move {
-            let resp = http.post(&url).json(&body).send().await?;
-            if !resp.status().is_success() {
-                let status = resp.status();
-                bail!("start failed: HTTP {status}: {}", resp.text().await.unwrap_or_default());
-            }
+            submit(&http, &url, &body).await?;
             tracker.add(thread, permit);
             Ok::<(), anyhow::Error>(())
         });
@@ -108,4 +104,24 @@ pub async fn run_with_token(cfg: Config, api: &str, token: Option<&str>, args: L
         eprintln!("loadgen: timed out after {} s waiting for runs", args.timeout);
     }
     Ok(report)
+}
+
+/// Starts one run, as a well-behaved client does: a 503 (the store busy past its command
+/// timeout) or a 429 is retried with a growing back-off (the start is idempotent on its thread
+/// id); any other refusal ends the load.
+async fn submit(http: &reqwest::Client, url: &str, body: &serde_json::Value) -> anyhow::Result<()> {
+    let mut delay = Duration::from_millis(50);
+    for _ in 0..20 {
+        let resp = http.post(url).json(body).send().await?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        if status != reqwest::StatusCode::SERVICE_UNAVAILABLE && status != reqwest::StatusCode::TOO_MANY_REQUESTS {
+            bail!("start failed: HTTP {status}: {}", resp.text().await.unwrap_or_default());
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(2));
+    }
+    bail!("start failed: still refused after 20 tries (HTTP 503/429)")
 }

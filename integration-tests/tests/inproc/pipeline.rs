@@ -17,6 +17,7 @@ use savepoint_core::mem::{Fault, Faults, Op};
 use savepoint_integration_tests::embedded_config;
 use savepoint_integration_tests::inproc::InProc;
 use savepoint_integration_tests::scenario::World;
+use savepoint_runtime::config::Config;
 
 const LONG: Duration = Duration::from_secs(20);
 const STEPS: u32 = 12;
@@ -35,11 +36,12 @@ impl Seen {
     }
 }
 
-/// `STEPS` instant steps, `s<i>` returning `i * 10`; with `effect_at`, an effect at that
-/// position whose key is derived from the step before it.
+/// `STEPS` instant steps, `s<i>` returning `i * 10` (each `.durable()` when `durable`); with
+/// `effect_at`, an effect at that position whose key is derived from the step before it.
 struct Chain {
     seen: Seen,
     effect_at: Option<u32>,
+    durable: bool,
 }
 
 impl Workflow for Chain {
@@ -63,15 +65,18 @@ impl Workflow for Chain {
                     .await?;
             }
             let seen = self.seen.clone();
-            last = ctx
-                .step(&format!("s{i}"), move || {
-                    let seen = seen.clone();
-                    async move {
-                        seen.bump(&format!("s{i}"));
-                        Ok(i * 10)
-                    }
-                })
-                .await?;
+            let step = ctx.step(&format!("s{i}"), move || {
+                let seen = seen.clone();
+                async move {
+                    seen.bump(&format!("s{i}"));
+                    Ok(i * 10)
+                }
+            });
+            last = if self.durable {
+                step.durable().await?
+            } else {
+                step.await?
+            };
         }
         Ok(json!(last))
     }
@@ -119,22 +124,31 @@ impl Faults for Plan {
     }
 }
 
-/// A world on the embedded backend with the fault plan installed, and a worker serving `Chain`.
-async fn world(prefix: &str, plan: Arc<Plan>, checkpoints: &str, chain: Chain) -> (World, InProc) {
-    let mode = checkpoints.to_owned();
+/// A world on the embedded backend with the fault plan installed (`tune` adjusts the config).
+async fn embedded_world(prefix: &str, plan: Arc<Plan>, tune: impl FnOnce(&mut Config)) -> World {
     let w = World::new(prefix, move |cfg| {
         let e = embedded_config(&cfg.namespace);
         cfg.redis_url = e.redis_url;
         cfg.amqp_url = e.amqp_url;
-        cfg.worker.checkpoints = mode;
-        cfg.lease_ms = 1000;
-        cfg.lease_margin_ms = 200;
+        tune(cfg);
     })
     .await;
     w.store
         .mem_engine()
         .expect("the embedded backend")
         .set_faults(Some(plan as Arc<dyn Faults>));
+    w
+}
+
+/// [`embedded_world`] with a 1 s lease, `checkpoints`, and a worker serving `chain`.
+async fn world(prefix: &str, plan: Arc<Plan>, checkpoints: &str, chain: Chain) -> (World, InProc) {
+    let mode = checkpoints.to_owned();
+    let w = embedded_world(prefix, plan, move |cfg| {
+        cfg.worker.checkpoints = mode;
+        cfg.lease_ms = 1000;
+        cfg.lease_margin_ms = 200;
+    })
+    .await;
     let mut reg = Registry::new();
     reg.register(chain);
     let wk = InProc::start(&w.cfg, reg);
@@ -167,12 +181,19 @@ fn chain_journal(effect_at: Option<u32>) -> Vec<(String, Value)> {
 
 #[tokio::test]
 async fn steps_go_on_while_their_commit_is_in_flight_and_the_end_carries_the_rest() {
-    for (mode, most_commits) in [("pipelined", 2), ("sync", STEPS as usize)] {
+    // (checkpoints setting, every step `.durable()`, most commits)
+    let cases = [
+        ("pipelined", false, 2),
+        ("sync", false, STEPS as usize),
+        ("pipelined", true, STEPS as usize),
+    ];
+    for (mode, durable, most_commits) in cases {
         let plan = Plan::new(Duration::from_millis(40), None);
         let seen = Seen::default();
         let chain = Chain {
             seen: seen.clone(),
             effect_at: None,
+            durable,
         };
         let (w, wk) = world("pipebatch", plan.clone(), mode, chain).await;
         let t = w.start(Chain::NAME, json!({})).await;
@@ -180,12 +201,12 @@ async fn steps_go_on_while_their_commit_is_in_flight_and_the_end_carries_the_res
         assert_eq!(run["output"], json!((STEPS - 1) * 10), "{mode}: {run}");
         assert_eq!(journal(&w, &t).await, chain_journal(None), "{mode}");
         let commits = plan.scripts("commit").len();
-        if mode == "pipelined" {
+        if mode == "pipelined" && !durable {
             // The first step's commit went out alone; the eleven steps after it ran while it
             // was in flight and the finish carried them: one commit, not twelve.
             assert!(commits <= most_commits, "{mode}: {commits} commits for {STEPS} steps");
         } else {
-            assert_eq!(commits, most_commits, "{mode}: one commit per step");
+            assert_eq!(commits, most_commits, "{mode}, durable {durable}: one commit per step");
         }
         for i in 0..STEPS {
             assert_eq!(seen.get(&format!("s{i}")), 1, "{mode}: step s{i} ran once");
@@ -202,6 +223,7 @@ async fn an_effect_keyed_on_a_step_result_waits_until_that_result_is_durable() {
     let chain = Chain {
         seen: seen.clone(),
         effect_at: Some(5),
+        durable: false,
     };
     let (w, wk) = world("pipebarrier", plan.clone(), "pipelined", chain).await;
     let t = w.start(Chain::NAME, json!({})).await;
@@ -241,6 +263,7 @@ async fn a_batch_refused_or_answered_into_the_void_ends_the_slice_and_the_run_co
         let chain = Chain {
             seen: seen.clone(),
             effect_at: Some(8),
+            durable: false,
         };
         let (w, wk) = world("pipelost", plan.clone(), "pipelined", chain).await;
         let t = w.start(Chain::NAME, json!({})).await;
@@ -278,6 +301,7 @@ async fn a_worker_killed_with_a_batch_in_flight_loses_only_steps_after_its_last_
     let chain = Chain {
         seen: seen.clone(),
         effect_at: Some(2),
+        durable: false,
     };
     let (w, victim) = world("pipekill", plan.clone(), "pipelined", chain).await;
     let t = w.start(Chain::NAME, json!({})).await;
@@ -296,6 +320,7 @@ async fn a_worker_killed_with_a_batch_in_flight_loses_only_steps_after_its_last_
     reg.register(Chain {
         seen: seen.clone(),
         effect_at: Some(2),
+        durable: false,
     });
     let rescuer = InProc::start(&w.cfg, reg);
     let run = w.wait_status(&t, &["completed"], LONG).await;
@@ -310,4 +335,89 @@ async fn a_worker_killed_with_a_batch_in_flight_loses_only_steps_after_its_last_
         "the last step's commit was lost with the worker: it ran again"
     );
     rescuer.stop().await;
+}
+
+/// `n` instant steps in one slice.
+struct Long {
+    n: u32,
+}
+
+impl Workflow for Long {
+    const NAME: &'static str = "pipe_long";
+    type Input = Value;
+    type Output = Value;
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let mut sum = 0u64;
+        for i in 0..self.n {
+            sum += ctx.step(&format!("s{i}"), || async move { Ok(u64::from(i)) }).await?;
+        }
+        Ok(json!(sum))
+    }
+}
+
+#[tokio::test]
+async fn thousands_of_steps_behind_one_slow_commit_land_in_one_write() {
+    // The first commit takes 500 ms; the other 4,999 steps pile up behind it and the finish
+    // carries them all (10,000 fields: more than Lua's unpack takes at once).
+    let n = 5_000u32;
+    let plan = Plan::new(Duration::from_millis(500), None);
+    let w = embedded_world("pipelong", plan.clone(), |cfg| {
+        cfg.worker.slice_max_steps = 10_000;
+        cfg.worker.slice_max_ms = 60_000;
+    })
+    .await;
+    let mut reg = Registry::new();
+    reg.register(Long { n });
+    let wk = InProc::start(&w.cfg, reg);
+    w.wait_registered(Long::NAME).await;
+    let t = w.start(Long::NAME, json!({})).await;
+    let run = w.wait_status(&t, &["completed"], LONG).await;
+    assert_eq!(run["output"], json!(u64::from(n) * u64::from(n - 1) / 2));
+    let j = journal(&w, &t).await;
+    assert_eq!(j.len(), n as usize);
+    assert!(j
+        .iter()
+        .enumerate()
+        .all(|(i, (name, v))| *name == format!("s{i}") && *v == json!(i)));
+    assert!(
+        plan.scripts("commit").len() <= 2,
+        "{} commits",
+        plan.scripts("commit").len()
+    );
+    wk.stop().await;
+}
+
+#[tokio::test]
+async fn a_batch_fenced_out_in_flight_ends_the_slice_and_nothing_after_it_is_written() {
+    // The first commit takes 500 ms; the run is cancelled while it is in flight (every other
+    // step has run and waits behind it), so the commit lands on a run this slice no longer
+    // holds: it is refused, and the slice writes nothing more (no finish).
+    let plan = Plan::new(Duration::from_millis(500), None);
+    let seen = Seen::default();
+    let chain = Chain {
+        seen: seen.clone(),
+        effect_at: None,
+        durable: false,
+    };
+    let (w, wk) = world("pipefenced", plan.clone(), "pipelined", chain).await;
+    let t = w.start(Chain::NAME, json!({})).await;
+    let deadline = Instant::now() + LONG;
+    while seen.get(&format!("s{}", STEPS - 1)) == 0 {
+        assert!(Instant::now() < deadline, "the steps never ran");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (code, body) = w.post(&format!("/v1/runs/{t}/cancel"), json!({})).await;
+    assert_eq!(code, 200, "{body}");
+    // A graceful stop waits for the slice, which waits for its commit in flight.
+    wk.stop().await;
+    assert_eq!(plan.scripts("commit").len(), 1, "only the first step's commit went out");
+    assert!(
+        plan.scripts("finish").is_empty(),
+        "a slice whose batch was refused ended the run"
+    );
+    assert_eq!(w.run(&t).await["status"], "cancelled");
+    assert!(
+        journal(&w, &t).await.is_empty(),
+        "the refused batch left nothing in the journal"
+    );
 }

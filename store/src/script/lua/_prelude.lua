@@ -33,6 +33,7 @@ end
 -- Appends journal entries from index `first` (a string): `entry`, then ARGV[extra..#ARGV] in
 -- order (a pipelined batch of a slice's steps travels in one script). Returns the rejection
 -- {'index', steps} when the journal does not end at `first`, else nil and the new length.
+-- (Fields go out 100 entries an HSET: Lua's unpack has a bound of a few thousand values.)
 local function append_entries(run, first, entry, extra)
   local steps = tonumber(redis.call('HGET', run, 'steps'))
   if steps ~= tonumber(first) then return { 'index', steps } end
@@ -42,6 +43,10 @@ local function append_entries(run, first, entry, extra)
     fields[#fields + 1] = 'j:' .. n
     fields[#fields + 1] = ARGV[i]
     n = n + 1
+    if #fields >= 200 then
+      redis.call('HSET', run, unpack(fields))
+      fields = {}
+    end
   end
   fields[#fields + 1] = 'steps'
   fields[#fields + 1] = n
