@@ -472,22 +472,29 @@ fn tail(unsent: &Unsent) -> Tail<'_> {
     (!unsent.1.is_empty()).then_some((unsent.0, &unsent.1[..]))
 }
 
-/// For an action that ends the run or blocks it: waits for the slice's commit in flight and
-/// takes its unsent entries. A commit in flight that failed turns the action into the end a
-/// failed commit forces (the run is not ended on a journal the store refused).
+/// For an action that writes the run (ends it, blocks it, or hands it back): waits for the
+/// slice's commit in flight, so the write carries the run's current version, and takes the
+/// unsent entries, which the write carries. A commit of the slice that failed turns ending or
+/// blocking the run into the end a failed commit forces (the run is not ended on a journal
+/// the store refused); a hand-back goes on without entries.
 async fn with_unsent(ctx: &mut Ctx, action: EndAction) -> (EndAction, Unsent) {
-    if !matches!(
-        action,
-        EndAction::Block(..) | EndAction::Complete(_) | EndAction::Fail(_)
-    ) {
-        return (action, (0, Vec::new()));
+    let none = || (0, Vec::new());
+    let hands_back = matches!(action, EndAction::Retry(_) | EndAction::HandBack(_));
+    if !hands_back
+        && !matches!(
+            action,
+            EndAction::Block(..) | EndAction::Complete(_) | EndAction::Fail(_)
+        )
+    {
+        return (action, none());
     }
     match ctx.unsent().await {
         Ok(unsent) => (action, unsent),
+        Err(_) if hands_back => (action, none()),
         Err(e) if e.is_lease_lost() || matches!(e, StoreError::Missing(_)) => {
-            (EndAction::LeaseLost(e.to_string()), (0, Vec::new()))
+            (EndAction::LeaseLost(e.to_string()), none())
         }
-        Err(e) => (EndAction::Retry(e.to_string()), (0, Vec::new())),
+        Err(e) => (EndAction::Retry(e.to_string()), none()),
     }
 }
 
@@ -526,12 +533,12 @@ async fn carry_out(
         }
         EndAction::Retry(reason) => {
             tracing::warn!(%reason, "slice stopped on a transient error; releasing the run for a retry");
-            release_for_retry(shared, lease).await;
+            release_carrying(shared, lease, tail).await;
             "transient"
         }
         EndAction::HandBack(reason) => {
             tracing::warn!(%reason, "local lease deadline passed: stopped; handing the run back if Redis lets us");
-            release_for_retry(shared, lease).await;
+            release_carrying(shared, lease, tail).await;
             "deadline"
         }
         EndAction::Ended(end) => end,
@@ -657,10 +664,16 @@ async fn block(shared: &Shared, lease: &mut Lease, reason: &str, kind: BlockKind
 /// fails too, and the lease expiry does the same job later. The write is fenced, so it is
 /// safe even past the local deadline.
 async fn release_for_retry(shared: &Shared, lease: &mut Lease) {
+    release_carrying(shared, lease, None).await
+}
+
+/// [`release_for_retry`] after a slice's body ran: the write carries the entries the slice
+/// journaled and had not written (pipelined steps), so they are not run again.
+async fn release_carrying(shared: &Shared, lease: &mut Lease, tail: Tail<'_>) {
     let how = Suspend::until(RunStatus::Pending, Duration::from_secs(1));
     let r = shared
-        .store
-        .suspend(lease, None, how, ("retry_later", "transient error"))
+        .run_store
+        .suspend(lease, tail, how, ("retry_later", "transient error"))
         .await;
     if let Err(e) = r {
         tracing::debug!(error = %e, "release after a transient error failed; the lease will expire");

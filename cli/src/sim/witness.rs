@@ -117,7 +117,11 @@ impl RunStore for Witness {
         how: Suspend<'a>,
         event: (&'a str, &'a str),
     ) -> BoxFut<'a, StoreResult<Suspended>> {
-        self.outside("a suspension", &lease.thread, lease.fence);
+        // A hand-back carrying nothing rests on nothing before it (a commit of the slice may
+        // have failed: that is why it hands back); it is version-checked like any suspension.
+        if !(event.0 == "retry_later" && entries.is_none()) {
+            self.outside("a suspension", &lease.thread, lease.fence);
+        }
         if entries.is_some_and(|(_, e)| e.len() > 1) {
             self.trace.count("pipeline.carried");
         }

@@ -421,3 +421,72 @@ async fn a_batch_fenced_out_in_flight_ends_the_slice_and_nothing_after_it_is_wri
         "the refused batch left nothing in the journal"
     );
 }
+
+/// A step, an effect abandoned by a timeout while it waits for the step's commit, then an
+/// effect keyed on the step's result.
+struct Abandons {
+    seen: Seen,
+}
+
+impl Workflow for Abandons {
+    const NAME: &'static str = "pipe_abandons";
+    type Input = Value;
+    type Output = Value;
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let a: u32 = ctx.step("a", || async { Ok(7) }).await?;
+        let seen = self.seen.clone();
+        let gave_up = tokio::time::timeout(
+            Duration::from_millis(50),
+            ctx.effect("first", format!("first:{a}"), move |fx| {
+                let seen = seen.clone();
+                async move {
+                    seen.bump(&fx.key);
+                    Ok(json!(1))
+                }
+            }),
+        )
+        .await;
+        assert!(
+            gave_up.is_err(),
+            "the first effect waits for the step's commit (300 ms)"
+        );
+        let seen = self.seen.clone();
+        let out: Value = ctx
+            .effect("second", format!("second:{a}"), move |fx| {
+                let seen = seen.clone();
+                async move {
+                    seen.bump(&fx.key);
+                    Ok(json!(2))
+                }
+            })
+            .await?;
+        Ok(out)
+    }
+}
+
+#[tokio::test]
+async fn a_call_dropped_while_it_waits_for_a_commit_leaves_the_commit_tracked() {
+    let delay = Duration::from_millis(300);
+    let plan = Plan::new(delay, None);
+    let seen = Seen::default();
+    let w = embedded_world("pipedrop", plan.clone(), |_| {}).await;
+    let mut reg = Registry::new();
+    reg.register(Abandons { seen: seen.clone() });
+    let wk = InProc::start(&w.cfg, reg);
+    w.wait_registered(Abandons::NAME).await;
+    let t = w.start(Abandons::NAME, json!({})).await;
+    let run = w.wait_status(&t, &["completed"], LONG).await;
+    assert_eq!(run["output"], json!(2));
+    // The second effect's barrier still waited for the step's commit, which the abandoned
+    // effect had been waiting for: its first write went out after that commit landed.
+    let sent = plan.scripts("commit")[0];
+    let begin = plan.scripts("effect_begin")[0];
+    assert!(
+        begin >= sent + delay,
+        "an effect went out {:?} after the step's commit was sent, before it landed",
+        begin - sent
+    );
+    assert_eq!(seen.get("first:7"), 0, "the abandoned effect never ran");
+    assert_eq!(seen.get("second:7"), 1);
+    wk.stop().await;
+}

@@ -520,7 +520,7 @@ impl Core {
     /// Writes `entry` at `idx` as planned, with the pipeline's unsent entries before it in the
     /// same script, and waits for the answer; counts it and appends it to the journal.
     async fn write_entry(&mut self, entry: Entry, idx: u32, event: &str, w: &Write, consume_signal: Option<&str>) {
-        let (first, mut entries) = self.take_unsent().await;
+        let (first, mut entries) = self.unsent_tail().await;
         entries.push(entry);
         let started = Instant::now();
         let r = self
@@ -529,6 +529,7 @@ impl Core {
             .commit(&mut self.p.lease, first, &entries, (event, &w.detail), consume_signal)
             .instrument(tracing::debug_span!("commit", step.index = idx))
             .await;
+        self.carried(&r);
         if let Err(e) = r {
             return self.store_failed(e).await;
         }

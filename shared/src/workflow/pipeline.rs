@@ -44,11 +44,22 @@ struct Landed {
 }
 
 /// The pipeline's state in a [`Core`]: the commit in flight and how many of the journal's
-/// last entries are not sent yet.
+/// last entries are not acknowledged otherwise (not sent yet, or carried by a write that has
+/// not answered).
+///
+/// **Dropped calls.** A call waiting on the pipeline may be dropped mid-wait (a `select!`, a
+/// timeout, a failed `try_join!`). Nothing is taken out of the pipeline before the write that
+/// settles it answers, so the next call's barrier still waits for (or re-sends) it: a commit in
+/// flight is awaited in place, and unsent entries are counted until their write succeeds. A
+/// re-sent batch whose first sending did land is refused (index, version), which stops the
+/// slice, as any failed commit does.
 #[derive(Default)]
 pub(super) struct Pipeline {
     pub(super) flight: Option<Flight>,
     pub(super) unsent: usize,
+    /// A commit of the slice failed or was refused: nothing after it is written (the slice
+    /// stops; the runtime ends no run on it).
+    pub(super) failed: Option<StoreError>,
 }
 
 /// Whether an entry may be pipelined: a plain step's first-attempt result, recorded with no
@@ -82,7 +93,7 @@ impl Core {
 
     /// Sends the unsent entries (up to [`MAX_BATCH`]) as one commit, if none is in flight.
     fn launch(&mut self) {
-        if self.pipeline.flight.is_some() || self.pipeline.unsent == 0 {
+        if self.pipeline.flight.is_some() || self.pipeline.unsent == 0 || self.pipeline.failed.is_some() {
             return;
         }
         let n = self.pipeline.unsent.min(MAX_BATCH);
@@ -117,19 +128,36 @@ impl Core {
     /// [`Core::land`] that hands back the failure instead of stopping the slice (for the
     /// runtime, once the workflow body returned).
     pub(super) async fn landed(&mut self) -> Result<(), StoreError> {
-        let Some(flight) = self.pipeline.flight.take() else {
+        if let Some(e) = &self.pipeline.failed {
+            return Err(e.clone());
+        }
+        let Some(flight) = self.pipeline.flight.as_mut() else {
             return Ok(());
         };
-        let landed = flight.task.await.map_err(|e| StoreError::Backend {
-            message: format!("a pipelined commit did not finish: {e}"),
-            transient: true,
-        })?;
-        let version = landed.result?;
+        // Awaited in place: dropped mid-wait, the commit stays tracked (see [`Pipeline`]).
+        let joined = (&mut flight.task).await;
+        self.pipeline.flight = None;
+        let answer = joined
+            .map_err(|e| StoreError::Backend {
+                message: format!("a pipelined commit did not finish: {e}"),
+                transient: true,
+            })
+            .and_then(|landed| match landed.result {
+                Ok(version) => Ok((version, landed.sent, landed.labels)),
+                Err(e) => Err(e),
+            });
+        let (version, sent, labels) = match answer {
+            Ok(v) => v,
+            Err(e) => {
+                self.pipeline.failed = Some(e.clone());
+                return Err(e);
+            }
+        };
         self.p.lease.version = version;
-        self.p.clock.confirmed(landed.sent);
+        self.p.clock.confirmed(sent);
         let m = metrics();
-        m.commit_seconds.observe(landed.sent.elapsed().as_secs_f64());
-        for (kind, outcome) in landed.labels {
+        m.commit_seconds.observe(sent.elapsed().as_secs_f64());
+        for (kind, outcome) in labels {
             inc(
                 &m.steps,
                 &[("workflow", &self.p.workflow), ("kind", kind), ("outcome", outcome)],
@@ -150,17 +178,27 @@ impl Core {
         }
     }
 
-    /// Waits for the commit in flight and takes the entries not sent yet, for a write that
-    /// carries them itself: (index of the first, the entries).
-    pub(super) async fn take_unsent(&mut self) -> (u32, Vec<Entry>) {
+    /// Waits for the commit in flight and copies the entries not sent yet, for a write that
+    /// carries them itself: (index of the first, the entries). They stay counted as unsent
+    /// until [`Core::carried`] says that write answered.
+    pub(super) async fn unsent_tail(&mut self) -> (u32, Vec<Entry>) {
         self.land().await;
         self.unsent_entries()
     }
 
-    /// Takes the entries not sent yet (none in flight): (index of the first, the entries).
-    pub(super) fn unsent_entries(&mut self) -> (u32, Vec<Entry>) {
-        let from = self.p.journal.len() - std::mem::take(&mut self.pipeline.unsent);
+    /// Copies the entries not sent yet (none in flight): (index of the first, the entries).
+    pub(super) fn unsent_entries(&self) -> (u32, Vec<Entry>) {
+        let from = self.p.journal.len() - self.pipeline.unsent;
         (from as u32, self.p.journal[from..].to_vec())
+    }
+
+    /// Records how the write carrying the unsent entries answered: on success they are
+    /// written; on failure nothing after them may be.
+    pub(super) fn carried<T>(&mut self, r: &Result<T, StoreError>) {
+        match r {
+            Ok(_) => self.pipeline.unsent = 0,
+            Err(e) => self.pipeline.failed = Some(e.clone()),
+        }
     }
 
     /// Ends the slice without ending the run, writing the unsent entries (and `last`, the
@@ -171,16 +209,22 @@ impl Core {
         how: Suspend<'_>,
         event: (&str, &str),
     ) -> Result<Suspended, StoreError> {
-        let (first, mut entries) = self.take_unsent().await;
+        let (first, mut entries) = self.unsent_tail().await;
         entries.extend(last);
         let tail = (!entries.is_empty()).then_some((first, &entries[..]));
-        self.p.store.suspend(&mut self.p.lease, tail, how, event).await
+        let r = self.p.store.suspend(&mut self.p.lease, tail, how, event).await;
+        self.carried(&r);
+        r
     }
 
     /// Ends the run or blocks it, writing the unsent entries first in the same script.
     pub(super) async fn finish_run(&mut self, how: Finish<'_>, event: (&str, &str)) -> Result<(), StoreError> {
-        let (first, entries) = self.take_unsent().await;
+        let (first, entries) = self.unsent_tail().await;
         let tail = (!entries.is_empty()).then_some((first, &entries[..]));
-        self.p.store.finish(&mut self.p.lease, tail, how, event).await
+        let r = self.p.store.finish(&mut self.p.lease, tail, how, event).await;
+        if !matches!(r, Err(StoreError::UnusedIntent { .. })) {
+            self.carried(&r);
+        }
+        r
     }
 }
