@@ -64,13 +64,35 @@ impl Witness {
 
     /// A write that must see every earlier entry of the slice acknowledged.
     fn outside(&self, what: &str, thread: &ThreadId, fence: u64) {
-        let (in_flight, failed) = self.with(thread, fence, |s| (s.in_flight, s.failed));
+        self.check(what, thread, fence, true);
+    }
+
+    /// [`Witness::outside`]; `after_failure`: a failed commit before it is a violation too.
+    fn check(&self, what: &str, thread: &ThreadId, fence: u64, after_failure: bool) {
+        let (in_flight, failed) = self.with(thread, fence, |s| (s.in_flight, s.failed && after_failure));
         if in_flight > 0 || failed {
             self.violation(format!(
                 "run {thread} (fence {fence}): {what} went out with {in_flight} commit(s) unanswered{}",
                 if failed { " after a commit failed" } else { "" }
             ));
         }
+    }
+}
+
+/// A commit's answer: settles the witness's count when dropped (answered or abandoned).
+struct Answer<'w> {
+    w: &'w Witness,
+    key: (ThreadId, u64),
+    ok: bool,
+}
+
+impl Drop for Answer<'_> {
+    fn drop(&mut self) {
+        let ok = self.ok;
+        self.w.with(&self.key.0, self.key.1, |s| {
+            s.in_flight -= 1;
+            s.failed |= !ok;
+        });
     }
 }
 
@@ -101,11 +123,16 @@ impl RunStore for Witness {
             if entries.len() > 1 {
                 self.trace.count("pipeline.batch");
             }
+            // Dropped before its answer (its call abandoned), the commit may or may not have
+            // landed: it counts as failed.
+            let mut answer = Answer {
+                w: self,
+                key: (thread, fence),
+                ok: false,
+            };
             let r = self.inner.commit(lease, first, entries, event, consume_signal).await;
-            self.with(&thread, fence, |s| {
-                s.in_flight -= 1;
-                s.failed |= r.is_err();
-            });
+            answer.ok = r.is_ok();
+            drop(answer);
             r
         })
     }
@@ -117,11 +144,10 @@ impl RunStore for Witness {
         how: Suspend<'a>,
         event: (&'a str, &'a str),
     ) -> BoxFut<'a, StoreResult<Suspended>> {
-        // A hand-back carrying nothing rests on nothing before it (a commit of the slice may
-        // have failed: that is why it hands back); it is version-checked like any suspension.
-        if !(event.0 == "retry_later" && entries.is_none()) {
-            self.outside("a suspension", &lease.thread, lease.fence);
-        }
+        // A hand-back carrying nothing may follow a failed commit (that is why it hands back;
+        // it is version-checked like any suspension), never a commit still unanswered.
+        let hand_back = event.0 == "retry_later" && entries.is_none();
+        self.check("a suspension", &lease.thread, lease.fence, !hand_back);
         if entries.is_some_and(|(_, e)| e.len() > 1) {
             self.trace.count("pipeline.carried");
         }

@@ -490,3 +490,59 @@ async fn a_call_dropped_while_it_waits_for_a_commit_leaves_the_commit_tracked() 
     assert_eq!(seen.get("second:7"), 1);
     wk.stop().await;
 }
+
+/// A durable step abandoned by a timeout while its commit is on its way, then a child.
+struct AbandonsWrite;
+
+/// The child: returns its input.
+struct Echo;
+
+impl Workflow for Echo {
+    const NAME: &'static str = "pipe_echo";
+    type Input = Value;
+    type Output = Value;
+    async fn run(&self, _ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
+        Ok(input)
+    }
+}
+
+impl Workflow for AbandonsWrite {
+    const NAME: &'static str = "pipe_abandons_write";
+    type Input = Value;
+    type Output = Value;
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let s = ctx.step("s", || async { Ok(3) }).durable();
+        let s = match tokio::time::timeout(Duration::from_millis(50), s).await {
+            Ok(v) => v?,
+            Err(_) => 0,
+        };
+        ctx.child::<Echo>("echo", json!(s)).await
+    }
+}
+
+#[tokio::test]
+async fn a_write_abandoned_before_its_answer_stops_the_slice_before_anything_else_goes_out() {
+    // The first commit (the durable step's) takes 300 ms; the step is abandoned at 50 ms, so
+    // whether its entry landed is unknown to the slice: the child's start must not go out in
+    // that slice. The next slice commits the step at once and starts the child.
+    let plan = Plan::new(Duration::ZERO, Some((1, Fault::Delay(Duration::from_millis(300)))));
+    let w = embedded_world("pipeabandon", plan.clone(), |cfg| {
+        cfg.lease_ms = 1000;
+        cfg.lease_margin_ms = 200;
+    })
+    .await;
+    let mut reg = Registry::new();
+    reg.register(AbandonsWrite).register(Echo);
+    let wk = InProc::start(&w.cfg, reg);
+    w.wait_registered(AbandonsWrite::NAME).await;
+    let t = w.start(AbandonsWrite::NAME, json!({})).await;
+    let run = w.wait_status(&t, &["completed"], LONG).await;
+    assert_eq!(run["output"], json!(3), "the second slice ran the step to the end");
+    let claims = plan.scripts("claim");
+    let link = plan.scripts("child_link")[0];
+    assert!(
+        claims.len() >= 2 && link > claims[1],
+        "the child's link went out in the slice that abandoned a write"
+    );
+    wk.stop().await;
+}

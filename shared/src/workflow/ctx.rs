@@ -523,6 +523,7 @@ impl Core {
         let (first, mut entries) = self.unsent_tail().await;
         entries.push(entry);
         let started = Instant::now();
+        self.sending();
         let r = self
             .p
             .store

@@ -60,6 +60,11 @@ pub(super) struct Pipeline {
     /// A commit of the slice failed or was refused: nothing after it is written (the slice
     /// stops; the runtime ends no run on it).
     pub(super) failed: Option<StoreError>,
+    /// A write appending entries was sent and has not answered; still set at the next
+    /// [`Core::landed`], its call was dropped mid-wait: whether it landed is unknown, so the
+    /// slice stops there (a call of another kind must not go out over it: a child's link, say,
+    /// checks no version).
+    pub(super) unanswered: bool,
 }
 
 /// Whether an entry may be pipelined: a plain step's first-attempt result, recorded with no
@@ -93,7 +98,8 @@ impl Core {
 
     /// Sends the unsent entries (up to [`MAX_BATCH`]) as one commit, if none is in flight.
     fn launch(&mut self) {
-        if self.pipeline.flight.is_some() || self.pipeline.unsent == 0 || self.pipeline.failed.is_some() {
+        let p = &self.pipeline;
+        if p.flight.is_some() || p.unsent == 0 || p.failed.is_some() || p.unanswered {
             return;
         }
         let n = self.pipeline.unsent.min(MAX_BATCH);
@@ -128,6 +134,14 @@ impl Core {
     /// [`Core::land`] that hands back the failure instead of stopping the slice (for the
     /// runtime, once the workflow body returned).
     pub(super) async fn landed(&mut self) -> Result<(), StoreError> {
+        if self.pipeline.unanswered {
+            self.pipeline.failed = Some(StoreError::Backend {
+                message: "a write of this slice was abandoned before the store answered: whether it landed is unknown"
+                    .into(),
+                transient: true,
+            });
+            self.pipeline.unanswered = false;
+        }
         if let Some(e) = &self.pipeline.failed {
             return Err(e.clone());
         }
@@ -192,11 +206,20 @@ impl Core {
         (from as u32, self.p.journal[from..].to_vec())
     }
 
+    /// Marks a write appending entries as sent: [`Core::carried`] clears the mark when it
+    /// answers (see [`Pipeline::unanswered`]).
+    pub(super) fn sending(&mut self) {
+        self.pipeline.unanswered = true;
+    }
+
     /// Records how the write carrying the unsent entries answered: on success they are
-    /// written; on failure nothing after them may be.
+    /// written; on failure nothing after them may be (a refusal that wrote nothing and that
+    /// the caller recovers from, such as [`StoreError::UnusedIntent`], leaves them unsent).
     pub(super) fn carried<T>(&mut self, r: &Result<T, StoreError>) {
+        self.pipeline.unanswered = false;
         match r {
             Ok(_) => self.pipeline.unsent = 0,
+            Err(StoreError::UnusedIntent { .. }) => {}
             Err(e) => self.pipeline.failed = Some(e.clone()),
         }
     }
@@ -212,6 +235,7 @@ impl Core {
         let (first, mut entries) = self.unsent_tail().await;
         entries.extend(last);
         let tail = (!entries.is_empty()).then_some((first, &entries[..]));
+        self.sending();
         let r = self.p.store.suspend(&mut self.p.lease, tail, how, event).await;
         self.carried(&r);
         r
@@ -221,10 +245,9 @@ impl Core {
     pub(super) async fn finish_run(&mut self, how: Finish<'_>, event: (&str, &str)) -> Result<(), StoreError> {
         let (first, entries) = self.unsent_tail().await;
         let tail = (!entries.is_empty()).then_some((first, &entries[..]));
+        self.sending();
         let r = self.p.store.finish(&mut self.p.lease, tail, how, event).await;
-        if !matches!(r, Err(StoreError::UnusedIntent { .. })) {
-            self.carried(&r);
-        }
+        self.carried(&r);
         r
     }
 }

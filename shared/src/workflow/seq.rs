@@ -160,7 +160,7 @@ impl Ctx {
     }
 
     #[doc(hidden)] // the worker runtime's, not workflow code's
-    /// Once the body returned: waits for the pipelined commit in flight and takes the entries
+    /// Once the body returned: waits for the pipelined commit in flight and copies the entries
     /// not sent yet, which the write ending the slice carries (index of the first, entries).
     /// An error: the commit in flight failed or was refused; the slice must not end the run.
     pub async fn unsent(&mut self) -> Result<(u32, Vec<Entry>), savepoint_core::StoreError> {
