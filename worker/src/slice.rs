@@ -510,7 +510,7 @@ async fn carry_out(
     let trace = c.header.trace.as_deref();
     let tail = tail(unsent);
     match action {
-        EndAction::Block(reason, kind) => block(shared, lease, &reason, kind, tail).await,
+        EndAction::Block(reason, kind) => block(shared, c, lease, &reason, kind, tail).await,
         EndAction::Complete(output) => complete(shared, c, lease, output, tail).await,
         EndAction::Fail(msg) => fail(shared, c, lease, msg, tail).await,
         EndAction::Continue { queue, step, rv } => {
@@ -533,12 +533,12 @@ async fn carry_out(
         }
         EndAction::Retry(reason) => {
             tracing::warn!(%reason, "slice stopped on a transient error; releasing the run for a retry");
-            release_carrying(shared, lease, tail).await;
+            release_carrying(shared, c, lease, tail).await;
             "transient"
         }
         EndAction::HandBack(reason) => {
             tracing::warn!(%reason, "local lease deadline passed: stopped; handing the run back if Redis lets us");
-            release_carrying(shared, lease, tail).await;
+            release_carrying(shared, c, lease, tail).await;
             "deadline"
         }
         EndAction::Ended(end) => end,
@@ -553,6 +553,7 @@ async fn complete(shared: &Shared, c: &Claimed, lease: &mut Lease, output: Value
         .await;
     match r {
         Ok(()) => {
+            written(c, tail);
             tell_parent(shared, c, ChildResult::Completed(output)).await;
             "completed"
         }
@@ -571,6 +572,7 @@ async fn fail(shared: &Shared, c: &Claimed, lease: &mut Lease, msg: String, tail
         .await;
     match r {
         Ok(()) => {
+            written(c, tail);
             tell_parent(shared, c, ChildResult::Failed(msg)).await;
             "failed"
         }
@@ -638,7 +640,14 @@ async fn leave_slot(shared: &Shared, f: &Flow, thread: &ThreadId, fence: Option<
 }
 
 /// Blocks the run with `reason`, a block of `kind` (counted under its metric class).
-async fn block(shared: &Shared, lease: &mut Lease, reason: &str, kind: BlockKind, tail: Tail<'_>) -> &'static str {
+async fn block(
+    shared: &Shared,
+    c: &Claimed,
+    lease: &mut Lease,
+    reason: &str,
+    kind: BlockKind,
+    tail: Tail<'_>,
+) -> &'static str {
     if savepoint_runtime::telemetry::outside_spans() {
         tracing::warn!(thread.id = %lease.thread, worker.id = %lease.owner, %reason, "run blocked");
     } else {
@@ -651,7 +660,10 @@ async fn block(shared: &Shared, lease: &mut Lease, reason: &str, kind: BlockKind
         effect: None,
     };
     match shared.run_store.finish(lease, tail, how, ("blocked", reason)).await {
-        Ok(()) => "blocked",
+        Ok(()) => {
+            written(c, tail);
+            "blocked"
+        }
         Err(e) => {
             tracing::warn!(error = %e, "could not record the block");
             "lease_lost"
@@ -664,19 +676,34 @@ async fn block(shared: &Shared, lease: &mut Lease, reason: &str, kind: BlockKind
 /// fails too, and the lease expiry does the same job later. The write is fenced, so it is
 /// safe even past the local deadline.
 async fn release_for_retry(shared: &Shared, lease: &mut Lease) {
-    release_carrying(shared, lease, None).await
+    let how = Suspend::until(RunStatus::Pending, Duration::from_secs(1));
+    let r = shared
+        .store
+        .suspend(lease, None, how, ("retry_later", "transient error"))
+        .await;
+    if let Err(e) = r {
+        tracing::debug!(error = %e, "release after a transient error failed; the lease will expire");
+    }
 }
 
 /// [`release_for_retry`] after a slice's body ran: the write carries the entries the slice
 /// journaled and had not written (pipelined steps), so they are not run again.
-async fn release_carrying(shared: &Shared, lease: &mut Lease, tail: Tail<'_>) {
+async fn release_carrying(shared: &Shared, c: &Claimed, lease: &mut Lease, tail: Tail<'_>) {
     let how = Suspend::until(RunStatus::Pending, Duration::from_secs(1));
     let r = shared
         .run_store
         .suspend(lease, tail, how, ("retry_later", "transient error"))
         .await;
-    if let Err(e) = r {
-        tracing::debug!(error = %e, "release after a transient error failed; the lease will expire");
+    match r {
+        Ok(_) => written(c, tail),
+        Err(e) => tracing::debug!(error = %e, "release after a transient error failed; the lease will expire"),
+    }
+}
+
+/// Counts the pipelined entries a write of the runtime carried (the `steps` metric).
+fn written(c: &Claimed, tail: Tail<'_>) {
+    if let Some((_, entries)) = tail {
+        savepoint::workflow::engine::count_written(&c.header.workflow, entries);
     }
 }
 

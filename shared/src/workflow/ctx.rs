@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::commit::{outcome_label, plan_commit, CommitPlan, JournalSize, Write};
+use super::commit::{plan_commit, CommitPlan, JournalSize, Write};
 use super::pipeline::{may_pipeline, Pipeline};
 use super::{RetryPolicy, StepError, WorkflowError};
 use crate::ids::{EffectKey, ThreadId};
@@ -537,18 +537,8 @@ impl Core {
         self.p.clock.confirmed(started);
         let m = metrics();
         m.commit_seconds.observe(started.elapsed().as_secs_f64());
+        // (The unsent entries it carried were counted by `carried`.)
         let Some(entry) = entries.pop() else { return };
-        for e in &entries {
-            let outcome = outcome_label(&e.outcome, "");
-            inc(
-                &m.steps,
-                &[
-                    ("workflow", &self.p.workflow),
-                    ("kind", e.kind.as_str()),
-                    ("outcome", outcome),
-                ],
-            );
-        }
         let kind = entry.kind.as_str();
         inc(
             &m.steps,

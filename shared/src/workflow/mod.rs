@@ -43,5 +43,6 @@ pub mod engine {
     pub use super::child::TaskSink;
     pub use super::ctx::{panic_message, CtxParts, Routing, SliceExit};
     pub use super::effect::{busy_backoff, key_still_held, orphan_if_owner_ended};
+    pub use super::pipeline::count_written;
     pub use super::registry::DynWorkflow;
 }

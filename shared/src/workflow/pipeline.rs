@@ -218,7 +218,10 @@ impl Core {
     pub(super) fn carried<T>(&mut self, r: &Result<T, StoreError>) {
         self.pipeline.unanswered = false;
         match r {
-            Ok(_) => self.pipeline.unsent = 0,
+            Ok(_) => {
+                let from = self.p.journal.len() - std::mem::take(&mut self.pipeline.unsent);
+                count_written(&self.p.workflow, &self.p.journal[from..]);
+            }
             Err(StoreError::UnusedIntent { .. }) => {}
             Err(e) => self.pipeline.failed = Some(e.clone()),
         }
@@ -249,5 +252,17 @@ impl Core {
         let r = self.p.store.finish(&mut self.p.lease, tail, how, event).await;
         self.carried(&r);
         r
+    }
+}
+
+/// Counts pipelined entries once written (the `steps` metric), by kind and outcome.
+pub fn count_written(workflow: &str, entries: &[Entry]) {
+    let m = metrics();
+    for e in entries {
+        let outcome = outcome_label(&e.outcome, "");
+        inc(
+            &m.steps,
+            &[("workflow", workflow), ("kind", e.kind.as_str()), ("outcome", outcome)],
+        );
     }
 }
