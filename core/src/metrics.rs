@@ -52,6 +52,9 @@ pub struct Metrics {
     pub unserved: Family<Labels, Counter>,
     /// Runs whose safety-net due time moved out because the broker confirmed their task.
     pub queue_marked: Counter,
+    /// Slices started, by how their journal was read (`held`: only what is new past the
+    /// journal this worker kept from the run's last slice here; `whole`).
+    pub resumes: Family<Labels, Counter>,
 }
 
 fn latency() -> Histogram {
@@ -81,6 +84,7 @@ impl Metrics {
             blocks: Family::default(),
             unserved: Family::default(),
             queue_marked: Counter::default(),
+            resumes: Family::default(),
             registry: Registry::default(),
         };
         registry.register("steps", "Journal calls committed", m.steps.clone());
@@ -129,6 +133,11 @@ impl Metrics {
             "tasks_marked_queued",
             "Runs left to their confirmed queued task by the safety net",
             m.queue_marked.clone(),
+        );
+        registry.register(
+            "slice_journal_reads",
+            "Slices started, by how their journal was read (held: only what is new)",
+            m.resumes.clone(),
         );
         Self { registry, ..m }
     }

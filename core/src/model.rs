@@ -321,7 +321,17 @@ impl RunHeader {
 
 /// Decodes the journal fields `j:0..steps` of a run hash, in order.
 pub fn journal_from_fields(header: &RunHeader, map: &BTreeMap<String, Vec<u8>>) -> Result<Vec<Entry>, StoreError> {
-    (0..header.steps)
+    journal_fields_from(header, map, 0)
+}
+
+/// Decodes the journal fields `j:from..steps` of a run hash (or of the part of it a claim
+/// returned), in order.
+pub fn journal_fields_from(
+    header: &RunHeader,
+    map: &BTreeMap<String, Vec<u8>>,
+    from: u32,
+) -> Result<Vec<Entry>, StoreError> {
+    (from..header.steps)
         .map(|i| {
             let raw = map
                 .get(&format!("j:{i}"))
@@ -470,8 +480,13 @@ pub struct Claimed {
     pub lease: Lease,
     /// The header after the claim.
     pub header: RunHeader,
-    /// The journal (or the reason it cannot be read).
+    /// The journal (or the reason it cannot be read): the whole journal, or with
+    /// `journal_from` set, the entries from that index on.
     pub journal: Result<Vec<Entry>, StoreError>,
+    /// `None`: `journal` is the whole journal. `Some(i)`: the claim was asked for what is new
+    /// past a journal the worker holds ([`JournalHeld`]); `journal` holds entries `i..`, the
+    /// first of which is the last one the worker holds (to check them against each other).
+    pub journal_from: Option<u32>,
     /// Buffered signal fields (`i:<name>`, `s:<name>:<seq>`) → JSON values.
     pub signals: BTreeMap<String, Value>,
     /// Failed attempts recorded so far by journal index (`t:<index>`), for calls a previous
@@ -485,6 +500,31 @@ pub struct Claimed {
     pub sent_at: tokio::time::Instant,
     /// When its reply came (monotonic).
     pub received_at: tokio::time::Instant,
+}
+
+/// The part of a run's journal a worker holds from an earlier slice (its first `entries`
+/// entries, as the run stood when it was created at `created` and restarted `restarts`
+/// times): a claim then reads only what is new.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalHeld {
+    /// Entries held (at least 1).
+    pub entries: u32,
+    /// The run's creation time (ms), telling it from a run created again under its id.
+    pub created: u64,
+    /// The run's restarts (the only writes that drop entries).
+    pub restarts: u32,
+}
+
+impl JournalHeld {
+    /// What a run's header says the worker holds after a slice that left `entries` entries
+    /// durable.
+    pub fn of(header: &RunHeader, entries: u32) -> Self {
+        Self {
+            entries,
+            created: header.created_at,
+            restarts: header.restarts.map(|r| r.0).unwrap_or(0),
+        }
+    }
 }
 
 impl Claimed {

@@ -94,6 +94,10 @@ pub struct WorkerSection {
     /// When a step's checkpoint is acknowledged: `pipelined` (sent at once, acknowledged
     /// before anything the run does outside itself) or `sync` (before the next call).
     pub checkpoints: String,
+    /// Journal entries this worker keeps, over all runs, between a run's slices, so that its
+    /// next slice here reads only the entries past them (0: keep none; each resume reads the
+    /// whole journal).
+    pub journal_cache_entries: usize,
     /// How long SIGTERM waits for in-flight slices (ms).
     pub shutdown_grace_ms: u64,
     /// Health/metrics listener.
@@ -115,6 +119,7 @@ impl Default for WorkerSection {
             max_entries: 10_000,
             max_journal_bytes: 16 * 1024 * 1024,
             checkpoints: "pipelined".into(),
+            journal_cache_entries: 100_000,
             shutdown_grace_ms: 10_000,
             http_addr: "127.0.0.1:7071".into(),
             name: "worker".into(),
@@ -326,6 +331,7 @@ impl Config {
         env_parse(env, "SAVEPOINT_MAX_ENTRIES", &mut w.max_entries)?;
         env_parse(env, "SAVEPOINT_MAX_JOURNAL_BYTES", &mut w.max_journal_bytes)?;
         env_parse(env, "SAVEPOINT_CHECKPOINTS", &mut w.checkpoints)?;
+        env_parse(env, "SAVEPOINT_JOURNAL_CACHE_ENTRIES", &mut w.journal_cache_entries)?;
         env_parse(env, "SAVEPOINT_SHUTDOWN_GRACE_MS", &mut w.shutdown_grace_ms)?;
         env_parse(env, "SAVEPOINT_WORKER_HTTP_ADDR", &mut w.http_addr)?;
         env_parse(env, "SAVEPOINT_WORKER_QUEUES", &mut w.queues)?;

@@ -28,8 +28,8 @@ pub use self::script::{
 };
 pub use engine::{AckScope, ReplicaAck};
 pub use model::{
-    needs_field, BlockKind, ChildLink, ClaimOutcome, Claimed, CreateOptions, EffectClaim, Finish, Holder, Lease,
-    ParentCancel, ParentLink, RunHeader, RunStatus, Wait, FEATURES,
+    needs_field, BlockKind, ChildLink, ClaimOutcome, Claimed, CreateOptions, EffectClaim, Finish, Holder, JournalHeld,
+    Lease, ParentCancel, ParentLink, RunHeader, RunStatus, Wait, FEATURES,
 };
 #[cfg(feature = "embedded")]
 pub(crate) use script::scripts::{prelude_lines, sources as script_sources};

@@ -128,7 +128,13 @@ async fn claim(shared: &Shared, d: &Delivery, task: &Task) -> Option<ClaimOutcom
     let claim_span = tracing::info_span!("claim", task.reason = task.reason.as_str());
     match shared
         .store
-        .claim(&task.thread, shared.incarnation.as_str(), task.step, &shared.served)
+        .claim_holding(
+            &task.thread,
+            shared.incarnation.as_str(),
+            task.step,
+            &shared.served,
+            shared.journals.held(&task.thread),
+        )
         .instrument(claim_span)
         .await
     {

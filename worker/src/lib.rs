@@ -23,6 +23,7 @@
 pub mod cli;
 mod handle;
 mod heartbeat;
+mod journals;
 pub mod replay;
 mod runtime;
 mod setup;

@@ -207,6 +207,7 @@ pub async fn replay_as(
         store: std::sync::Arc::new(store.clone()),
         lease,
         journal,
+        journal_bytes: None,
         signals: BTreeMap::new(),
         limits,
         failpoints: Failpoints::none(),

@@ -281,6 +281,7 @@ async fn start(
         stubs: opts.stubs.clone(),
         in_flight: Default::default(),
         steps: Default::default(),
+        journals: crate::journals::Journals::new(cfg.worker.journal_cache_entries),
     });
     Ok((shared, info))
 }

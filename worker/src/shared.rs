@@ -39,6 +39,8 @@ pub(crate) struct Shared {
     pub in_flight: std::sync::atomic::AtomicU32,
     /// Journal entries committed by this worker's slices (reported in the registration).
     pub steps: std::sync::atomic::AtomicU64,
+    /// The journals of runs this worker ran, kept for their next slice here.
+    pub journals: crate::journals::Journals,
 }
 
 /// Shortest time between two on-demand reads of the fleet.

@@ -29,6 +29,7 @@ use savepoint_store::{
 };
 
 use crate::heartbeat::Heartbeat;
+use crate::journals::Resumed;
 use crate::shared::Shared;
 
 mod plan;
@@ -187,7 +188,7 @@ async fn still_backing_off(shared: &Shared, c: &Claimed, lease: &mut Lease) -> b
 
 /// Runs one slice of a claimed run: the checks before its body (any of which may end the
 /// slice), the body, and what its end calls for; then gives the flow slot back and counts it.
-async fn run_slice(shared: &Shared, c: Claimed) {
+async fn run_slice(shared: &Shared, mut c: Claimed) {
     let started = Instant::now();
     let _done = count_in_flight(shared);
     let mut lease = c.lease.clone();
@@ -195,7 +196,16 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         Ok(admitted) => admitted,
         Err(early) => return end_early(shared, &c, &mut lease, early).await,
     };
-    let journal = c.journal.clone().unwrap_or_default();
+    let Resumed {
+        entries: journal,
+        bytes,
+    } = match journal_of(shared, &mut c).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the journal failed; releasing the run for a retry");
+            return release_for_retry(shared, &mut lease).await;
+        }
+    };
     let replayed = journal.len();
     let lost = CancellationToken::new();
     let clock = lease_clock(shared, &c, slot_sent);
@@ -213,6 +223,7 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         Session {
             lease,
             journal,
+            journal_bytes: bytes,
             lost,
             clock,
         },
@@ -227,6 +238,8 @@ async fn run_slice(shared: &Shared, c: Claimed) {
     let action = plan::end_action(end, ctx.take_exit(), at, c.header.queue.as_deref());
     let (action, tail) = with_unsent(&mut ctx, action).await;
     let mut lease = ctx.lease().clone();
+    // Kept before the continuation or wake-up is published: its claim may come at once.
+    keep_journal(shared, &c, &mut ctx, &action);
     let end = carry_out(shared, &c, &mut lease, action, &tail).await;
     if let Some(f) = &c.header.flow {
         // Only this slice's own slot (its fence): if the run was claimed again meanwhile (a
@@ -241,6 +254,43 @@ async fn run_slice(shared: &Shared, c: Claimed) {
         "slice ended"
     );
     inc(&metrics().slices, &[("end", end)]);
+}
+
+/// The journal the slice starts from: the claim's, after what this worker kept of the run from
+/// its last slice here (read whole when what was kept does not fit the claim).
+async fn journal_of(shared: &Shared, c: &mut Claimed) -> Result<Resumed, StoreError> {
+    let claimed = std::mem::replace(&mut c.journal, Ok(Vec::new())).unwrap_or_default();
+    let thread = &c.lease.thread;
+    let resumed = shared.journals.resume(thread, c.journal_from, claimed);
+    let read = match &resumed {
+        Some(r) if r.bytes.is_some() => "held",
+        _ => "whole",
+    };
+    inc(&metrics().resumes, &[("read", read)]);
+    if let Some(r) = resumed {
+        return Ok(r);
+    }
+    let (_, entries) = shared
+        .store
+        .get(thread)
+        .await?
+        .ok_or_else(|| StoreError::Missing(thread.to_string()))?;
+    Ok(Resumed { entries, bytes: None })
+}
+
+/// Keeps the run's journal for its next slice on this worker when this one suspended or
+/// yielded it (written: the action only publishes) with every entry acknowledged; forgets it
+/// otherwise.
+fn keep_journal(shared: &Shared, c: &Claimed, ctx: &mut Ctx, action: &EndAction) {
+    let suspended = matches!(
+        action,
+        EndAction::Continue { .. } | EndAction::Wake(_) | EndAction::Ended("suspended")
+    );
+    let journal = suspended.then(|| ctx.take_journal()).flatten();
+    match journal {
+        Some((entries, bytes)) => shared.journals.keep(&c.header, entries, bytes),
+        None => shared.journals.forget(&c.lease.thread),
+    }
 }
 
 /// Counts the slice as in flight (gauge and registration) until the guard drops.
@@ -396,6 +446,7 @@ fn lease_clock(shared: &Shared, c: &Claimed, slot_sent: Instant) -> LeaseClock {
 struct Session {
     lease: Lease,
     journal: Vec<Entry>,
+    journal_bytes: Option<u64>,
     lost: CancellationToken,
     clock: LeaseClock,
 }
@@ -406,6 +457,7 @@ fn context(shared: &Shared, c: &Claimed, wf: &dyn DynWorkflow, s: Session) -> Ct
         store: shared.run_store.clone(),
         lease: s.lease,
         journal: s.journal,
+        journal_bytes: s.journal_bytes,
         signals: c.signals.clone(),
         limits: shared.limits.clone(),
         failpoints: shared.failpoints.clone(),

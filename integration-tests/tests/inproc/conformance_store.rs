@@ -13,7 +13,7 @@ use savepoint_store::mem::MemEngine;
 use savepoint_store::{BlockKind, ClaimOutcome, EffectClaim, Finish, Holder, RunStatus, ScriptStore, StoreError, Wait};
 use savepoint_store::{CatalogEntry, CreateOptions, Flow};
 use savepoint_store::{CreateOutcome, EffectDone, EffectRelease, EffectUnused, RestartOutcome, RetryOutcome};
-use savepoint_store::{ServedSpec, SignalOutcome, StoreConfig, Suspend};
+use savepoint_store::{JournalHeld, ServedSpec, SignalOutcome, StoreConfig, Suspend};
 
 #[cfg(feature = "services")]
 async fn redis_store() -> ScriptStore {
@@ -977,6 +977,94 @@ async fn a_block_records_its_kind_and_unblocking_clears_it(s: ScriptStore) {
     assert_eq!(p.header(&t).await.unwrap().unwrap().block_kind, None);
 }
 
+/// A claim by a worker holding `held` entries of the run's journal.
+async fn claim_holding(s: &ScriptStore, t: &ThreadId, held: Option<JournalHeld>) -> savepoint_store::Claimed {
+    match s.claim_holding(t, "w", None, &ServedSpec::any(), held).await.unwrap() {
+        ClaimOutcome::Claimed(c) => *c,
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}
+
+/// Yields the claimed run (pending again) with `entries` appended at `first`.
+async fn yield_with(s: &ScriptStore, c: &mut savepoint_store::Claimed, first: u32, entries: &[Entry]) {
+    let how = Suspend::until(RunStatus::Pending, Duration::ZERO);
+    s.suspend(&mut c.lease, Some((first, entries)), how, ("yielded", ""))
+        .await
+        .unwrap();
+}
+
+async fn a_claim_by_a_worker_holding_the_journal_reads_only_what_is_new(s: ScriptStore) {
+    let t = new_run(&s, json!({"in": 1})).await;
+    let mut c = claim_holding(&s, &t, None).await;
+    assert_eq!(c.journal_from, None);
+    let first: Vec<Entry> = (0..3).map(|i| entry(&format!("s{i}"))).collect();
+    yield_with(&s, &mut c, 0, &first).await;
+    let held = JournalHeld::of(&c.header, 3);
+    // Holding three entries: the claim repeats the last (index 2) and has nothing newer.
+    let mut c = claim_holding(&s, &t, Some(held)).await;
+    assert_eq!(c.journal_from, Some(2));
+    assert_eq!(c.journal.as_ref().unwrap(), &first[2..]);
+    assert_eq!(c.header.steps, 3);
+    assert_eq!(c.header.input, json!({"in": 1}), "the header is whole");
+    let more: Vec<Entry> = (3..5).map(|i| entry(&format!("s{i}"))).collect();
+    yield_with(&s, &mut c, 3, &more).await;
+    let c = claim_holding(&s, &t, Some(held)).await;
+    assert_eq!(c.journal_from, Some(2));
+    let mut want = vec![first[2].clone()];
+    want.extend(more.iter().cloned());
+    assert_eq!(c.journal.as_ref().unwrap(), &want);
+    // Claimed again (the lease ran out): a worker that holds nothing, or more than the run
+    // has, or holds it from before a restart or from another run created under the id, reads
+    // the whole journal.
+    tokio::time::sleep(s.config().lease + Duration::from_millis(100)).await;
+    for other in [
+        None,
+        Some(JournalHeld { entries: 6, ..held }),
+        Some(JournalHeld { restarts: 1, ..held }),
+        Some(JournalHeld {
+            created: held.created + 1,
+            ..held
+        }),
+        Some(JournalHeld { entries: 0, ..held }),
+    ] {
+        let mut c = claim_holding(&s, &t, other).await;
+        assert_eq!(c.journal_from, None, "{other:?}");
+        assert_eq!(c.journal.as_ref().unwrap().len(), 5, "{other:?}");
+        yield_with(&s, &mut c, 5, &[]).await;
+    }
+    // A restart drops entries: what was held before it is refused.
+    let mut c = claim_holding(&s, &t, None).await;
+    s.finish(&mut c.lease, None, Finish::Failed("x"), ("failed", "x"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.restart(&t, 2, "again").await.unwrap(),
+        RestartOutcome::Queued(..)
+    ));
+    let mut c = claim_holding(&s, &t, Some(held)).await;
+    assert_eq!(c.journal_from, None);
+    assert_eq!(c.journal.as_ref().unwrap().len(), 2);
+    let after = JournalHeld::of(&c.header, 2);
+    assert_eq!(after.restarts, 1);
+    yield_with(&s, &mut c, 2, &[]).await;
+    assert_eq!(claim_holding(&s, &t, Some(after)).await.journal_from, Some(1));
+}
+
+async fn a_claim_reads_the_whole_hash_while_calls_keep_bookkeeping(s: ScriptStore) {
+    let t = new_run(&s, json!(null)).await;
+    let mut c = claim_holding(&s, &t, None).await;
+    yield_with(&s, &mut c, 0, &[entry("s0")]).await;
+    let held = JournalHeld::of(&c.header, 1);
+    let mut c = claim_holding(&s, &t, Some(held)).await;
+    // A failed attempt of the next call is recorded beside the journal (`t:1`): the
+    // claim must hand it over, so it reads the whole hash.
+    s.retried(&c.lease, 1, 2, "1 s1").await.unwrap();
+    yield_with(&s, &mut c, 1, &[]).await;
+    let c = claim_holding(&s, &t, Some(held)).await;
+    assert_eq!(c.journal_from, None);
+    assert_eq!(c.tries.get(&1), Some(&2));
+}
+
 /// Each contract test, once per backend.
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
@@ -1014,4 +1102,6 @@ conformance!(
     a_run_that_needs_a_feature_the_worker_does_not_know_is_given_back_untouched,
     an_unused_intent_recorded_by_its_holder_is_not_blocked_on,
     a_block_records_its_kind_and_unblocking_clears_it,
+    a_claim_by_a_worker_holding_the_journal_reads_only_what_is_new,
+    a_claim_reads_the_whole_hash_while_calls_keep_bookkeeping,
 );

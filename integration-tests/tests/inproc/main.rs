@@ -14,6 +14,7 @@ pub mod conformance_broker;
 pub mod conformance_keyspace;
 pub mod conformance_store;
 pub mod hazards;
+pub mod held_journal;
 pub mod http_api;
 pub mod pipeline;
 pub mod workflow_api;

@@ -72,6 +72,9 @@ pub struct CtxParts {
     pub lease: Lease,
     /// Recorded entries.
     pub journal: Vec<Entry>,
+    /// The bytes of `journal` encoded, when the runtime knows them (a journal it kept from an
+    /// earlier slice of the run); `None`: counted here, by encoding every entry.
+    pub journal_bytes: Option<u64>,
     /// Buffered signal values.
     pub signals: BTreeMap<String, Value>,
     /// Budgets.
@@ -175,7 +178,9 @@ impl Core {
     /// The state of a context over a claimed run.
     pub(super) fn new(parts: CtxParts) -> Self {
         let replay_span = Some(tracing::debug_span!("replay", journal.entries = parts.journal.len()));
-        let journal_bytes = parts.journal.iter().map(|e| e.encode().len() as u64).sum();
+        let journal_bytes = parts
+            .journal_bytes
+            .unwrap_or_else(|| parts.journal.iter().map(|e| e.encode().len() as u64).sum());
         Self {
             journal_bytes,
             replay_span,
@@ -210,6 +215,15 @@ impl Core {
     /// Live calls executed in this slice.
     pub(super) fn live_calls(&self) -> u32 {
         self.live_in_slice
+    }
+
+    /// The journal and its encoded size, taken out of a context whose slice is over, if every
+    /// entry of it is acknowledged (none unsent, none in flight, no write failed or left
+    /// unanswered); `None` otherwise.
+    pub(super) fn take_journal(&mut self) -> Option<(Vec<Entry>, u64)> {
+        let p = &self.pipeline;
+        let durable = p.flight.is_none() && p.unsent == 0 && p.failed.is_none() && !p.unanswered;
+        durable.then(|| (std::mem::take(&mut self.p.journal), self.journal_bytes))
     }
 
     /// The journal as it stands (recorded plus committed in this slice).

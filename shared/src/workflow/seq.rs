@@ -148,6 +148,14 @@ impl Ctx {
     }
 
     #[doc(hidden)] // the worker runtime's, not workflow code's
+    /// Takes the journal out of a context whose slice is over, with its encoded size in bytes
+    /// (the runtime keeps it for the run's next slice), if all of it is acknowledged by the
+    /// store; `None` (and the journal stays) otherwise.
+    pub fn take_journal(&mut self) -> Option<(Vec<Entry>, u64)> {
+        self.core.get_mut().take_journal()
+    }
+
+    #[doc(hidden)] // the worker runtime's, not workflow code's
     /// Live calls executed in this slice.
     pub fn live_calls(&mut self) -> u32 {
         self.core.get_mut().live_calls()

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::reply::Reply;
 use super::{ms, ScriptStore, ServedSpec, SCHEMA_VERSION};
 use crate::engine::Invocation;
-use crate::model::{journal_from_fields, ClaimOutcome, Claimed, Lease, RunHeader, RunStatus};
+use crate::model::{journal_fields_from, ClaimOutcome, Claimed, JournalHeld, Lease, RunHeader, RunStatus};
 use crate::StoreError;
 use savepoint_core::ids::ThreadId;
 use savepoint_core::keys::RunKeys;
@@ -27,8 +27,23 @@ impl ScriptStore {
         task_step: Option<u32>,
         served: &ServedSpec,
     ) -> Result<ClaimOutcome, StoreError> {
+        self.claim_holding(thread, owner, task_step, served, None).await
+    }
+
+    /// [`ScriptStore::claim`] by a worker that holds the start of the run's journal: when the
+    /// run still starts with it, the reply carries only the entries past it (and the last one
+    /// it holds, to check), so a resume reads what is new, not the whole journal.
+    pub async fn claim_holding(
+        &self,
+        thread: &ThreadId,
+        owner: &str,
+        task_step: Option<u32>,
+        served: &ServedSpec,
+        held: Option<JournalHeld>,
+    ) -> Result<ClaimOutcome, StoreError> {
         let k = self.keys.run(thread);
-        let inv = self.claim_invocation(&k, thread, owner, task_step, served);
+        let mut inv = self.claim_invocation(&k, thread, owner, task_step, served);
+        inv.arg(held.map(held_arg).unwrap_or_default());
         let sent_at = tokio::time::Instant::now();
         let r = self.invoke(&inv).await?;
         let received_at = tokio::time::Instant::now();
@@ -82,7 +97,10 @@ impl ScriptStore {
         let mut fields = r.map(2);
         self.open_fields(thread, &mut fields)?;
         let header = RunHeader::from_fields(thread, &fields)?;
-        let journal = journal_from_fields(&header, &fields);
+        let from = Some(r.text(6))
+            .filter(|t| !t.is_empty())
+            .and_then(|t| t.parse::<u32>().ok());
+        let journal = journal_fields_from(&header, &fields, from.unwrap_or(0));
         let mut signals = r.map(3);
         signals.retain(|f, _| f.starts_with("i:") || f.starts_with("s:"));
         self.open_fields(thread, &mut signals)?;
@@ -103,6 +121,7 @@ impl ScriptStore {
             lease,
             header,
             journal,
+            journal_from: from,
             signals,
             tries,
             server_now: r.num(1),
@@ -111,6 +130,11 @@ impl ScriptStore {
             received_at,
         })))
     }
+}
+
+/// The claim's argument naming the journal a worker holds.
+fn held_arg(h: JournalHeld) -> String {
+    format!("{}\u{1e}{}\u{1e}{}", h.entries, h.created, h.restarts)
 }
 
 /// Failed attempts recorded in a run's fields by journal index (`t:<index>`).

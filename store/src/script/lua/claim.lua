@@ -8,8 +8,15 @@
 --       9 max crashes, 10 unserved back-off base ms, 11 unserved back-off cap ms,
 --       12 task queues served: '\31q1\31q2\31' ('' = any),
 --       13 the run features this worker knows: '\31f1\31f2\31' (with a served spec: a run whose
---          `needs` names another is given back as unserved)
--- Returns: {'ok', server_now_ms, {run hash fields...}, {signal fields...}, takeover 0|1, crashes}
+--          `needs` names another is given back as unserved),
+--       14 the journal the worker holds of this run ('' = none): 'n\30created\30restarts', its
+--          first n entries as of a run created at `created` and restarted `restarts` times
+--          (a restart is the only write that drops entries; every other write appends)
+-- Returns: {'ok', server_now_ms, {run hash fields...}, {signal fields...}, takeover 0|1, crashes,
+--          from}: `from` '' when the fields are the whole hash; else the journal index of the
+--          first `j:` field returned: the fields are the run's header and its entries from
+--          n-1 on (the worker checks entry n-1 against its own, then appends the rest), and the
+--          hash has no other field (no recorded tries, begin records or unused marks)
 --        | {'missing'} | {'terminal', status} | {'waiting'} (no answer yet, and no wait deadline
 --          passed: a wait with a timeout is claimable once its due time passes)
 --        | {'not_due', due_ms}
@@ -23,6 +30,44 @@
 -- Effects: status running, owner, fence+1, lease expiry, due = expiry + grace, version+1,
 -- attempt+1, rv+1 (ring version: a confirmed task outstanding before this claim is spent),
 -- rings 0, crash accounting.
+-- Every field of a run hash other than the journal (`j:<i>`) and the per-call bookkeeping
+-- (`t:`, `x:`, `n:`, `u:` by journal index). A field missing here only costs speed: the
+-- hash's length then disagrees with the count below, and the whole hash is read.
+local HEADER = { 'status', 'steps', 'owner', 'lease', 'fence', 'due', 'ver', 'attempt', 'wf', 'wfv',
+  'schema', 'rv', 'cstep', 'crashes', 'crashed_by', 'cur', 'unserved_n', 'unserved_at', 'rings',
+  'wait_fx', 'wait_fx_n', 'waiting_for', 'q', 'needs', 'created', 'updated', 'input', 'trace',
+  'deadline', 'parent', 'parent_i', 'hq', 'fck', 'fcl', 'fcr', 'prio', 'bk', 'blocked_fx',
+  'blocked_fx_owner', 'reason', 'error', 'output', 'finished', 'forked_from', 'restarted_from',
+  'restarts', 'wait_kind', 'wait_name', 'wait_payload' }
+
+-- The fields a worker holding the run's first n entries needs (ARGV 14), or nil when it must
+-- read the whole hash: it holds nothing, the run was restarted or created again since, or the
+-- hash holds bookkeeping fields beside the header and the journal.
+local function incremental_fields(run, have, steps)
+  if have == '' then return nil end
+  local n, created, restarts = string.match(have, '^(%d+)\30(%d+)\30(%d+)$')
+  n = tonumber(n)
+  if not n or n < 1 or n > steps then return nil end
+  local vals = redis.call('HMGET', run, unpack(HEADER))
+  if tonumber(vals[25] or '0') ~= tonumber(created) or tonumber(vals[46] or '0') ~= tonumber(restarts) then
+    return nil
+  end
+  local out, present = {}, 0
+  for i, f in ipairs(HEADER) do
+    if vals[i] then
+      out[#out + 1] = f
+      out[#out + 1] = vals[i]
+      present = present + 1
+    end
+  end
+  if redis.call('HLEN', run) ~= present + steps then return nil end
+  for i = n - 1, steps - 1 do
+    out[#out + 1] = 'j:' .. i
+    out[#out + 1] = redis.call('HGET', run, 'j:' .. i)
+  end
+  return out, tostring(n - 1)
+end
+
 local h = redis.call('HMGET', KEYS[1], 'status', 'steps', 'owner', 'lease', 'fence', 'due', 'ver',
   'attempt', 'wf', 'wfv', 'schema', 'rv', 'cstep', 'crashes', 'crashed_by', 'cur', 'unserved_n',
   'unserved_at', 'rings', 'wait_fx', 'waiting_for', 'q', 'needs')
@@ -135,9 +180,10 @@ if takeover then
 else
   event(KEYS[3], ARGV[6], 'claimed', ARGV[2], t)
 end
-local fields = redis.call('HGETALL', KEYS[1])
+local fields, from = incremental_fields(KEYS[1], ARGV[14], steps)
+if not fields then fields, from = redis.call('HGETALL', KEYS[1]), '' end
 -- The back-off bookkeeping of the previous slice is handed to this one, then cleared.
 if h[20] or h[21] or h[17] then
   redis.call('HDEL', KEYS[1], 'wait_fx', 'wait_fx_n', 'waiting_for', 'unserved_n', 'unserved_at')
 end
-return { 'ok', t, fields, redis.call('HGETALL', KEYS[4]), takeover and 1 or 0, crashes }
+return { 'ok', t, fields, redis.call('HGETALL', KEYS[4]), takeover and 1 or 0, crashes, from }

@@ -1,0 +1,134 @@
+//! Resuming from a held journal (ARCHITECTURE §7, "Resuming from a held journal"): a worker
+//! keeps a run's journal between its slices, and the run's next claim on that worker reads
+//! only the entries past it. Run on whichever backend the tier uses (real Redis with
+//! `services`).
+
+use serde_json::{json, Value};
+use std::time::Duration;
+
+use savepoint::journal::Outcome;
+use savepoint::workflow::{Ctx, Registry, Workflow, WorkflowError};
+use savepoint_integration_tests::inproc::InProc;
+use savepoint_integration_tests::scenario::World;
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// `steps` steps, `s<i>` returning the sum of the ones before it plus `i`; every step a slice
+/// of its own (the worker's slice budget is one step), so the run resumes between any two.
+struct Sum {
+    steps: u32,
+}
+
+impl Workflow for Sum {
+    const NAME: &'static str = "held_sum";
+    type Input = Value;
+    type Output = u64;
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<u64, WorkflowError> {
+        let mut sum = 0u64;
+        for i in 0..self.steps {
+            let before = sum;
+            sum = ctx
+                .step(&format!("s{i}"), move || async move { Ok(before + u64::from(i)) })
+                .await?;
+        }
+        Ok(sum)
+    }
+}
+
+/// A world whose workers yield after every step and keep `cache` journal entries.
+async fn world(prefix: &str, cache: usize) -> World {
+    World::new(prefix, move |cfg| {
+        cfg.worker.slice_max_steps = 1;
+        cfg.worker.journal_cache_entries = cache;
+    })
+    .await
+}
+
+fn registry(steps: u32) -> Registry {
+    let mut reg = Registry::new();
+    reg.register(Sum { steps });
+    reg
+}
+
+/// Waits until the run's journal has at least `n` entries.
+async fn wait_for_entries(w: &World, t: &savepoint_core::ids::ThreadId, n: u32) {
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        let h = w.store.header(t).await.expect("read").expect("the run");
+        if h.steps >= n {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run stalled at {} entries",
+            h.steps
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_resume_on_the_same_worker_reads_only_what_is_new() {
+    // The run's first journal entry is overwritten with bytes that do not decode once the run
+    // is a few slices in. A worker that holds the journal never reads that entry again and the
+    // run completes; with no journal kept (the same worker, `journal_cache_entries = 0`), the
+    // next resume reads the whole journal and blocks the run on the unreadable entry. So the
+    // completion shows the resumes read only what was new.
+    for (cache, ends) in [(100_000, "completed"), (0, "blocked")] {
+        let w = world("held", cache).await;
+        let wk = InProc::start(&w.cfg, registry(40));
+        w.wait_registered(Sum::NAME).await;
+        let t = w.start(Sum::NAME, json!({})).await;
+        wait_for_entries(&w, &t, 3).await;
+        let run_key = w.store.keys().run(&t).run;
+        let _: () = w
+            .store
+            .query(redis::cmd("HSET").arg(&run_key).arg("j:0").arg(&b"\xc1"[..]))
+            .await
+            .expect("overwrite the first entry");
+        let run = w.wait_status(&t, &["completed", "blocked", "failed"], LONG).await;
+        assert_eq!(run["status"], ends, "keeping {cache} entries: {run}");
+        if ends == "completed" {
+            assert_eq!(run["output"], json!(sum_chain(40)));
+        } else {
+            let reason = run["blocked_reason"].as_str().unwrap_or_default();
+            assert!(reason.contains("entry 0"), "{run}");
+        }
+        wk.stop().await;
+    }
+}
+
+/// The output of `Sum { steps: n }`: each step adds its index to the running sum.
+fn sum_chain(n: u32) -> u64 {
+    (0..u64::from(n)).sum()
+}
+
+#[tokio::test]
+async fn two_workers_taking_turns_resume_from_what_each_holds() {
+    // Two workers share the run's slices: each resume on a worker finds the entries the
+    // other wrote since its own last slice, after the ones it holds. The journal ends whole
+    // and in order, and the output is what one uninterrupted run computes.
+    let w = world("heldtwo", 100_000).await;
+    let a = InProc::start(&w.cfg, registry(60));
+    let b = InProc::start(&w.cfg, registry(60));
+    w.wait_registered(Sum::NAME).await;
+    let runs: Vec<_> = futures::future::join_all((0..4).map(|_| w.start(Sum::NAME, json!({})))).await;
+    for t in &runs {
+        let run = w.wait_status(t, &["completed", "blocked", "failed"], LONG).await;
+        assert_eq!(run["status"], "completed", "{run}");
+        assert_eq!(run["output"], json!(sum_chain(60)));
+        let (_, entries) = w.store.get(t).await.expect("read").expect("the run");
+        let mut sum = 0u64;
+        for (i, e) in entries.iter().enumerate() {
+            assert_eq!(e.name, format!("s{i}"));
+            sum += i as u64;
+            assert!(
+                matches!(&e.outcome, Outcome::Ok(v) if *v == json!(sum)),
+                "entry {i}: {e:?}"
+            );
+        }
+        assert_eq!(entries.len(), 60);
+    }
+    a.stop().await;
+    b.stop().await;
+}
