@@ -168,6 +168,12 @@ pub enum Command {
     /// SAVEPOINT_PAYLOAD_KEYS (put it first to seal with it; keep the old ones after it).
     #[command(subcommand)]
     Key(KeyCmd),
+    /// The live workers: what each serves, its queues, runs in flight, steps and last
+    /// heartbeat (`GET /v1/workers`).
+    Workers,
+    /// The workflows live workers serve: versions, workers, queues and runs by status
+    /// (`GET /v1/workflows`; `--json` adds each version's published schemas).
+    Workflows,
     /// List recent runs, newest first.
     List {
         /// Only runs with this status (pending, running, sleeping, waiting, completed, failed,
@@ -549,6 +555,8 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Sim(a) => sim(a).await,
         Command::Loadgen(a) => loadgen(&cli.api, cli.token.as_deref(), json, a).await,
         Command::List { status, limit } => print(json, &client.list(status.as_deref(), limit).await?, render::list),
+        Command::Workers => print(json, &client.workers().await?, render::workers),
+        Command::Workflows => print(json, &client.workflows().await?, render::workflows),
     }
 }
 

@@ -321,6 +321,105 @@ pub fn list(v: &Value) -> String {
     out
 }
 
+/// `savepoint workers`: one line per live worker (a silent one says for how long).
+pub fn workers(v: &Value) -> String {
+    let workers = v["workers"].as_array().cloned().unwrap_or_default();
+    if workers.is_empty() {
+        return "no live workers\n".to_owned();
+    }
+    let now = v["server_time"].as_u64().unwrap_or(0);
+    let width = workers.iter().map(|w| text(&w["id"]).len()).max().unwrap_or(6).max(6);
+    let mut out = format!(
+        "{:<width$}  {:<20} {:<16} {:>9} {:>9}  {:<12} serves\n",
+        "worker", "host", "queues", "in flight", "steps", "heartbeat"
+    );
+    for w in &workers {
+        let queues = w["queues"]
+            .as_array()
+            .map(|q| q.iter().map(text).collect::<Vec<_>>().join(","));
+        let serves: Vec<String> = w["serves"]
+            .as_array()
+            .map(|s| {
+                s.iter()
+                    .map(|e| match (e["min_version"].as_u64(), e["version"].as_u64()) {
+                        (Some(lo), Some(hi)) if lo != hi => format!("{} v{lo}-{hi}", text(&e["workflow"])),
+                        _ => format!("{} v{}", text(&e["workflow"]), text(&e["version"])),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let ago = now.saturating_sub(w["last_heartbeat_at"].as_u64().unwrap_or(now));
+        let heartbeat = match w["silent_ms"].as_u64() {
+            Some(ms) => format!("SILENT {}s", ms / 1000),
+            None => format!("{:.1}s ago", ago as f64 / 1000.0),
+        };
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:<20} {:<16} {:>9} {:>9}  {:<12} {}",
+            text(&w["id"]),
+            clip(&format!("{}:{}", text(&w["host"]), text(&w["pid"])), 20),
+            clip(&queues.unwrap_or_default(), 16),
+            format!("{}/{}", text(&w["in_flight"]), text(&w["concurrency"])),
+            text(&w["steps"]),
+            heartbeat,
+            serves.join(", ")
+        );
+    }
+    out
+}
+
+/// `savepoint workflows`: one line per workflow a live worker serves.
+pub fn workflows(v: &Value) -> String {
+    let workflows = v["workflows"].as_array().cloned().unwrap_or_default();
+    if workflows.is_empty() {
+        return "no workflow is served by a live worker\n".to_owned();
+    }
+    let width = workflows
+        .iter()
+        .map(|w| text(&w["name"]).len())
+        .max()
+        .unwrap_or(8)
+        .max(8);
+    let mut out = format!(
+        "{:<width$}  {:<9} {:>7}  {:<16} runs\n",
+        "workflow", "versions", "workers", "queues"
+    );
+    for w in &workflows {
+        let versions = match (w["min_version"].as_u64(), w["version"].as_u64()) {
+            (Some(lo), Some(hi)) if lo != hi => format!("v{lo}-{hi}"),
+            _ => format!("v{}", text(&w["version"])),
+        };
+        let queues = w["queues"]
+            .as_array()
+            .map(|q| q.iter().map(text).collect::<Vec<_>>().join(","));
+        let runs: Vec<String> = w["runs"]
+            .as_object()
+            .map(|m| m.iter().map(|(s, n)| format!("{s} {}", text(n))).collect())
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:<9} {:>7}  {:<16} {}",
+            text(&w["name"]),
+            versions,
+            text(&w["workers"]),
+            clip(&queues.unwrap_or_default(), 16),
+            if runs.is_empty() {
+                "none".to_owned()
+            } else {
+                runs.join(", ")
+            }
+        );
+    }
+    if v["runs_capped"] == Value::Bool(true) {
+        let _ = writeln!(
+            out,
+            "(runs counted among the newest {} of the namespace, and every blocked and waiting run)",
+            text(&v["runs_counted"])
+        );
+    }
+    out
+}
+
 /// One line for answers of start / resume / signal / cancel / resolve.
 pub fn ack(action: &str, v: &Value) -> String {
     let thread = text(&v["thread_id"]);
@@ -342,6 +441,34 @@ pub fn ack(action: &str, v: &Value) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn workers_and_workflows_are_one_line_each() {
+        let v = json!({"server_time": 20_000, "workers": [
+            {"id": "w-1", "host": "h", "pid": 7, "queues": ["default", "gpu"], "in_flight": 2, "concurrency": 8,
+             "steps": 40, "last_heartbeat_at": 18_500, "serves": [{"workflow": "order", "min_version": 1, "version": 2}]},
+            {"id": "w-2", "host": "h", "pid": 8, "queues": ["default"], "in_flight": 0, "concurrency": 8,
+             "steps": 0, "last_heartbeat_at": 1_000, "silent_ms": 19_000, "serves": [{"workflow": "order", "min_version": 2, "version": 2}]}
+        ]});
+        let out = workers(&v);
+        assert!(
+            out.contains("w-1") && out.contains("default,gpu") && out.contains("2/8"),
+            "{out}"
+        );
+        assert!(out.contains("1.5s ago") && out.contains("order v1-2"), "{out}");
+        assert!(out.contains("SILENT 19s") && out.contains("order v2"), "{out}");
+        assert_eq!(workers(&json!({"workers": []})), "no live workers\n");
+        let v = json!({"runs_counted": 3, "runs_capped": true, "workflows": [
+            {"name": "order", "min_version": 1, "version": 2, "workers": 2, "queues": ["default"],
+             "runs": {"completed": 2, "waiting": 1}}
+        ]});
+        let out = workflows(&v);
+        assert!(
+            out.contains("order") && out.contains("v1-2") && out.contains("completed 2, waiting 1"),
+            "{out}"
+        );
+        assert!(out.contains("newest 3"), "{out}");
+    }
 
     #[test]
     fn timestamps() {

@@ -327,6 +327,16 @@ impl ApiClient {
         self.request(Method::POST, &path, Some(&body)).await
     }
 
+    /// `GET /v1/workers`: the live workers ([`crate::model::WorkerList`]).
+    pub async fn workers(&self) -> Result<Value, ClientError> {
+        self.request(Method::GET, "/v1/workers", None).await
+    }
+
+    /// `GET /v1/workflows`: the workflows live workers serve ([`crate::model::WorkflowList`]).
+    pub async fn workflows(&self) -> Result<Value, ClientError> {
+        self.request(Method::GET, "/v1/workflows", None).await
+    }
+
     /// `GET /v1/runs?status=&limit=`.
     pub async fn list(&self, status: Option<&str>, limit: Option<u32>) -> Result<Value, ClientError> {
         let mut query = Vec::new();

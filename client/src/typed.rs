@@ -66,6 +66,27 @@ impl Client {
         &self.api
     }
 
+    /// The live workers (`GET /v1/workers`): what each serves, its queues, load and last
+    /// heartbeat.
+    pub async fn workers(&self) -> Result<crate::model::WorkerList, ClientError> {
+        let v = self.api.workers().await?;
+        self.decode(v, "/v1/workers")
+    }
+
+    /// The workflows live workers serve (`GET /v1/workflows`): versions, published schemas,
+    /// queues and runs by status.
+    pub async fn workflows(&self) -> Result<crate::model::WorkflowList, ClientError> {
+        let v = self.api.workflows().await?;
+        self.decode(v, "/v1/workflows")
+    }
+
+    fn decode<T: serde::de::DeserializeOwned>(&self, v: Value, path: &str) -> Result<T, ClientError> {
+        serde_json::from_value(v).map_err(|e| ClientError::Decode {
+            url: format!("{}{path}", self.api.base_url()),
+            message: format!("the answer does not decode: {e}"),
+        })
+    }
+
     /// Starts a run of `W` with its input; the thread id is generated.
     pub async fn start<W>(&self, input: &W::Input) -> Result<Run<W>, ClientError>
     where

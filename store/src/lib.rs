@@ -24,7 +24,7 @@ pub use self::script::{
     child_signal, owns_partition, Acquired, Advance, Cancelled, Cascade, CatalogEntry, ChildResult, CreateOutcome,
     EffectDone, EffectRecord, EffectRelease, EffectUnused, Flow, ForkOutcome, ListFilter, PageCursor, Rerun, Resealed,
     RestartOutcome, RetryOutcome, RunEvent, Rung, SchedulePut, ScheduleRecord, ScriptStore, ServedSpec, SignalOutcome,
-    StoreConfig, Suspend, Suspended, WorkerInfo, FLOW_PARK, SCHEMA_VERSION,
+    StoreConfig, Suspend, Suspended, WorkerInfo, WorkflowCounts, FLOW_PARK, SCHEMA_VERSION,
 };
 pub use engine::{AckScope, ReplicaAck};
 pub use model::{

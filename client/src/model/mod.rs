@@ -5,11 +5,13 @@
 //! drift from what the server sends.
 
 mod doctor;
+mod fleet;
 mod numbers;
 mod runs;
 mod schedules;
 
 pub use doctor::*;
+pub use fleet::*;
 pub use numbers::{whole_u32, whole_u64, whole_u64_opt};
 pub use runs::*;
 pub use schedules::*;

@@ -13,6 +13,7 @@ pub mod conformance_broker;
 #[cfg(feature = "services")]
 pub mod conformance_keyspace;
 pub mod conformance_store;
+pub mod fleet_api;
 pub mod hazards;
 pub mod held_journal;
 pub mod http_api;

@@ -17,6 +17,7 @@ mod control;
 pub(crate) mod doctor;
 mod error;
 mod extract;
+mod fleet;
 #[doc(hidden)]
 pub mod fuzzing;
 mod lineage;

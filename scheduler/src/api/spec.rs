@@ -29,6 +29,7 @@ use super::ApiState;
         (name = "runs", description = "Start runs, read them, await their result"),
         (name = "control", description = "Answer, signal, cancel, retry and settle runs; fork and restart them"),
         (name = "schedules", description = "Start runs on a cron pattern or a fixed interval"),
+        (name = "fleet", description = "The live workers and the workflows they serve"),
         (name = "ops", description = "Probes and metrics"),
     ),
     components(schemas(ErrorBody)),

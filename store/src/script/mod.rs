@@ -30,7 +30,7 @@ pub use control::{Cancelled, ForkOutcome, RestartOutcome, RetryOutcome, SignalOu
 pub use create::SCHEMA_VERSION;
 pub use fleet::{owns_partition, ServedSpec, WorkerInfo};
 pub use flow::{Acquired, FLOW_PARK};
-pub use query::{ListFilter, PageCursor, RunEvent};
+pub use query::{ListFilter, PageCursor, RunEvent, WorkflowCounts};
 pub use scan::Rung;
 pub use schedules::{Advance, Resealed, SchedulePut, ScheduleRecord};
 pub use store::ScriptStore;

@@ -24,6 +24,17 @@ pub struct RunEvent {
     pub at: u64,
 }
 
+/// Runs by workflow and status ([`ScriptStore::status_counts_by_workflow`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkflowCounts {
+    /// Workflow name → status → runs.
+    pub by_workflow: BTreeMap<String, BTreeMap<RunStatus, u64>>,
+    /// Runs counted.
+    pub counted: u64,
+    /// True when an index held more runs than were read.
+    pub capped: bool,
+}
+
 /// What [`ScriptStore::list_page`] keeps.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ListFilter {
@@ -496,6 +507,56 @@ impl ScriptStore {
             counts.insert(s, self.status_index_size(s).await?);
         }
         Ok((counts, capped))
+    }
+
+    /// Runs by workflow and status: among the newest `cap` runs of the creation index, plus
+    /// up to `cap` of each of the blocked and waiting indexes (their runs however old), with
+    /// how many runs were counted and whether any index held more than was read.
+    pub async fn status_counts_by_workflow(&self, cap: usize) -> Result<WorkflowCounts, StoreError> {
+        let parts = self.keys.partitions();
+        let per = (cap / usize::from(parts.max(1))).max(1);
+        let mut out = WorkflowCounts::default();
+        // The creation index (statuses other than blocked and waiting), then each of those two.
+        let indexes = [None, Some(RunStatus::Blocked), Some(RunStatus::Waiting)];
+        for status in indexes {
+            let mut pipe = redis::pipe();
+            for p in 0..parts {
+                let index = match status {
+                    None => self.keys.index(p),
+                    Some(s) => self.keys.status_index(p, s.as_str()),
+                };
+                pipe.cmd("ZREVRANGE").arg(index).arg(0).arg(per);
+            }
+            let ids: Vec<Vec<String>> = self.engine.pipeline(&pipe).await?;
+            out.capped |= ids.iter().any(|ids| ids.len() > per);
+            let mut pipe = redis::pipe();
+            let mut any = false;
+            for (p, ids) in ids.iter().enumerate() {
+                for id in ids.iter().take(per) {
+                    pipe.cmd("HMGET")
+                        .arg(self.keys.run_in(p as u16, id))
+                        .arg("status")
+                        .arg("wf");
+                    any = true;
+                }
+            }
+            let rows: Vec<(Option<String>, Option<String>)> = match any {
+                true => self.engine.pipeline(&pipe).await?,
+                false => Vec::new(),
+            };
+            for (st, wf) in rows {
+                let (Some(st), Some(wf)) = (st.as_deref().and_then(RunStatus::parse), wf) else {
+                    continue; // expired since it was indexed
+                };
+                // Blocked and waiting runs are counted from their own indexes only.
+                let own_index = matches!(st, RunStatus::Blocked | RunStatus::Waiting);
+                if own_index == status.is_some() {
+                    *out.by_workflow.entry(wf).or_default().entry(st).or_default() += 1;
+                    out.counted += 1;
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// How many runs the `blocked` or `waiting` index holds (every such run, however old);
