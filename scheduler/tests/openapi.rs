@@ -151,6 +151,8 @@ fn every_operation_is_described_with_its_errors() {
             "healthz",
             "list_runs",
             "list_schedules",
+            "list_workers",
+            "list_workflows",
             "metrics",
             "pause_schedule",
             "readyz",
