@@ -74,7 +74,7 @@ pub(crate) async fn open_connection(
     for i in 0..nodes.len() {
         match open_node(nodes[(start + i) % nodes.len()], cfg, role, share).await {
             Ok(conn) => return Ok(conn),
-            Err(e @ BrokerError::InvalidConfig(_)) => return Err(e),
+            Err(e @ (BrokerError::InvalidConfig(_) | BrokerError::Refused(_))) => return Err(e),
             Err(e) => last = Some(e),
         }
     }
@@ -85,6 +85,12 @@ async fn open_node(url: &str, cfg: &BrokerConfig, role: &str, timeout: Duration)
     let uri: AMQPUri = url
         .parse()
         .map_err(|e: String| BrokerError::InvalidConfig(format!("bad AMQP URL: {e}")))?;
+    let whom = Whom {
+        user: uri.authority.userinfo.username.clone(),
+        addr: format!("{}:{}", uri.authority.host, uri.authority.port),
+        vhost: uri.vhost.clone(),
+        tls: url.starts_with("amqps://"),
+    };
     let name = format!("savepoint {role} ({})", cfg.topology.namespace);
     let props = ConnectionProperties::default().with_connection_name(LongString::from(name));
     let connect = async {
@@ -98,9 +104,54 @@ async fn open_node(url: &str, cfg: &BrokerConfig, role: &str, timeout: Duration)
     };
     match tokio::time::timeout(timeout, connect).await {
         Ok(Ok(conn)) => Ok(conn),
-        Ok(Err(e)) => Err(BrokerError::Connect(e)),
+        Ok(Err(e)) => Err(match refused(&whom, &e) {
+            Some(d) => BrokerError::Refused(d),
+            None => BrokerError::Connect(e),
+        }),
         Err(_) => Err(BrokerError::ConnectTimeout(timeout)),
     }
+}
+
+/// Who a connection logs in as, and where.
+struct Whom {
+    user: String,
+    addr: String,
+    vhost: String,
+    tls: bool,
+}
+
+/// The first-day mistakes in `SAVEPOINT_AMQP_URL` that RabbitMQ answers with a refusal, as a
+/// one-line diagnosis naming what to do: a refused login, a vhost that does not exist, a
+/// user without permissions on it.
+fn refused(w: &Whom, e: &lapin::Error) -> Option<String> {
+    let text = e.to_string();
+    let (user, addr, vhost) = (&w.user, &w.addr, &w.vhost);
+    if text.contains("ACCESS_REFUSED") || text.contains("ACCESS-REFUSED") {
+        let local = if user == "guest" {
+            "; RabbitMQ's guest user may only log in over localhost"
+        } else {
+            ""
+        };
+        return Some(format!(
+            "RabbitMQ at {addr} refused the login of user {user:?} (SAVEPOINT_AMQP_URL): correct the \
+             user and password (amqp{}://USER:PASSWORD@{addr}/VHOST){local}",
+            if w.tls { "s" } else { "" }
+        ));
+    }
+    if text.contains("NOT_ALLOWED") && text.contains("not found") {
+        return Some(format!(
+            "RabbitMQ at {addr} has no vhost {vhost:?} (the path of SAVEPOINT_AMQP_URL; the default \
+             vhost / is written %2f): create it (rabbitmqctl add_vhost {vhost}; rabbitmqctl \
+             set_permissions -p {vhost} {user} '.*' '.*' '.*') or correct the URL"
+        ));
+    }
+    if text.contains("NOT_ALLOWED") {
+        return Some(format!(
+            "RabbitMQ at {addr} does not let user {user:?} use vhost {vhost:?} (SAVEPOINT_AMQP_URL): \
+             grant it (rabbitmqctl set_permissions -p {vhost} {user} '.*' '.*' '.*') ({text})"
+        ));
+    }
+    None
 }
 
 /// A connection plus one channel on it. Dropping it closes both.

@@ -93,6 +93,12 @@ pub enum BrokerError {
     #[error("{0}")]
     QueueMismatch(Box<QueueMismatch>),
 
+    /// RabbitMQ refused the connection for a reason a setting must fix (the login, the
+    /// vhost, the user's permissions on it): a one-line diagnosis naming what to do. Not
+    /// transient.
+    #[error("{0}")]
+    Refused(String),
+
     /// The embedded broker refused the operation (an injected fault): transient.
     #[error("broker unavailable: {0}")]
     Unavailable(String),
@@ -107,6 +113,7 @@ impl BrokerError {
             | BrokerError::Unroutable { .. }
             | BrokerError::Settle { .. }
             | BrokerError::QueueMismatch(_)
+            | BrokerError::Refused(_)
             | BrokerError::Shutdown => false,
             BrokerError::ConnectTimeout(_) | BrokerError::Nacked { .. } | BrokerError::Unavailable(_) => true,
             BrokerError::GaveUp { last, .. } => last.is_transient(),

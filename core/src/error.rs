@@ -65,6 +65,11 @@ pub enum StoreError {
     /// the store's `embedded` feature). Not transient: retrying cannot help.
     #[error("{0}")]
     Unsupported(String),
+    /// A setting points at the wrong kind of server or carries the wrong credentials: a
+    /// one-line diagnosis naming the setting and what to do (a plain URL at a Redis Cluster
+    /// node, a password missing or refused, a plain URL at a TLS port). Not transient.
+    #[error("{0}")]
+    Misconfigured(String),
     /// The store could not be reached (the embedded engine's injected faults): transient.
     #[error("store unavailable: {0}")]
     Unavailable(String),

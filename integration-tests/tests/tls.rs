@@ -176,7 +176,17 @@ async fn redis_over_tls_with_a_client_certificate_and_the_ways_it_is_refused() {
     // A TLS URL against a plaintext port does not fall back either.
     let mut to_plain = cfg.clone();
     to_plain.redis_url = "rediss://localhost:6379".into();
-    connect_err(&to_plain).await;
+    let e = connect_err(&to_plain).await;
+    assert!(e.contains("does not speak TLS"), "{e}");
+    // A plain URL at the TLS port (no TLS setting): named at once, with the URL to use.
+    let mut plain_at_tls =
+        savepoint_integration_tests::test_config(&savepoint_integration_tests::fresh_namespace("tlsp"));
+    plain_at_tls.redis_url = format!("redis://:pw@localhost:{port}");
+    let e = connect_err(&plain_at_tls).await;
+    assert!(
+        e.contains("speaks TLS") && e.contains(&format!("rediss://localhost:{port}")),
+        "{e}"
+    );
 }
 
 /// The invoice story with the scheduler and a worker process speaking TLS to both Redis and

@@ -50,3 +50,17 @@ pub enum SchedulerError {
     #[error("HTTP server: {0}")]
     Io(#[from] std::io::Error),
 }
+
+impl SchedulerError {
+    /// True for errors a setting must fix: bad settings, a namespace created with another
+    /// layout, a store or broker URL that points at the wrong kind of server or carries the
+    /// wrong credentials. The process exits with code 2.
+    pub fn is_config(&self) -> bool {
+        matches!(
+            self,
+            SchedulerError::Config(_)
+                | SchedulerError::Store(StoreError::Layout(_) | StoreError::Misconfigured(_))
+                | SchedulerError::Broker(BrokerError::Refused(_) | BrokerError::QueueMismatch(_))
+        )
+    }
+}

@@ -33,7 +33,8 @@ fn load(args: Args) -> anyhow::Result<Config> {
     Ok(cfg)
 }
 
-/// Runs the scheduler process; exit code 0 on a clean stop, 1 on failure.
+/// Runs the scheduler process; exit code 0 on a clean stop, 2 when a setting must be fixed
+/// (the store or broker named what to do), 1 on any other failure.
 pub async fn main() -> ExitCode {
     let cfg = match load(Args::parse()) {
         Ok(cfg) => cfg,
@@ -50,7 +51,11 @@ pub async fn main() -> ExitCode {
         Err(e) => {
             tracing::error!(error = %e, "scheduler failed");
             eprintln!("savepoint-scheduler: {e}");
-            ExitCode::FAILURE
+            if e.is_config() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -47,6 +47,18 @@ pub fn seed_urls(url: &str) -> Option<Result<Vec<String>, StoreError>> {
     Some(Ok(seeds))
 }
 
+/// The `host:port` of each seed URL, comma-separated (no scheme, no credentials).
+pub(crate) fn hosts_of(seeds: &[String]) -> String {
+    seeds
+        .iter()
+        .map(|u| {
+            let rest = u.split_once("://").map_or(u.as_str(), |(_, r)| r);
+            rest.rsplit_once('@').map_or(rest, |(_, h)| h).to_owned()
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// A comma-separated list of URLs (AMQP cluster nodes) with every password replaced by `***`.
 pub fn redact_list(urls: &str) -> String {
     urls.split(',').map(|u| redact(u.trim())).collect::<Vec<_>>().join(",")

@@ -10,6 +10,7 @@
 
 pub mod cluster;
 pub mod codec;
+mod diagnose;
 mod engine;
 #[cfg(feature = "embedded")]
 pub mod mem;

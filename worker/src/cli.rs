@@ -5,7 +5,7 @@ use clap::Parser;
 use tokio_util::sync::CancellationToken;
 
 use savepoint_runtime::config::{Config, ProcessEnv};
-use savepoint_store::ScriptStore;
+use savepoint_store::{ScriptStore, StoreError};
 
 use crate::Setup;
 
@@ -70,11 +70,17 @@ where
     let _telemetry = savepoint_runtime::telemetry::init(&cfg.log_format, "savepoint-worker");
     let shutdown = CancellationToken::new();
     tokio::spawn(savepoint_runtime::shutdown::on_terminate(shutdown.clone()));
-    let store = match ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store()).await {
+    // Redis not up yet means waiting (with back-off, until SIGTERM); a URL that points at the
+    // wrong kind of server or carries the wrong password is named at once (exit 2).
+    let connect = || ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store());
+    let store = match savepoint_store::until_ok("connecting to the store", None, &shutdown, connect).await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("savepoint-worker: redis: {e}");
-            return std::process::ExitCode::FAILURE;
+            return match e {
+                StoreError::Misconfigured(_) => std::process::ExitCode::from(2),
+                _ => std::process::ExitCode::FAILURE,
+            };
         }
     };
     let registry = match make(&Setup::new(cfg.clone(), store)) {

@@ -49,11 +49,15 @@ pub enum WorkerError {
 
 impl WorkerError {
     /// True for errors of configuration (bad settings, a namespace created with another
-    /// layout): the process exits with code 2.
+    /// layout, a store URL that points at the wrong kind of server or carries the wrong
+    /// password): the process exits with code 2.
     pub fn is_config(&self) -> bool {
         matches!(
             self,
-            WorkerError::Config(_) | WorkerError::Failpoints(_) | WorkerError::Store(StoreError::Layout(_))
+            WorkerError::Config(_)
+                | WorkerError::Failpoints(_)
+                | WorkerError::Store(StoreError::Layout(_) | StoreError::Misconfigured(_))
+                | WorkerError::Broker(BrokerError::Refused(_) | BrokerError::QueueMismatch(_))
         )
     }
 }

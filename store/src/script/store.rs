@@ -9,6 +9,7 @@ use super::reply::Reply;
 use super::scripts::{self, Scripts};
 use super::StoreConfig;
 use crate::cluster;
+use crate::diagnose;
 use crate::engine::{Conn, Engine, Invocation};
 #[cfg(feature = "embedded")]
 use crate::mem::{self, MemEngine};
@@ -50,24 +51,62 @@ impl ScriptStore {
             )));
         }
         let conn = match cluster::seed_urls(url) {
-            Some(seeds) => Conn::Cluster(cluster::ClusterConn::connect(seeds?, cfg.command_timeout, &cfg.tls).await?),
-            None => {
-                let client = if url.starts_with("rediss://") {
-                    crate::tls::install_crypto_provider();
-                    redis::Client::build_with_tls(url, crate::tls::redis_certs(&cfg.tls)).store()?
-                } else {
-                    redis::Client::open(url).store()?
-                };
-                let mcfg = ConnectionManagerConfig::new()
-                    .set_min_delay(Duration::from_millis(50))
-                    .set_max_delay(Duration::from_secs(2))
-                    .set_number_of_retries(6)
-                    .set_connection_timeout(Some(cfg.command_timeout.max(Duration::from_millis(500))))
-                    .set_response_timeout(Some(cfg.command_timeout));
-                Conn::Redis(ConnectionManager::new_with_config(client, mcfg).await.store()?)
+            Some(seeds) => {
+                let seeds = seeds?;
+                let hosts = cluster::hosts_of(&seeds);
+                match cluster::ClusterConn::connect(seeds, cfg.command_timeout, &cfg.tls).await {
+                    Ok(c) => Conn::Cluster(c),
+                    Err(e) => {
+                        return Err(match diagnose::cluster_url_at_single_redis(&hosts, &e) {
+                            Some(d) => StoreError::Misconfigured(d),
+                            None => e,
+                        })
+                    }
+                }
             }
+            None => Conn::Redis(Self::connect_single(url, &cfg).await?),
         };
         Ok(Self::on(conn, keys, cfg))
+    }
+
+    /// Connects to a single Redis (`redis://` or `rediss://`), then asks it `INFO cluster`: a
+    /// first-day mistake in the URL (a Cluster node, a missing or refused password, a TLS
+    /// port) is a [`StoreError::Misconfigured`] naming what to do, not a retry loop.
+    async fn connect_single(url: &str, cfg: &StoreConfig) -> Result<ConnectionManager, StoreError> {
+        let tls = url.starts_with("rediss://");
+        let client = if tls {
+            crate::tls::install_crypto_provider();
+            redis::Client::build_with_tls(url, crate::tls::redis_certs(&cfg.tls)).store()?
+        } else {
+            redis::Client::open(url).store()?
+        };
+        let addr = client.get_connection_info().addr().to_string();
+        let mcfg = ConnectionManagerConfig::new()
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_secs(2))
+            .set_number_of_retries(6)
+            .set_connection_timeout(Some(cfg.command_timeout.max(Duration::from_millis(500))))
+            .set_response_timeout(Some(cfg.command_timeout));
+        let mut conn = match ConnectionManager::new_with_config(client, mcfg).await {
+            Ok(c) => c,
+            Err(e) => return Err(diagnose::connect_failed(&addr, tls, e).await),
+        };
+        let info: String = match redis::cmd("INFO").arg("cluster").query_async(&mut conn).await {
+            Ok(i) => i,
+            // A password missing, or a TLS port: named. INFO refused otherwise (an ACL user
+            // without @dangerous, a renamed command): nothing to tell, the connection serves.
+            Err(e) if diagnose::credentials(&addr, &e).is_some() || e.is_io_error() || e.is_connection_dropped() => {
+                return Err(diagnose::connect_failed(&addr, tls, e).await)
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "INFO cluster refused: the URL's kind is not checked");
+                return Ok(conn);
+            }
+        };
+        match diagnose::plain_url_at_cluster_node(&addr, &info) {
+            Some(d) => Err(StoreError::Misconfigured(d)),
+            None => Ok(conn),
+        }
     }
 
     /// A store on an embedded engine (the same scripts, run in-process).
