@@ -174,3 +174,54 @@ fn every_operation_is_described_with_its_errors() {
         .unwrap()
         .contains(&format!("at most {} bytes", default_limit())));
 }
+
+/// Whether `body` is valid for the document's component schema `name` (its references resolved
+/// in the document).
+fn valid(spec: &Value, name: &str, body: Value) -> bool {
+    let root = json!({"$ref": format!("#/components/schemas/{name}"), "components": spec["components"]});
+    jsonschema::validator_for(&root).expect("a schema").is_valid(&body)
+}
+
+#[test]
+fn the_rules_across_a_bodys_fields_are_in_the_document() {
+    let spec = spec();
+    // A flow names its key or where to find it, not both; and a limit, a rate or both.
+    assert!(valid(&spec, "FlowBody", json!({"key": "c7", "limit": 2})));
+    assert!(valid(
+        &spec,
+        "FlowBody",
+        json!({"key_from": "/customer", "rate_per_sec": 5})
+    ));
+    assert!(valid(&spec, "FlowBody", json!({"limit": 1, "rate_per_sec": 2})));
+    assert!(valid(
+        &spec,
+        "FlowBody",
+        json!({"key": "c7", "key_from": null, "limit": 2})
+    ));
+    assert!(!valid(
+        &spec,
+        "FlowBody",
+        json!({"key": "c7", "key_from": "/customer", "limit": 2})
+    ));
+    assert!(!valid(&spec, "FlowBody", json!({"key": "c7"})));
+    assert!(!valid(&spec, "FlowBody", json!({"key": "c7", "limit": null})));
+    // A schedule has exactly one of cron and every_secs.
+    let schedule = |extra: Value| {
+        let mut b = json!({"id": "nightly", "workflow": "report"});
+        b.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        b
+    };
+    assert!(valid(&spec, "ScheduleBody", schedule(json!({"cron": "0 3 * * *"}))));
+    assert!(valid(&spec, "ScheduleBody", schedule(json!({"every_secs": 60}))));
+    assert!(valid(
+        &spec,
+        "ScheduleBody",
+        schedule(json!({"every_secs": 60, "cron": null}))
+    ));
+    assert!(!valid(
+        &spec,
+        "ScheduleBody",
+        schedule(json!({"cron": "0 3 * * *", "every_secs": 60}))
+    ));
+    assert!(!valid(&spec, "ScheduleBody", schedule(json!({}))));
+}

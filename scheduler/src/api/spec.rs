@@ -82,11 +82,45 @@ pub(crate) fn parts(max_body: usize) -> (Router<ApiState>, Router<Readiness>, Va
     (api, ops, to_json(&finish(doc, max_body)))
 }
 
+/// A field that is present and not `null` (a body's `Option` fields may be sent as `null`,
+/// which the server reads as absent).
+fn given(fields: &[&str]) -> Value {
+    let props: serde_json::Map<String, Value> = fields
+        .iter()
+        .map(|f| ((*f).to_owned(), serde_json::json!({"not": {"type": "null"}})))
+        .collect();
+    serde_json::json!({"required": fields, "properties": props})
+}
+
+/// The rules the server enforces across a body's fields, stated in the document so a request
+/// the schema accepts is one the server accepts (utoipa has no attribute for them): a flow
+/// names its key or where to find it, not both, and a limit or a rate; a schedule has exactly
+/// one of `cron` and `every_secs`.
+fn body_rules(v: &mut Value) {
+    let Some(schemas) = v.pointer_mut("/components/schemas").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if let Some(flow) = schemas.get_mut("FlowBody").and_then(Value::as_object_mut) {
+        flow.insert("not".into(), given(&["key", "key_from"]));
+        flow.insert(
+            "anyOf".into(),
+            Value::Array(vec![given(&["limit"]), given(&["rate_per_sec"])]),
+        );
+    }
+    if let Some(schedule) = schemas.get_mut("ScheduleBody").and_then(Value::as_object_mut) {
+        schedule.insert(
+            "oneOf".into(),
+            Value::Array(vec![given(&["cron"]), given(&["every_secs"])]),
+        );
+    }
+}
+
 /// The document as JSON. utoipa 5.5 writes a response link's fields in snake case
 /// (`operation_id`); OpenAPI spells them in camel case (`operationId`), and tools that follow
 /// links (schemathesis' stateful phase, client generators) ignore the snake-case ones.
 fn to_json(doc: &OpenApi) -> Value {
     let mut v = serde_json::to_value(doc).unwrap_or_default();
+    body_rules(&mut v);
     if let Some(paths) = v.get_mut("paths").and_then(Value::as_object_mut) {
         let responses = paths
             .values_mut()

@@ -30,21 +30,21 @@
 -- Effects: status running, owner, fence+1, lease expiry, due = expiry + grace, version+1,
 -- attempt+1, rv+1 (ring version: a confirmed task outstanding before this claim is spent),
 -- rings 0, crash accounting.
--- Every field of a run hash other than the journal (`j:<i>`) and the per-call bookkeeping
--- (`t:`, `x:`, `n:`, `u:` by journal index). A field missing here only costs speed: the
--- hash's length then disagrees with the count below, and the whole hash is read.
-local HEADER = { 'status', 'steps', 'owner', 'lease', 'fence', 'due', 'ver', 'attempt', 'wf', 'wfv',
-  'schema', 'rv', 'cstep', 'crashes', 'crashed_by', 'cur', 'unserved_n', 'unserved_at', 'rings',
-  'wait_fx', 'wait_fx_n', 'waiting_for', 'q', 'needs', 'created', 'updated', 'input', 'trace',
-  'deadline', 'parent', 'parent_i', 'hq', 'fck', 'fcl', 'fcr', 'prio', 'bk', 'blocked_fx',
-  'blocked_fx_owner', 'reason', 'error', 'output', 'finished', 'forked_from', 'restarted_from',
-  'restarts', 'wait_kind', 'wait_name', 'wait_payload' }
 
 -- The fields a worker holding the run's first n entries needs (ARGV 14), or nil when it must
 -- read the whole hash: it holds nothing, the run was restarted or created again since, or the
 -- hash holds bookkeeping fields beside the header and the journal.
 local function incremental_fields(run, have, steps)
   if have == '' then return nil end
+  -- Every field of a run hash other than the journal (`j:<i>`) and the per-call bookkeeping
+  -- (`t:`, `x:`, `n:`, `u:` by journal index). A field missing here only costs speed: the
+  -- hash's length then disagrees with the count below, and the whole hash is read.
+  local HEADER = { 'status', 'steps', 'owner', 'lease', 'fence', 'due', 'ver', 'attempt', 'wf', 'wfv',
+    'schema', 'rv', 'cstep', 'crashes', 'crashed_by', 'cur', 'unserved_n', 'unserved_at', 'rings',
+    'wait_fx', 'wait_fx_n', 'waiting_for', 'q', 'needs', 'created', 'updated', 'input', 'trace',
+    'deadline', 'parent', 'parent_i', 'hq', 'fck', 'fcl', 'fcr', 'prio', 'bk', 'blocked_fx',
+    'blocked_fx_owner', 'reason', 'error', 'output', 'finished', 'forked_from', 'restarted_from',
+    'restarts', 'wait_kind', 'wait_name', 'wait_payload' }
   local n, created, restarts = string.match(have, '^(%d+)\30(%d+)\30(%d+)$')
   n = tonumber(n)
   if not n or n < 1 or n > steps then return nil end
