@@ -321,6 +321,15 @@ pub fn list(v: &Value) -> String {
     out
 }
 
+/// The versions a workflow is served at: `v2`, or `v1-3` for a range (`min_version` to
+/// `version`).
+fn versions(v: &Value) -> String {
+    match (v["min_version"].as_u64(), v["version"].as_u64()) {
+        (Some(lo), Some(hi)) if lo != hi => format!("v{lo}-{hi}"),
+        _ => format!("v{}", text(&v["version"])),
+    }
+}
+
 /// `savepoint workers`: one line per live worker (a silent one says for how long).
 pub fn workers(v: &Value) -> String {
     let workers = v["workers"].as_array().cloned().unwrap_or_default();
@@ -341,10 +350,7 @@ pub fn workers(v: &Value) -> String {
             .as_array()
             .map(|s| {
                 s.iter()
-                    .map(|e| match (e["min_version"].as_u64(), e["version"].as_u64()) {
-                        (Some(lo), Some(hi)) if lo != hi => format!("{} v{lo}-{hi}", text(&e["workflow"])),
-                        _ => format!("{} v{}", text(&e["workflow"]), text(&e["version"])),
-                    })
+                    .map(|e| format!("{} {}", text(&e["workflow"]), versions(e)))
                     .collect()
             })
             .unwrap_or_default();
@@ -385,10 +391,6 @@ pub fn workflows(v: &Value) -> String {
         "workflow", "versions", "workers", "queues"
     );
     for w in &workflows {
-        let versions = match (w["min_version"].as_u64(), w["version"].as_u64()) {
-            (Some(lo), Some(hi)) if lo != hi => format!("v{lo}-{hi}"),
-            _ => format!("v{}", text(&w["version"])),
-        };
         let queues = w["queues"]
             .as_array()
             .map(|q| q.iter().map(text).collect::<Vec<_>>().join(","));
@@ -400,7 +402,7 @@ pub fn workflows(v: &Value) -> String {
             out,
             "{:<width$}  {:<9} {:>7}  {:<16} {}",
             text(&w["name"]),
-            versions,
+            versions(w),
             text(&w["workers"]),
             clip(&queues.unwrap_or_default(), 16),
             if runs.is_empty() {

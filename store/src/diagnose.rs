@@ -64,19 +64,6 @@ pub(crate) async fn connect_failed(addr: &str, tls: bool, e: redis::RedisError) 
     crate::redis_error(e)
 }
 
-/// True when the server at `addr` answers a plain `PING` as Redis does (`+PONG`, or an error
-/// such as `-NOAUTH`).
-async fn speaks_plain(addr: &str) -> bool {
-    let probe = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-        s.write_all(b"PING\r\n").await.ok()?;
-        let mut first = [0u8; 1];
-        let n = s.read(&mut first).await.ok()?;
-        Some(n == 1 && matches!(first[0], b'+' | b'-'))
-    };
-    matches!(tokio::time::timeout(PROBE_WAIT, probe).await, Ok(Some(true)))
-}
-
 /// What `INFO cluster` says of a server reached through a plain URL: a Cluster node cannot
 /// serve a namespace through one connection (every key outside its slots answers `MOVED`).
 pub(crate) fn plain_url_at_cluster_node(addr: &str, info: &str) -> Option<String> {
@@ -99,20 +86,32 @@ pub(crate) fn cluster_url_at_single_redis(seeds: &str, e: &StoreError) -> Option
     })
 }
 
-/// True when the server at `addr` does not answer a plain `PING` as Redis does: it answers
-/// with a TLS record (an alert or a handshake) or closes the connection without a word.
-async fn speaks_tls(addr: &str) -> bool {
+/// What the server at `addr` answers a plain `PING` with: `Some(Some(byte))`, the first byte
+/// of its answer; `Some(None)`, the connection closed or reset without one; `None`, no answer
+/// in time or nothing listening.
+async fn ping_answer(addr: &str) -> Option<Option<u8>> {
     let probe = async {
         let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
         s.write_all(b"PING\r\n").await.ok()?;
         let mut first = [0u8; 1];
-        match s.read(&mut first).await {
-            Ok(0) => Some(true), // closed without a word
-            Ok(_) => Some(matches!(first[0], 0x15 | 0x16)),
-            Err(_) => Some(true), // reset
-        }
+        Some(match s.read(&mut first).await {
+            Ok(1) => Some(first[0]),
+            _ => None,
+        })
     };
-    matches!(tokio::time::timeout(PROBE_WAIT, probe).await, Ok(Some(true)))
+    tokio::time::timeout(PROBE_WAIT, probe).await.ok().flatten()
+}
+
+/// True when the server at `addr` answers a plain `PING` as Redis does (`+PONG`, or an error
+/// such as `-NOAUTH`).
+async fn speaks_plain(addr: &str) -> bool {
+    matches!(ping_answer(addr).await, Some(Some(b'+' | b'-')))
+}
+
+/// True when the server at `addr` does not answer a plain `PING` as Redis does: it answers
+/// with a TLS record (an alert or a handshake) or closes the connection without a word.
+async fn speaks_tls(addr: &str) -> bool {
+    matches!(ping_answer(addr).await, Some(None | Some(0x15 | 0x16)))
 }
 
 #[cfg(test)]
