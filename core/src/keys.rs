@@ -35,6 +35,11 @@ pub struct RunKeys {
     pub unserved: String,
     /// The partition's index of runs whose start task the broker has not confirmed yet.
     pub unconfirmed: String,
+    /// The partition's copy of the workflow, version and queue pauses (field → record): what
+    /// every claim of a run in the partition checks.
+    pub pauses: String,
+    /// The partition's index of runs a pause stopped (status `paused`), by when.
+    pub paused: String,
 }
 
 impl Keys {
@@ -78,12 +83,25 @@ impl Keys {
             waiting: format!("{tag}:waiting"),
             unserved: format!("{tag}:unserved"),
             unconfirmed: format!("{tag}:unconfirmed"),
+            pauses: format!("{tag}:pauses"),
+            paused: format!("{tag}:paused"),
         }
     }
 
     /// The due sorted set of partition `p`.
     pub fn due(&self, p: u16) -> String {
         format!("{}:due", self.tag(p))
+    }
+
+    /// Partition `p`'s copy of the workflow, version and queue pauses (a hash).
+    pub fn pauses(&self, p: u16) -> String {
+        format!("{}:pauses", self.tag(p))
+    }
+
+    /// The namespace's catalog of workflow, version and queue pauses (a hash: field → record),
+    /// from which each partition's copy is written.
+    pub fn pause_catalog(&self) -> String {
+        format!("{}:pauses", self.ns)
     }
 
     /// The run index sorted set of partition `p`.
@@ -94,6 +112,11 @@ impl Keys {
     /// Run hash key from a partition and thread (used when listing an index).
     pub fn run_in(&self, p: u16, thread: &str) -> String {
         format!("{}:run:{thread}", self.tag(p))
+    }
+
+    /// A run's event list from a partition and thread (used when paging an index).
+    pub fn events_in(&self, p: u16, thread: &str) -> String {
+        format!("{}:ev:{thread}", self.tag(p))
     }
 
     /// The dedup record of an effect key, spread over `{fxNN}` by the key's own hash.

@@ -30,11 +30,14 @@ pub enum RunStatus {
     Cancelled,
     /// Stopped, with a reason, until an operator acts (in-doubt effect, non-determinism…).
     Blocked,
+    /// Stopped by a pause (its own, its workflow's, its version's or its task queue's) until
+    /// it is resumed; it then goes back to where the pause found it.
+    Paused,
 }
 
 impl RunStatus {
     /// All statuses, in lifecycle order.
-    pub const ALL: [RunStatus; 8] = [
+    pub const ALL: [RunStatus; 9] = [
         RunStatus::Pending,
         RunStatus::Running,
         RunStatus::Sleeping,
@@ -43,6 +46,7 @@ impl RunStatus {
         RunStatus::Failed,
         RunStatus::Cancelled,
         RunStatus::Blocked,
+        RunStatus::Paused,
     ];
 
     /// The stored / API name.
@@ -56,6 +60,7 @@ impl RunStatus {
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",
             RunStatus::Blocked => "blocked",
+            RunStatus::Paused => "paused",
         }
     }
 
@@ -226,6 +231,12 @@ pub struct RunHeader {
     pub wait: Option<Wait>,
     /// W3C trace context of the run (one run is one trace).
     pub trace: Option<String>,
+    /// The run's own pause (`pz`: `by\x1fat\x1fhold\x1fnote`), whether or not it has stopped
+    /// the run yet.
+    pub pause: Option<String>,
+    /// What stopped a `paused` run (`pzw`: `run`, `w:<wf>`, `v:<wf>@<v>`, `q:<queue>`) and its
+    /// record (`pzr`), and the status it had then (`ps`), where a resume puts it back.
+    pub paused_by: Option<(String, String, RunStatus)>,
 }
 
 fn text(map: &BTreeMap<String, Vec<u8>>, k: &str) -> Option<String> {
@@ -315,6 +326,13 @@ impl RunHeader {
             crashed_by: text(map, "crashed_by"),
             wait,
             trace: text(map, "trace"),
+            pause: text(map, "pz"),
+            paused_by: text(map, "pzr").map(|r| {
+                let from = text(map, "ps")
+                    .and_then(|s| RunStatus::parse(&s))
+                    .unwrap_or(RunStatus::Pending);
+                (text(map, "pzw").unwrap_or_default(), r, from)
+            }),
         })
     }
 }
@@ -569,6 +587,10 @@ pub enum ClaimOutcome {
     },
     /// Taken over too often at one journal position: blocked as a poison run, with the reason.
     Poison(String),
+    /// A pause holds the run: it was stopped (status [`RunStatus::Paused`]) and takes no slice
+    /// until it is resumed. The pause's field (`run`, `w:<workflow>`, `v:<workflow>@<version>`,
+    /// `q:<queue>`), empty when the run had been stopped already.
+    Paused(String),
     /// The run is routed to this task queue, which this worker does not consume: untouched;
     /// the task belongs there.
     Misrouted(String),

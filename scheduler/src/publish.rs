@@ -54,6 +54,11 @@ impl Publisher {
         self
     }
 
+    /// The default task queue's name (where a run created without a queue goes).
+    pub fn home_queue(&self) -> Option<&str> {
+        self.queues.as_ref().map(|q| q.home_name())
+    }
+
     /// This process's failpoints (the schedule loop checks its own).
     pub fn failpoints(&self) -> &Failpoints {
         &self.failpoints

@@ -11,7 +11,7 @@ use savepoint_store::{owns_partition, ScriptStore, StoreError};
 use std::time::Duration;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::publish::Publisher;
 
@@ -48,6 +48,7 @@ pub async fn run(store: ScriptStore, publisher: Publisher, s: ScanSettings, shut
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut failing = false;
     let mut members = Membership::new(s.interval);
+    let mut ticks = 0u64;
     loop {
         tokio::select! {
             biased;
@@ -56,6 +57,10 @@ pub async fn run(store: ScriptStore, publisher: Publisher, s: ScanSettings, shut
         }
         if s.split {
             members.refresh(&store).await;
+        }
+        ticks += 1;
+        if ticks.is_multiple_of(PAUSE_SWEEP_TICKS) {
+            pause_sweep(&store, &publisher, &members).await;
         }
         let started = tokio::time::Instant::now();
         let result = scan_all(&store, &publisher, &s, &members, &shutdown).await;
@@ -82,6 +87,26 @@ pub async fn run(store: ScriptStore, publisher: Publisher, s: ScanSettings, shut
         members.leave(&store).await;
     }
     debug!("due scanner stopped");
+}
+
+/// Ticks between two pause sweeps (`pause_sweep`).
+const PAUSE_SWEEP_TICKS: u64 = 25;
+
+/// The net under pause and resume (ARCHITECTURE §16b), over the partitions this replica
+/// owns: each partition's copy of the pauses is made to match the catalog, and runs no pause
+/// holds any more are put back. Failures are logged; the next sweep tries again.
+async fn pause_sweep(store: &ScriptStore, publisher: &Publisher, members: &Membership) {
+    let catalog = match store.pauses().await {
+        Ok(c) => c,
+        Err(e) => return debug!(error = %e, "pause sweep: reading the pauses failed"),
+    };
+    for p in (0..store.keys().partitions()).filter(|p| members.owns(*p)) {
+        match store.pause_sweep(p, &catalog, publisher.home_queue()).await {
+            Ok(u) if u.resumed > 0 => info!(partition = p, resumed = u.resumed, "pause sweep put runs back"),
+            Ok(_) => {}
+            Err(e) => return debug!(error = %e, "pause sweep failed"),
+        }
+    }
 }
 
 /// This replica's view of the live scheduler replicas.

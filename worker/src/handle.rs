@@ -169,6 +169,7 @@ fn outcome_label(claimed: &ClaimOutcome) -> &'static str {
         ClaimOutcome::Unserved { .. } => "unserved",
         ClaimOutcome::Poison(_) => "poison",
         ClaimOutcome::Misrouted(_) => "misrouted",
+        ClaimOutcome::Paused(_) => "paused",
     }
 }
 
@@ -205,6 +206,9 @@ async fn react_to_claim(shared: &Shared, d: &Delivery, task: &Task, claimed: &Cl
                 return ControlFlow::Break(());
             }
             inc(&metrics().published, &[("reason", "forward")]);
+        }
+        ClaimOutcome::Paused(field) if !field.is_empty() => {
+            tracing::info!(pause = %field, "run paused: stopped until it is resumed");
         }
         ClaimOutcome::Poison(reason) => {
             if savepoint_runtime::telemetry::outside_spans() {

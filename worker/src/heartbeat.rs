@@ -12,7 +12,8 @@ use savepoint_store::{Flow, Lease, ScriptStore, StoreError};
 
 /// Extends `lease` every third of the lease length until dropped; each confirmed extension
 /// moves `clock`; cancels `lost` when the store says the lease is gone (another worker took
-/// it, or the run was cancelled). Failed heartbeats do not cancel anything by themselves: the
+/// it, or the run was cancelled), and `pause` when a pause now holds the run (the slice
+/// yields at its next call; the next claim stops the run). Failed heartbeats do not cancel anything by themselves: the
 /// local deadline runs out if Redis stops confirming, and the slice stops then.
 pub(crate) struct Heartbeat(JoinHandle<()>);
 
@@ -21,7 +22,7 @@ impl Heartbeat {
         store: ScriptStore,
         lease: Lease,
         clock: LeaseClock,
-        lost: CancellationToken,
+        (lost, pause): (CancellationToken, CancellationToken),
         flow: Option<Flow>,
     ) -> Self {
         let every = (store.config().lease / 3).max(Duration::from_millis(50));
@@ -36,8 +37,12 @@ impl Heartbeat {
                     }
                     let sent = Instant::now();
                     match store.heartbeat(&lease).await {
-                        Ok(_) => {
+                        Ok((_, paused)) => {
                             clock.confirmed(sent);
+                            if let Some(p) = paused.filter(|_| !pause.is_cancelled()) {
+                                tracing::info!(pause = %p, "the run is paused: yielding at its next call");
+                                pause.cancel();
+                            }
                             // The run's flow-control slot lives as long as its lease; the local
                             // deadline is bounded by the slot's too (`bind_slot`), so a step
                             // never runs on past its slot's expiry, when another run may take it.

@@ -208,12 +208,14 @@ async fn run_slice(shared: &Shared, mut c: Claimed) {
     };
     let replayed = journal.len();
     let lost = CancellationToken::new();
+    // Shutdown, or a pause the heartbeat finds: the slice yields at its next call.
+    let stop = shared.slices_stop.child_token();
     let clock = lease_clock(shared, &c, slot_sent);
     let _hb = Heartbeat::start(
         shared.store.clone(),
         lease.clone(),
         clock.clone(),
-        lost.clone(),
+        (lost.clone(), stop.clone()),
         c.header.flow.clone(),
     );
     let mut ctx = context(
@@ -226,6 +228,7 @@ async fn run_slice(shared: &Shared, mut c: Claimed) {
             journal_bytes: bytes,
             lost,
             clock,
+            stop,
         },
     );
     let result = run_body(&*wf, &ctx, c.header.input.clone()).await;
@@ -449,6 +452,7 @@ struct Session {
     journal_bytes: Option<u64>,
     lost: CancellationToken,
     clock: LeaseClock,
+    stop: CancellationToken,
 }
 
 /// The workflow context of a slice of claimed run `c`.
@@ -467,7 +471,7 @@ fn context(shared: &Shared, c: &Claimed, wf: &dyn DynWorkflow, s: Session) -> Ct
         busy_tries: c.header.wait_effect.as_ref().map(|w| w.1).unwrap_or(0),
         tries: c.tries.clone(),
         deadline: c.header.deadline,
-        shutdown: shared.slices_stop.clone(),
+        shutdown: s.stop,
         retry: wf.retry_policy(),
         replay_only: false,
         workflow: c.header.workflow.clone(),

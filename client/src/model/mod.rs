@@ -7,11 +7,13 @@
 mod doctor;
 mod fleet;
 mod numbers;
+mod pause;
 mod runs;
 mod schedules;
 
 pub use doctor::*;
 pub use fleet::*;
 pub use numbers::{whole_u32, whole_u64, whole_u64_opt};
+pub use pause::*;
 pub use runs::*;
 pub use schedules::*;

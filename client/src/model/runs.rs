@@ -390,6 +390,9 @@ pub struct RunView {
     /// When it fails with a timeout if it has not ended (ms; started with `timeout_secs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_at: Option<u64>,
+    /// The pause holding the run (its own, or its workflow's, version's or queue's), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<super::RunPauseView>,
     /// The task queue its next task goes to (absent: the deployment's default queue).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,

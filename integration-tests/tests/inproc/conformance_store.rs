@@ -14,6 +14,7 @@ use savepoint_store::{BlockKind, ClaimOutcome, EffectClaim, Finish, Holder, RunS
 use savepoint_store::{CatalogEntry, CreateOptions, Flow};
 use savepoint_store::{CreateOutcome, EffectDone, EffectRelease, EffectUnused, RestartOutcome, RetryOutcome};
 use savepoint_store::{JournalHeld, ServedSpec, SignalOutcome, StoreConfig, Suspend};
+use savepoint_store::{PauseRecord, PauseScope, RunPaused, RunResumed};
 
 #[cfg(feature = "services")]
 async fn redis_store() -> ScriptStore {
@@ -144,7 +145,7 @@ async fn claim_outcomes_and_fenced_commits(s: ScriptStore) {
     .await
     .unwrap();
     let vb = b.lease.version;
-    let until = s.heartbeat(&b.lease).await.unwrap();
+    let (until, _) = s.heartbeat(&b.lease).await.unwrap();
     assert!(until > 0);
     assert_eq!(s.header(&t).await.unwrap().unwrap().version, vb);
     // A task behind the journal is stale once the run is runnable again.
@@ -1065,6 +1066,234 @@ async fn a_claim_reads_the_whole_hash_while_calls_keep_bookkeeping(s: ScriptStor
     assert_eq!(c.tries.get(&1), Some(&2));
 }
 
+fn sleeping(due_in: Duration) -> Suspend<'static> {
+    Suspend {
+        status: RunStatus::Sleeping,
+        due_in: Some(due_in),
+        wait: None,
+        backoff_on: None,
+        drop_begin: None,
+        queue: None,
+    }
+}
+
+async fn a_paused_workflow_stops_its_runs_at_the_claim_and_a_resume_puts_them_back(s: ScriptStore) {
+    let t = new_run(&s, json!(1)).await;
+    let other = ThreadId::generate("st");
+    s.create(&other, "other", 1, "2", "").await.unwrap();
+    // A slice in flight when the pause lands: its heartbeat says so.
+    let running = new_run(&s, json!(3)).await;
+    let r = claim(&s, &running, "w").await;
+    assert_eq!(s.heartbeat(&r.lease).await.unwrap().1, None);
+    let scope = PauseScope::Workflow("wf".into());
+    assert_eq!(
+        s.pause(&scope, &PauseRecord::new("ops", "provider down", false))
+            .await
+            .unwrap(),
+        None
+    );
+    let beat = s
+        .heartbeat(&r.lease)
+        .await
+        .unwrap()
+        .1
+        .expect("the heartbeat names the pause");
+    assert!(beat.contains("workflow wf paused by ops: provider down"), "{beat}");
+    // Its claims stop it: status paused, the status it had kept, out of the due set.
+    assert!(matches!(
+        s.claim(&t, "w", None, &ServedSpec::any()).await.unwrap(),
+        ClaimOutcome::Paused(f) if f == "w:wf"
+    ));
+    let h = s.header(&t).await.unwrap().unwrap();
+    assert_eq!(h.status, RunStatus::Paused);
+    let (field, record, from) = h.paused_by.clone().unwrap();
+    assert_eq!((field.as_str(), from), ("w:wf", RunStatus::Pending));
+    assert_eq!(PauseRecord::decode(&record).unwrap().note, "provider down");
+    assert!(matches!(
+        s.claim(&t, "w", None, &ServedSpec::any()).await.unwrap(),
+        ClaimOutcome::Paused(f) if f.is_empty()
+    ));
+    let p = s.keys().partition(&t);
+    let (_, rung) = s.scan_due(p, 100, Duration::from_secs(5)).await.unwrap();
+    assert!(!rung.iter().any(|r| r.thread == t), "a stopped run is never rung");
+    assert_eq!(s.paused_count().await.unwrap(), 1);
+    let listed = s.pauses().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (listed[0].scope.clone(), listed[0].record.by.as_str()),
+        (scope.clone(), "ops")
+    );
+    assert!(listed[0].record.at > 0, "stamped with the server's time");
+    // Another workflow runs on.
+    claim(&s, &other, "w").await;
+    // Pausing again replaces the record; resuming puts the run back, once.
+    let again = s.pause(&scope, &PauseRecord::new("ops2", "", false)).await.unwrap();
+    assert_eq!(again.map(|r| r.by), Some("ops".to_owned()));
+    let (_, back) = s.resume(&scope, "resumed by ops", None).await.unwrap().unwrap();
+    assert_eq!((back.resumed, back.still_held), (1, 0));
+    assert_eq!(s.resume(&scope, "again", None).await.unwrap(), None);
+    let h = s.header(&t).await.unwrap().unwrap();
+    assert_eq!((h.status, h.paused_by), (RunStatus::Pending, None));
+    assert_eq!(s.paused_count().await.unwrap(), 0);
+    let ev = s.events(&t, 50).await.unwrap();
+    assert!(ev.iter().any(|e| e.typ == "paused"), "{ev:?}");
+    assert!(
+        ev.iter().any(|e| e.typ == "unpaused" && e.detail == "resumed by ops"),
+        "{ev:?}"
+    );
+    claim(&s, &t, "w").await;
+}
+
+async fn a_run_pause_keeps_its_answers_and_yields_to_a_wider_pause(s: ScriptStore) {
+    let t = new_run(&s, json!(null)).await;
+    let mut c = claim(&s, &t, "w").await;
+    let wait = Wait {
+        kind: "signal".into(),
+        name: "go".into(),
+        payload: json!(null),
+    };
+    let how = Suspend {
+        status: RunStatus::Waiting,
+        due_in: None,
+        wait: Some(&wait),
+        backoff_on: None,
+        drop_begin: None,
+        queue: None,
+    };
+    s.suspend(&mut c.lease, None, how, ("waiting", "go")).await.unwrap();
+    let rec = PauseRecord::new("alice", "look first", false);
+    assert_eq!(
+        s.pause_run(&t, &rec).await.unwrap(),
+        RunPaused::Paused(RunStatus::Waiting)
+    );
+    assert!(matches!(s.pause_run(&t, &rec).await.unwrap(), RunPaused::Already(r) if r.by == "alice"));
+    // The answer it waited for is taken and kept; the claim it brings stops the run.
+    assert!(matches!(
+        s.signal(&t, "signal", "go", &json!(7), None).await.unwrap(),
+        SignalOutcome::Woke(_)
+    ));
+    assert!(matches!(
+        s.claim(&t, "w", None, &ServedSpec::any()).await.unwrap(),
+        ClaimOutcome::Paused(f) if f == "run"
+    ));
+    // A workflow pause on top: unpausing the run lifts its own pause only.
+    let scope = PauseScope::Version("wf".into(), 1);
+    s.pause(&scope, &PauseRecord::new("ops", "", false)).await.unwrap();
+    assert!(matches!(
+        s.resume_run(&t, "resumed by alice", None).await.unwrap(),
+        RunResumed::Held(f, r) if f == "v:wf@1" && r.by == "ops"
+    ));
+    assert_eq!(s.header(&t).await.unwrap().unwrap().status, RunStatus::Paused);
+    assert!(matches!(
+        s.resume_run(&t, "x", None).await.unwrap(),
+        RunResumed::Held(..)
+    ));
+    // Lifting the version pause puts it back, on version 2 as asked, with its signal.
+    let (_, back) = s
+        .resume(&scope, "resumed by ops", Some(("wf", 2)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(back.resumed, 1);
+    let c = claim(&s, &t, "w").await;
+    assert_eq!(c.header.workflow_version, 2);
+    assert!(c.signals.keys().any(|k| k.starts_with("s:go:")), "{:?}", c.signals);
+    // Ended runs are not paused; a run with no pause is not unpaused.
+    let done = new_run(&s, json!(null)).await;
+    let mut d = claim(&s, &done, "w").await;
+    s.finish(&mut d.lease, None, Finish::Completed(&json!(1)), ("completed", ""))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.pause_run(&done, &rec).await.unwrap(),
+        RunPaused::Terminal(RunStatus::Completed)
+    );
+    assert_eq!(
+        s.resume_run(&t, "x", None).await.unwrap(),
+        RunResumed::NotPaused(RunStatus::Running)
+    );
+    assert_eq!(
+        s.pause_run(&ThreadId::generate("none"), &rec).await.unwrap(),
+        RunPaused::Missing
+    );
+}
+
+async fn a_pause_that_holds_timers_moves_a_stopped_timer_by_its_length(s: ScriptStore) {
+    let sleep = Entry::new("nap", EntryKind::Sleep, Outcome::Ok(json!({})), 1);
+    let (held, kept) = (new_run(&s, json!(1)).await, ThreadId::generate("st"));
+    s.create(&kept, "kept", 1, "2", "").await.unwrap();
+    for t in [&held, &kept] {
+        let mut c = claim(&s, t, "w").await;
+        let nap = Some((0, std::slice::from_ref(&sleep)));
+        s.suspend(
+            &mut c.lease,
+            nap,
+            sleeping(Duration::from_millis(100)),
+            ("slept", "nap"),
+        )
+        .await
+        .unwrap();
+    }
+    let (a, b) = (PauseScope::Workflow("wf".into()), PauseScope::Workflow("kept".into()));
+    s.pause(&a, &PauseRecord::new("ops", "", true)).await.unwrap();
+    s.pause(&b, &PauseRecord::new("ops", "", false)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    for t in [&held, &kept] {
+        assert!(matches!(
+            s.claim(t, "w", None, &ServedSpec::any()).await.unwrap(),
+            ClaimOutcome::Paused(_)
+        ));
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    s.resume(&a, "r", None).await.unwrap().unwrap();
+    s.resume(&b, "r", None).await.unwrap().unwrap();
+    // Kept: the timer came due while paused, so it fires now. Held: ~1 s of its 100 ms nap
+    // was spent paused; about 100 ms of it is left.
+    claim(&s, &kept, "w").await;
+    let h = s.header(&held).await.unwrap().unwrap();
+    assert_eq!(h.status, RunStatus::Sleeping);
+    assert!(matches!(
+        s.claim(&held, "w", None, &ServedSpec::any()).await.unwrap(),
+        ClaimOutcome::NotDue(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    claim(&s, &held, "w").await;
+}
+
+async fn the_pause_sweep_repairs_copies_and_puts_back_what_no_pause_holds(s: ScriptStore) {
+    let t = new_run(&s, json!(null)).await;
+    let scope = PauseScope::Queue {
+        name: "tasks".into(),
+        default: true,
+    };
+    let p = s.keys().partition(&t);
+    let copies = s.keys().pauses(p);
+    let hdel = |key: String, field: &'static str| redis::cmd("HDEL").arg(key).arg(field).clone();
+    s.pause(&scope, &PauseRecord::new("ops", "", false)).await.unwrap();
+    // A pause whose caller died after the catalog and before this partition's copy.
+    for f in ["q:", "q:tasks"] {
+        let _: u64 = s.query(&hdel(copies.clone(), f)).await.unwrap();
+    }
+    let catalog = s.pauses().await.unwrap();
+    assert_eq!(s.pause_sweep(p, &catalog, Some("tasks")).await.unwrap().resumed, 0);
+    assert!(matches!(
+        s.claim(&t, "w", None, &ServedSpec::any()).await.unwrap(),
+        ClaimOutcome::Paused(f) if f == "q:"
+    ));
+    // A lift whose caller died after the copies and the catalog, before the put-back.
+    for f in ["q:", "q:tasks"] {
+        let _: u64 = s.query(&hdel(copies.clone(), f)).await.unwrap();
+    }
+    let _: u64 = s.query(&hdel(s.keys().pause_catalog(), "q:tasks")).await.unwrap();
+    assert_eq!(s.pause_sweep(p, &[], Some("tasks")).await.unwrap().resumed, 1);
+    assert_eq!(s.header(&t).await.unwrap().unwrap().status, RunStatus::Pending);
+    // A copy the catalog no longer has (a pause and a resume raced) is removed.
+    s.pause(&scope, &PauseRecord::new("ops", "", false)).await.unwrap();
+    let _: u64 = s.query(&hdel(s.keys().pause_catalog(), "q:tasks")).await.unwrap();
+    s.pause_sweep(p, &[], Some("tasks")).await.unwrap();
+    claim(&s, &t, "w").await;
+}
+
 /// Each contract test, once per backend.
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
@@ -1104,4 +1333,8 @@ conformance!(
     a_block_records_its_kind_and_unblocking_clears_it,
     a_claim_by_a_worker_holding_the_journal_reads_only_what_is_new,
     a_claim_reads_the_whole_hash_while_calls_keep_bookkeeping,
+    a_paused_workflow_stops_its_runs_at_the_claim_and_a_resume_puts_them_back,
+    a_run_pause_keeps_its_answers_and_yields_to_a_wider_pause,
+    a_pause_that_holds_timers_moves_a_stopped_timer_by_its_length,
+    the_pause_sweep_repairs_copies_and_puts_back_what_no_pause_holds,
 );

@@ -23,6 +23,7 @@ pub mod fuzzing;
 mod lineage;
 mod model;
 mod ops;
+mod pause;
 mod routes;
 mod runs;
 pub(crate) mod schedules;

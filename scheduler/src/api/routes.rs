@@ -3,7 +3,7 @@
 
 use axum::http::StatusCode;
 
-use super::{await_result, control, doctor, fleet, lineage, runs, schedules, spec, ApiError, ApiState};
+use super::{await_result, control, doctor, fleet, lineage, pause, runs, schedules, spec, ApiError, ApiState};
 
 /// A handler's answer: a status with a typed JSON body, or an [`ApiError`].
 pub(crate) type Reply<T> = Result<(StatusCode, axum::Json<T>), ApiError>;
@@ -46,6 +46,10 @@ pub(super) fn api_routes() -> utoipa_axum::router::OpenApiRouter<ApiState> {
         .routes(routes!(schedules::pause))
         .routes(routes!(schedules::resume))
         .routes(routes!(schedules::trigger))
+        .routes(routes!(pause::pause_run))
+        .routes(routes!(pause::unpause_run))
+        .routes(routes!(pause::pause, pause::list))
+        .routes(routes!(pause::resume))
         .routes(routes!(fleet::workers))
         .routes(routes!(fleet::workflows))
 }

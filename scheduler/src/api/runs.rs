@@ -259,7 +259,10 @@ pub(crate) async fn run_view(store: &ScriptStore, h: &RunHeader) -> Result<RunVi
         (RunStatus::Sleeping, Some(i)) if h.wait_effect.is_none() => store.entry(&h.thread, i).await?,
         _ => None,
     };
-    Ok(views::run_view(h, &views::Facts { now, last }))
+    // A run that may still take a slice is held by a workflow, version or queue pause in force.
+    let live = !h.status.is_final() && !matches!(h.status, RunStatus::Blocked | RunStatus::Paused);
+    let pauses = if live { store.pauses().await? } else { Vec::new() };
+    Ok(views::run_view(h, &views::Facts { now, last, pauses }))
 }
 
 /// A run's history

@@ -29,6 +29,7 @@ use super::ApiState;
         (name = "runs", description = "Start runs, read them, await their result"),
         (name = "control", description = "Answer, signal, cancel, retry and settle runs; fork and restart them"),
         (name = "schedules", description = "Start runs on a cron pattern or a fixed interval"),
+        (name = "pause", description = "Pause and resume a run, a workflow, a version, a task queue or the runs a filter matches"),
         (name = "fleet", description = "The live workers and the workflows they serve"),
         (name = "ops", description = "Probes and metrics"),
     ),
@@ -106,6 +107,21 @@ fn body_rules(v: &mut Value) {
             "anyOf".into(),
             Value::Array(vec![given(&["limit"]), given(&["rate_per_sec"])]),
         );
+    }
+    // A pause or resume names exactly one of a workflow, a queue and a filter; a version (and
+    // a resume's target version) goes with a workflow.
+    for (name, with_workflow) in [
+        ("PauseRequest", &["version"][..]),
+        ("ResumeRequest", &["version", "to_version"][..]),
+    ] {
+        if let Some(body) = schemas.get_mut(name).and_then(Value::as_object_mut) {
+            let one = [given(&["workflow"]), given(&["queue"]), given(&["filter"])];
+            let mut all = vec![serde_json::json!({"oneOf": one})];
+            for f in with_workflow {
+                all.push(serde_json::json!({"anyOf": [{"not": given(&[f])}, given(&["workflow"])]}));
+            }
+            body.insert("allOf".into(), Value::Array(all));
+        }
     }
     if let Some(schedule) = schemas.get_mut("ScheduleBody").and_then(Value::as_object_mut) {
         schedule.insert(

@@ -43,6 +43,8 @@ pub(crate) struct Facts {
     pub now: u64,
     /// The last journal entry, when the run sleeps on a timer it journaled.
     pub last: Option<Entry>,
+    /// The workflow, version and queue pauses in force.
+    pub pauses: Vec<savepoint_store::Pause>,
 }
 
 /// How long past its due time a runnable run may wait for a worker before the view calls it
@@ -74,6 +76,10 @@ pub(crate) fn position(h: &RunHeader, f: &Facts) -> Position {
             "blocked at entry {next}: {}",
             h.reason.as_deref().unwrap_or("(no reason recorded)")
         ),
+        RunStatus::Paused => {
+            p.kind = Some("paused".into());
+            super::pause::stopped_text(h)
+        }
         status => format!("{status} after {next} entries"),
     };
     with_overdue(h, f, p, text)
@@ -202,6 +208,7 @@ pub(crate) fn run_view(h: &RunHeader, f: &Facts) -> RunView {
             name: w.name.clone(),
             payload: shown(&w.payload),
         }),
+        pause: super::pause::run_pause_view(h, &f.pauses),
         waiting_for: h.waiting_for.clone().filter(|_| runnable),
         waiting_on_effect: waiting_on_effect(h).filter(|_| runnable),
         crashes: Some(h.crashes).filter(|n| *n > 0),
@@ -399,6 +406,8 @@ mod tests {
                 payload: json!({"q": "ok?"}),
             }),
             trace: None,
+            pause: None,
+            paused_by: None,
         }
     }
 
@@ -410,6 +419,7 @@ mod tests {
         Facts {
             now: 100_000,
             last: None,
+            pauses: Vec::new(),
         }
     }
 
@@ -456,6 +466,7 @@ mod tests {
         let f = Facts {
             now: 100_000,
             last: Some(nap),
+            pauses: Vec::new(),
         };
         let at = to(position(&h, &f));
         assert_eq!(at["entry"], 1, "the sleep is the last recorded entry: {at}");

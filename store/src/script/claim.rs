@@ -71,7 +71,9 @@ impl ScriptStore {
             .key(&k.blocked)
             .key(&k.unserved)
             .key(&k.unconfirmed)
-            .key(&k.waiting);
+            .key(&k.waiting)
+            .key(&k.pauses)
+            .key(&k.paused);
         inv.arg(thread.as_str())
             .arg(owner)
             .arg(ms(self.cfg.lease))
@@ -167,6 +169,7 @@ fn not_claimed(r: &Reply) -> Result<ClaimOutcome, StoreError> {
         },
         "poison" => ClaimOutcome::Poison(r.text(1)),
         "misrouted" => ClaimOutcome::Misrouted(r.text(1)),
+        "paused" => ClaimOutcome::Paused(r.text(1)),
         other => return Err(StoreError::Reply(format!("claim: {other}"))),
     })
 }

@@ -130,16 +130,17 @@ impl ScriptStore {
         self.versioned_write(&inv, lease).await
     }
 
-    /// Extends the lease; returns the new expiry (server ms).
-    pub async fn heartbeat(&self, lease: &Lease) -> Result<u64, StoreError> {
+    /// Extends the lease; returns the new expiry (server ms) and the pause now holding the run
+    /// (its words), if any: the slice should yield at its next call.
+    pub async fn heartbeat(&self, lease: &Lease) -> Result<(u64, Option<String>), StoreError> {
         let k = &lease.keys;
         let mut inv = self.scripts.heartbeat.prepare_invoke();
-        inv.key(&k.run).key(&k.due);
+        inv.key(&k.run).key(&k.due).key(&k.pauses);
         inv.arg(lease.thread.as_str()).arg(&lease.owner).arg(lease.fence);
         inv.arg(ms(self.cfg.lease)).arg(ms(self.cfg.grace));
         let r = self.invoke(&inv).await?;
         if r.tag() == "ok" {
-            Ok(r.num(1))
+            Ok((r.num(1), Some(r.text(2)).filter(|p| !p.is_empty())))
         } else {
             Err(self.rejected(lease, &r))
         }

@@ -10,6 +10,7 @@ mod fleet;
 mod flow;
 mod lease;
 mod naming;
+mod pause;
 mod query;
 pub(crate) mod reply;
 mod scan;
@@ -30,6 +31,7 @@ pub use control::{Cancelled, ForkOutcome, RestartOutcome, RetryOutcome, SignalOu
 pub use create::SCHEMA_VERSION;
 pub use fleet::{owns_partition, ServedSpec, WorkerInfo};
 pub use flow::{Acquired, FLOW_PARK};
+pub use pause::{Pause, PauseRecord, PauseScope, RunPaused, RunResumed, Unparked};
 pub use query::{ListFilter, PageCursor, RunEvent, WorkflowCounts};
 pub use scan::Rung;
 pub use schedules::{Advance, Resealed, SchedulePut, ScheduleRecord};

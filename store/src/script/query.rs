@@ -83,7 +83,7 @@ impl std::fmt::Display for PageCursor {
 }
 
 /// Every field of the run hash except the journal (`j:<i>`).
-const HEADER_FIELDS: [&str; 44] = [
+const HEADER_FIELDS: [&str; 48] = [
     "wf",
     "wfv",
     "schema",
@@ -128,6 +128,10 @@ const HEADER_FIELDS: [&str; 44] = [
     "wait_name",
     "wait_payload",
     "trace",
+    "pz",
+    "pzw",
+    "pzr",
+    "ps",
 ];
 
 /// A header from the values of `HMGET <run> HEADER_FIELDS…` (`None`: no such run).
@@ -182,7 +186,10 @@ impl<'f> PageScan<'f> {
         // Blocked and waiting runs are read from their own indexes, scored by when they stopped
         // (never before they were created, so `from` still bounds the scan there); elsewhere
         // the score is the creation time, which `until` bounds too.
-        let own_index = matches!(filter.status, Some(RunStatus::Blocked | RunStatus::Waiting));
+        let own_index = matches!(
+            filter.status,
+            Some(RunStatus::Blocked | RunStatus::Waiting | RunStatus::Paused)
+        );
         Self {
             filter,
             min: filter.from.map(|t| t.to_string()).unwrap_or_else(|| "-inf".into()),
@@ -344,7 +351,7 @@ impl ScriptStore {
         // A status other than blocked and waiting is filtered from the creation index: read up
         // to 4x the limit (at least 100) per partition for it.
         let per = match status {
-            Some(RunStatus::Blocked | RunStatus::Waiting) | None => limit,
+            Some(RunStatus::Blocked | RunStatus::Waiting | RunStatus::Paused) | None => limit,
             Some(_) => limit.saturating_mul(4).max(100),
         };
         let filter = ListFilter {
@@ -387,7 +394,9 @@ impl ScriptStore {
     /// their own, every other status the creation index.
     fn page_index(&self, status: Option<RunStatus>, p: u16) -> String {
         match status {
-            Some(s @ (RunStatus::Blocked | RunStatus::Waiting)) => self.keys.status_index(p, s.as_str()),
+            Some(s @ (RunStatus::Blocked | RunStatus::Waiting | RunStatus::Paused)) => {
+                self.keys.status_index(p, s.as_str())
+            }
             _ => self.keys.index(p),
         }
     }
@@ -499,11 +508,11 @@ impl ScriptStore {
             false => Vec::new(),
         };
         for s in statuses.into_iter().flatten().filter_map(|s| RunStatus::parse(&s)) {
-            if !matches!(s, RunStatus::Blocked | RunStatus::Waiting) {
+            if !matches!(s, RunStatus::Blocked | RunStatus::Waiting | RunStatus::Paused) {
                 *counts.entry(s).or_default() += 1;
             }
         }
-        for s in [RunStatus::Blocked, RunStatus::Waiting] {
+        for s in [RunStatus::Blocked, RunStatus::Waiting, RunStatus::Paused] {
             counts.insert(s, self.status_index_size(s).await?);
         }
         Ok((counts, capped))
@@ -517,7 +526,12 @@ impl ScriptStore {
         let per = (cap / usize::from(parts.max(1))).max(1);
         let mut out = WorkflowCounts::default();
         // The creation index (statuses other than blocked and waiting), then each of those two.
-        let indexes = [None, Some(RunStatus::Blocked), Some(RunStatus::Waiting)];
+        let indexes = [
+            None,
+            Some(RunStatus::Blocked),
+            Some(RunStatus::Waiting),
+            Some(RunStatus::Paused),
+        ];
         for status in indexes {
             let mut pipe = redis::pipe();
             for p in 0..parts {
@@ -549,7 +563,7 @@ impl ScriptStore {
                     continue; // expired since it was indexed
                 };
                 // Blocked and waiting runs are counted from their own indexes only.
-                let own_index = matches!(st, RunStatus::Blocked | RunStatus::Waiting);
+                let own_index = matches!(st, RunStatus::Blocked | RunStatus::Waiting | RunStatus::Paused);
                 if own_index == status.is_some() {
                     *out.by_workflow.entry(wf).or_default().entry(st).or_default() += 1;
                     out.counted += 1;
@@ -562,7 +576,7 @@ impl ScriptStore {
     /// How many runs the `blocked` or `waiting` index holds (every such run, however old);
     /// 0 for other statuses, which have no index of their own.
     pub async fn status_index_size(&self, status: RunStatus) -> Result<u64, StoreError> {
-        if !matches!(status, RunStatus::Blocked | RunStatus::Waiting) {
+        if !matches!(status, RunStatus::Blocked | RunStatus::Waiting | RunStatus::Paused) {
             return Ok(0);
         }
         let mut pipe = redis::pipe();

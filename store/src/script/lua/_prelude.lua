@@ -79,3 +79,56 @@ local function unblock_run(run, due_set, ev, blocked, thread, ver, redeliver_ms,
   local rv = redis.call('HINCRBY', run, 'rv', 1)
   return tostring(rv), redis.call('HGET', run, 'trace') or ''
 end
+
+-- Pauses (ARCHITECTURE §16b). A record is 'by\31at_ms\31hold (0|1)\31note'; a run's own is its
+-- field `pz`, a workflow's, a version's and a queue's are the fields `w:<wf>`, `v:<wf>@<v>`
+-- and `q:<queue>` of the partition's pause hash. Returns the record holding the run and its
+-- field ('run' for its own), or nil.
+local function pause_of(own, pauses, wf, wfv, q)
+  if own and own ~= '' then return own, 'run' end
+  local f = { 'w:' .. wf, 'v:' .. wf .. '@' .. wfv, 'q:' .. q }
+  local p = redis.call('HMGET', pauses, f[1], f[2], f[3])
+  for i = 1, 3 do
+    if p[i] then return p[i], f[i] end
+  end
+  return nil
+end
+
+-- 'workflow invoice by alice: provider down' (the event detail of a pause record).
+local function pause_text(field, record)
+  local by, _, _, note = string.match(record, '^(.-)\31(%d*)\31(%d?)\31(.*)$')
+  local scope = 'the run'
+  local kind, name = string.sub(field, 1, 1), string.sub(field, 3)
+  if kind == 'w' then scope = 'workflow ' .. name
+  elseif kind == 'v' then scope = 'workflow version ' .. name
+  elseif kind == 'q' then scope = 'queue ' .. (name == '' and '(default)' or name) end
+  local s = scope .. ' paused by ' .. (by or '?')
+  if note and note ~= '' then s = s .. ': ' .. note end
+  return s
+end
+
+-- Puts a run a pause stopped back where the pause found it (status `ps`), due now (the
+-- scanner rings it at its pace), or, when the record asked to hold timers, with its timer and
+-- deadline moved later by the time since the pause. `version` ('' = keep) moves the run to
+-- that version of its workflow. KEYS of the caller: run hash, event list, partition due zset,
+-- partition waiting index, partition paused index.
+local function unpark(run, ev, due_set, waiting, paused, thread, cap, version, detail, t)
+  local h = redis.call('HMGET', run, 'ps', 'pzr', 'due', 'deadline', 'ver')
+  local ps = h[1] or 'pending'
+  local _, at, hold = string.match(h[2] or '', '^(.-)\31(%d*)\31(%d?)\31')
+  local due = t
+  if hold == '1' and at and at ~= '' then
+    local held = math.max(0, t - tonumber(at))
+    if h[4] then redis.call('HSET', run, 'deadline', tonumber(h[4]) + held) end
+    if ps == 'sleeping' and h[3] then due = math.max(t, tonumber(h[3]) + held) end
+  end
+  if ps == 'sleeping' then redis.call('HSET', run, 'due', due) end
+  redis.call('HSET', run, 'status', ps, 'updated', t, 'ver', tonumber(h[5] or '0') + 1)
+  redis.call('HINCRBY', run, 'rv', 1)
+  redis.call('HDEL', run, 'ps', 'pzw', 'pzr')
+  if version ~= '' then redis.call('HSET', run, 'wfv', version) end
+  redis.call('ZADD', due_set, due, thread)
+  if ps == 'waiting' then redis.call('ZADD', waiting, t, thread) end
+  redis.call('ZREM', paused, thread)
+  event(ev, cap, 'unpaused', detail, t)
+end

@@ -1,7 +1,8 @@
 -- claim: take the run's lease for one slice of work.
 -- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 run signals hash,
 --       5 partition blocked index, 6 partition index of runs given back as unserved,
---       7 partition unconfirmed-start index, 8 partition waiting index
+--       7 partition unconfirmed-start index, 8 partition waiting index,
+--       9 partition pause hash (workflow, version and queue pauses), 10 partition paused index
 -- ARGV: 1 thread id, 2 owner (worker incarnation), 3 lease_ms, 4 grace_ms,
 --       5 task step ('' = unknown), 6 event cap,
 --       7 served spec: '\31name\30min\30max\31…' ('' = serve anything), 8 checkpoint schema,
@@ -27,6 +28,10 @@
 --          block kind `bk` poison)
 --        | {'misrouted', queue} (the run is routed to a task queue this worker does not serve:
 --          untouched; the worker forwards the task there)
+--        | {'paused', field, record} (a pause holds the run: its own (`pz`, field 'run') or its
+--          workflow's, version's or queue's in KEYS[9]; the run is stopped: status `paused`,
+--          the status it had in `ps`, out of the due zset, in the paused index, event
+--          `paused`; field '' when it was stopped already)
 -- Effects: status running, owner, fence+1, lease expiry, due = expiry + grace, version+1,
 -- attempt+1, rv+1 (ring version: a confirmed task outstanding before this claim is spent),
 -- rings 0, crash accounting.
@@ -44,7 +49,7 @@ local function incremental_fields(run, have, steps)
     'wait_fx', 'wait_fx_n', 'waiting_for', 'q', 'needs', 'created', 'updated', 'input', 'trace',
     'deadline', 'parent', 'parent_i', 'hq', 'fck', 'fcl', 'fcr', 'prio', 'bk', 'blocked_fx',
     'blocked_fx_owner', 'reason', 'error', 'output', 'finished', 'forked_from', 'restarted_from',
-    'restarts', 'wait_kind', 'wait_name', 'wait_payload' }
+    'restarts', 'wait_kind', 'wait_name', 'wait_payload', 'pz', 'ps', 'pzw', 'pzr' }
   local n, created, restarts = string.match(have, '^(%d+)\30(%d+)\30(%d+)$')
   n = tonumber(n)
   if not n or n < 1 or n > steps then return nil end
@@ -70,10 +75,11 @@ end
 
 local h = redis.call('HMGET', KEYS[1], 'status', 'steps', 'owner', 'lease', 'fence', 'due', 'ver',
   'attempt', 'wf', 'wfv', 'schema', 'rv', 'cstep', 'crashes', 'crashed_by', 'cur', 'unserved_n',
-  'unserved_at', 'rings', 'wait_fx', 'waiting_for', 'q', 'needs')
+  'unserved_at', 'rings', 'wait_fx', 'waiting_for', 'q', 'needs', 'pz')
 local status = h[1]
 if not status then return { 'missing' } end
 if terminal[status] then return { 'terminal', status } end
+if status == 'paused' then return { 'paused', '', '' } end
 local t = now_ms()
 if status == 'waiting' and not (h[6] and tonumber(h[6]) <= t) then return { 'waiting' } end
 if status == 'sleeping' and tonumber(h[6] or '0') > t then return { 'not_due', h[6] } end
@@ -88,6 +94,21 @@ if ARGV[5] ~= '' and tonumber(ARGV[5]) < steps then return { 'stale', h[2] } end
 local rv = tonumber(h[12] or '0') + 1
 if ARGV[12] ~= '' and h[22] and h[22] ~= '' and not string.find(ARGV[12], '\31' .. h[22] .. '\31', 1, true) then
   return { 'misrouted', h[22] }
+end
+
+-- Paused: the run takes no slice. It leaves the due zset (and every net that would ring it)
+-- until a resume puts it back (unpark, in the prelude).
+local pz, pfield = pause_of(h[24], KEYS[9], h[9] or '', h[10] or '0', h[22] or '')
+if pz then
+  redis.call('HSET', KEYS[1], 'status', 'paused', 'ps', status, 'pzw', pfield, 'pzr', pz, 'updated', t,
+    'rv', rv)
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  if status == 'waiting' then redis.call('ZREM', KEYS[8], ARGV[1]) end
+  if h[17] then redis.call('ZREM', KEYS[6], ARGV[1]) end
+  if h[8] == '0' then redis.call('ZREM', KEYS[7], ARGV[1]) end
+  redis.call('ZADD', KEYS[10], t, ARGV[1])
+  event(KEYS[3], ARGV[6], 'paused', pause_text(pfield, pz), t)
+  return { 'paused', pfield, pz }
 end
 
 -- Can this worker serve the run at all? If not, give it back without spending a fence.

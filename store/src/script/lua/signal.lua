@@ -13,7 +13,11 @@
 --        | {'settled', name} (kind child: the parent's call already journaled the child, so
 --          the word has no reader and is not kept)
 -- Client ids are kept in the signals hash as d:<id> for the run's life.
-local h = redis.call('HMGET', KEYS[1], 'status', 'wait_kind', 'wait_name', 'ver')
+local h = redis.call('HMGET', KEYS[1], 'status', 'wait_kind', 'wait_name', 'ver', 'ps')
+-- A run a pause stopped while it waited (its wait's deadline had passed) still takes the
+-- answer it waited for: kept, and the run is put back as pending when it is resumed.
+local held = h[1] == 'paused'
+if held then h[1] = h[5] or 'pending' end
 if not h[1] then return { 'missing' } end
 -- (A blocked run that kept its wait still takes an answer, below.)
 if terminal[h[1]] and not (h[1] == 'blocked' and h[2]) then return { 'terminal', h[1] } end
@@ -50,6 +54,12 @@ else
 end
 local t = now_ms()
 if ARGV[7] ~= '' then redis.call('HSET', KEYS[4], 'd:' .. ARGV[7], name) end
+if waiting and h[3] == name and held then
+  redis.call('HSET', KEYS[1], 'ps', 'pending', 'updated', t)
+  redis.call('ZREM', KEYS[5], ARGV[1])
+  event(KEYS[3], ARGV[6], kind == 'interrupt' and 'resumed' or 'signalled', name .. ' (kept: the run is paused)', t)
+  return { 'buffered', name }
+end
 if waiting and h[3] == name then
   local due = t + tonumber(ARGV[5])
   redis.call('HSET', KEYS[1], 'status', 'pending', 'ver', tonumber(h[4]) + 1, 'updated', t, 'due', due)
