@@ -1,4 +1,5 @@
-//! `webhook {"url","steps","effect_at","policy"?}`: `steps` trivial steps; at index
+//! `webhook {"url","steps","effect_at","policy"?,"step_ms"?}`: `steps` trivial steps (each
+//! taking `step_ms`, default 0); at index
 //! `effect_at` an effect POSTs `{"thread_id","step"}` to `url` with the headers
 //! `Idempotency-Key: <key>` and `Fencing-Token: <fence>` (policy `block` by default, or
 //! `retry_safe`); outputs `{"steps": n}`. A receiver that remembers the highest token per
@@ -24,6 +25,9 @@ pub struct WebhookIn {
     /// `block` (default) or `retry_safe`.
     #[serde(default)]
     pub policy: Option<String>,
+    /// Milliseconds each step takes (default 0), to keep runs in flight.
+    #[serde(default)]
+    pub step_ms: u64,
 }
 
 /// What the receiver answered (the `webhook.post` effect's result).
@@ -97,7 +101,15 @@ impl Workflow for Webhook {
                     .policy(policy.clone())
                     .await?;
             }
-            let _: u32 = ctx.step(&format!("step-{i}"), || async move { Ok(i) }).await?;
+            let ms = input.step_ms;
+            let _: u32 = ctx
+                .step(&format!("step-{i}"), || async move {
+                    if ms > 0 {
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                    }
+                    Ok(i)
+                })
+                .await?;
         }
         Ok(WebhookOut { steps: input.steps })
     }

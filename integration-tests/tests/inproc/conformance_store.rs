@@ -1186,7 +1186,7 @@ async fn a_run_pause_keeps_its_answers_and_yields_to_a_wider_pause(s: ScriptStor
     assert_eq!(s.header(&t).await.unwrap().unwrap().status, RunStatus::Paused);
     assert!(matches!(
         s.resume_run(&t, "x", None).await.unwrap(),
-        RunResumed::Held(..)
+        RunResumed::NotOwn(..)
     ));
     // Lifting the version pause puts it back, on version 2 as asked, with its signal.
     let (_, back) = s

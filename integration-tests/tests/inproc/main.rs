@@ -17,5 +17,6 @@ pub mod fleet_api;
 pub mod hazards;
 pub mod held_journal;
 pub mod http_api;
+pub mod pause;
 pub mod pipeline;
 pub mod workflow_api;

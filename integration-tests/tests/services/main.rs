@@ -16,6 +16,7 @@ pub mod flow;
 pub mod lifecycle;
 pub mod lineage;
 pub mod loadgen;
+pub mod pause;
 pub mod queues;
 pub mod scaling;
 pub mod schedules;

@@ -107,6 +107,16 @@ fn holds(scope: &PauseScope, h: &RunHeader) -> bool {
     }
 }
 
+/// `workflow invoice`, `workflow invoice v2`, `queue q`, `the run`.
+fn scope_text(v: &PauseView) -> String {
+    match (v.scope.as_str(), &v.workflow, v.version, &v.queue) {
+        ("workflow", Some(w), _, _) => format!("the pause of workflow {w}"),
+        ("version", Some(w), Some(n), _) => format!("the pause of workflow {w} v{n}"),
+        ("queue", _, _, Some(q)) => format!("the pause of queue {q}"),
+        _ => "its own pause".into(),
+    }
+}
+
 /// The sentence of a stopped run's position.
 pub(crate) fn stopped_text(h: &RunHeader) -> String {
     let by = h
@@ -114,18 +124,13 @@ pub(crate) fn stopped_text(h: &RunHeader) -> String {
         .as_ref()
         .and_then(|(f, r, _)| field_view(f, r))
         .map(|v| {
-            let scope = match (v.scope.as_str(), &v.workflow, v.version, &v.queue) {
-                ("workflow", Some(w), _, _) => format!("workflow {w}"),
-                ("version", Some(w), Some(n), _) => format!("workflow {w} v{n}"),
-                ("queue", _, _, Some(q)) => format!("queue {q}"),
-                _ => "the run".into(),
-            };
+            let scope = scope_text(&v);
             let note = if v.note.is_empty() {
                 String::new()
             } else {
                 format!(": {}", v.note)
             };
-            format!(" ({scope} paused by {}{note})", v.by)
+            format!(" ({scope}, by {}{note})", v.by)
         })
         .unwrap_or_default();
     format!("paused at entry {}{by}", h.steps)
@@ -501,6 +506,14 @@ pub(crate) async fn unpause_run(
     let held_by = match svc.store.resume_run(&thread, &detail, body.to_version).await? {
         RunResumed::Resumed(_) => None,
         RunResumed::Held(field, record) => Some(field_view(&field, &record.encode())),
+        RunResumed::NotOwn(field, record) => {
+            let scope = field_view(&field, &record.encode())
+                .map(|v| scope_text(&v))
+                .unwrap_or_default();
+            return Err(ApiError::conflict(format!(
+                "run has no pause of its own; {scope} holds it: resume that (POST /v1/pauses/resume)"
+            )));
+        }
         RunResumed::NotPaused(s) => return Err(ApiError::conflict(format!("run is {s} and has no pause of its own"))),
         RunResumed::Missing => return Err(ApiError::run_not_found(&thread)),
         RunResumed::Terminal(s) => return Err(ApiError::conflict(format!("run is {s}; nothing to unpause"))),

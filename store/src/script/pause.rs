@@ -165,6 +165,8 @@ pub enum RunResumed {
     /// Its own pause (if any) is lifted, but this workflow, version or queue pause still
     /// holds it.
     Held(String, PauseRecord),
+    /// No pause of its own; this workflow, version or queue pause holds it (nothing changed).
+    NotOwn(String, PauseRecord),
     /// No pause of its own, and none holds it.
     NotPaused(RunStatus),
     /// No such run.
@@ -212,6 +214,10 @@ impl ScriptStore {
         Ok(match r.tag().as_str() {
             "ok" => RunResumed::Resumed(status(&r.text(1))),
             "held" => RunResumed::Held(
+                r.text(1),
+                PauseRecord::decode(&r.text(2)).unwrap_or(PauseRecord::new("?", "", false)),
+            ),
+            "not_own" => RunResumed::NotOwn(
                 r.text(1),
                 PauseRecord::decode(&r.text(2)).unwrap_or(PauseRecord::new("?", "", false)),
             ),

@@ -8,7 +8,8 @@
 --          next call, at the latest one heartbeat later) | {'already', record}
 --        resume: {'ok', status} (put back where it was, due now, if the pause had stopped it)
 --          | {'held', field, record} (its own pause is gone, but its workflow's, version's or
---          queue's still holds it) | {'not_paused', status}
+--          queue's still holds it) | {'not_own', field, record} (it has no pause of its own;
+--          that one holds it: nothing changed) | {'not_paused', status}
 --        | {'missing'} | {'terminal', status}
 local h = redis.call('HMGET', KEYS[1], 'status', 'pz', 'wf', 'wfv', 'q')
 local status = h[1]
@@ -31,6 +32,7 @@ if status ~= 'paused' then
 end
 local pz, field = pause_of(nil, KEYS[3], h[3] or '', h[4] or '0', h[5] or '')
 if pz then
+  if not h[2] then return { 'not_own', field, pz } end
   if h[2] then event(KEYS[2], ARGV[4], 'unpaused', ARGV[3] .. ' (still held: ' .. pause_text(field, pz) .. ')', t) end
   return { 'held', field, pz }
 end

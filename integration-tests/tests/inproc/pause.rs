@@ -1,0 +1,192 @@
+//! Pause and resume through the API (ARCHITECTURE §16b): a slice in flight finishes its call
+//! and yields, the paused run starts nothing until it is resumed, and every call then runs
+//! once; the API's answers for each level and each refusal. Run on whichever backend the tier
+//! uses (real Redis with `services`).
+
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use savepoint::workflow::{Ctx, Registry, Workflow, WorkflowError};
+use savepoint_integration_tests::inproc::InProc;
+use savepoint_integration_tests::scenario::World;
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// Each step's name and start, written down outside the engine.
+type Started = Arc<Mutex<Vec<(String, Instant)>>>;
+
+/// `steps` steps of `step_ms` each; every step start is written down outside the engine.
+struct Slow {
+    started: Started,
+}
+
+impl Workflow for Slow {
+    const NAME: &'static str = "pause_slow";
+    type Input = Value;
+    type Output = u32;
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<u32, WorkflowError> {
+        let steps = input["steps"].as_u64().unwrap_or(3) as u32;
+        let ms = input["step_ms"].as_u64().unwrap_or(10);
+        for i in 0..steps {
+            let started = Arc::clone(&self.started);
+            ctx.step(&format!("s{i}"), move || {
+                let started = Arc::clone(&started);
+                async move {
+                    started.lock().unwrap().push((format!("s{i}"), Instant::now()));
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    Ok(i)
+                }
+            })
+            .await?;
+        }
+        Ok(steps)
+    }
+}
+
+fn registry() -> (Registry, Started) {
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let mut reg = Registry::new();
+    reg.register(Slow {
+        started: Arc::clone(&started),
+    });
+    (reg, started)
+}
+
+fn count(started: &Mutex<Vec<(String, Instant)>>) -> usize {
+    started.lock().unwrap().len()
+}
+
+#[tokio::test]
+async fn a_slice_in_flight_finishes_its_call_yields_and_starts_nothing_until_unpaused() {
+    let w = World::new("pzrun", |_| {}).await;
+    let (reg, started) = registry();
+    let wk = InProc::start(&w.cfg, reg);
+    w.wait_registered(Slow::NAME).await;
+    let t = w.start(Slow::NAME, json!({"steps": 6, "step_ms": 400})).await;
+    let deadline = Instant::now() + LONG;
+    while count(&started) < 2 {
+        assert!(Instant::now() < deadline, "the run did not start");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (code, reply) = w
+        .post(&format!("/v1/runs/{t}/pause"), json!({"note": "look first"}))
+        .await;
+    assert_eq!(code, 200, "{reply}");
+    assert_eq!(reply["pause"]["by"], "anonymous", "{reply}");
+    assert_eq!(reply["pause"]["note"], "look first", "{reply}");
+    // The heartbeat (a third of the lease) finds the pause; the step under way finishes.
+    let run = w.wait_status(&t, &["paused"], LONG).await;
+    let at_stop = count(&started);
+    assert!(at_stop < 6, "the run went on to its end: {at_stop} steps started");
+    assert_eq!(run["pause"]["scope"], "run", "{run}");
+    assert_eq!(run["pause"]["stopped"], true, "{run}");
+    assert_eq!(run["pause"]["resumes_as"], "pending", "{run}");
+    assert_eq!(run["at"]["kind"], "paused", "{run}");
+    assert!(
+        run["at"]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("its own pause, by anonymous: look first"),
+        "{run}"
+    );
+    let (_, list) = w.get("/v1/runs?status=paused").await;
+    assert_eq!(list["runs"][0]["thread_id"], t.as_str(), "{list}");
+    // Stopped: nothing starts, whatever rings the run (a task, the scanner).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(count(&started), at_stop, "a step started while the run was paused");
+    let (code, reply) = w.post(&format!("/v1/runs/{t}/unpause"), json!({"note": "ok"})).await;
+    assert_eq!(code, 200, "{reply}");
+    let run = w.wait_status(&t, &["completed", "failed", "blocked"], LONG).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    // Every call ran once: the one in flight at the pause was journaled before the yield.
+    let names: Vec<String> = started.lock().unwrap().iter().map(|(n, _)| n.clone()).collect();
+    assert_eq!(names, (0..6).map(|i| format!("s{i}")).collect::<Vec<_>>());
+    let types = w.event_types(&t).await;
+    let order: Vec<&str> = types
+        .iter()
+        .map(String::as_str)
+        .filter(|e| ["paused", "yielded", "unpaused", "completed"].contains(e))
+        .collect();
+    assert_eq!(
+        order,
+        ["paused", "yielded", "paused", "unpaused", "completed"],
+        "{types:?}"
+    );
+    wk.stop().await;
+}
+
+#[tokio::test]
+async fn pause_requests_are_checked_and_answered() {
+    let w = World::new("pzapi", |_| {}).await;
+    let (reg, _) = registry();
+    let wk = InProc::start(&w.cfg, reg);
+    w.wait_registered(Slow::NAME).await;
+    for (body, why) in [
+        (json!({}), "exactly one"),
+        (json!({"workflow": "a", "queue": "b"}), "exactly one"),
+        (json!({"queue": "q", "version": 2}), "version goes with workflow"),
+        (json!({"workflow": ""}), "1 to 256"),
+        (json!({"workflow": "a", "version": 0}), "starts at 1"),
+        (json!({"filter": {"limit": 0}}), "filter.limit"),
+    ] {
+        let (code, reply) = w.post("/v1/pauses", body.clone()).await;
+        assert_eq!(code, 422, "{body}: {reply}");
+        assert!(reply["error"].as_str().unwrap().contains(why), "{body}: {reply}");
+    }
+    let (code, reply) = w.post("/v1/pauses", json!({"workflow": "a", "hold_timers": 1})).await;
+    assert!(code == 400 || code == 422, "{code} {reply}");
+    let (code, reply) = w.post("/v1/pauses/resume", json!({"workflow": Slow::NAME})).await;
+    assert_eq!(code, 404, "{reply}");
+    let (code, reply) = w
+        .post("/v1/pauses/resume", json!({"workflow": Slow::NAME, "to_version": 9}))
+        .await;
+    assert_eq!(code, 422, "{reply}");
+    assert!(
+        reply["error"].as_str().unwrap().contains("no live worker serves"),
+        "{reply}"
+    );
+    // A workflow pause, listed; a run started under it is stopped at its first claim.
+    let (code, reply) = w
+        .post(
+            "/v1/pauses",
+            json!({"workflow": Slow::NAME, "note": "maintenance", "hold_timers": true}),
+        )
+        .await;
+    assert_eq!(code, 200, "{reply}");
+    assert_eq!(reply["pause"]["hold_timers"], true, "{reply}");
+    let t = w.start(Slow::NAME, json!({"steps": 1})).await;
+    let run = w.wait_status(&t, &["paused"], LONG).await;
+    assert_eq!(run["pause"]["scope"], "workflow", "{run}");
+    assert_eq!(run["pause"]["workflow"], Slow::NAME, "{run}");
+    let (_, list) = w.get("/v1/pauses").await;
+    assert_eq!(list["pauses"][0]["note"], "maintenance", "{list}");
+    assert_eq!(list["paused_runs"], 1, "{list}");
+    // Its own unpause cannot lift the workflow's pause.
+    let (code, reply) = w.post(&format!("/v1/runs/{t}/unpause"), json!(null)).await;
+    assert_eq!(code, 409, "{reply}");
+    // A filter pause gives the run a pause of its own too; resuming the workflow then leaves
+    // it held by that one, and resuming the filter puts it back.
+    let filter = json!({"filter": {"workflow": Slow::NAME, "status": "paused"}});
+    let (code, reply) = w.post("/v1/pauses", filter.clone()).await;
+    assert_eq!((code, reply["runs"].as_u64()), (200, Some(1)), "{reply}");
+    let (code, reply) = w.post("/v1/pauses/resume", json!({"workflow": Slow::NAME})).await;
+    assert_eq!(code, 200, "{reply}");
+    assert_eq!(
+        (reply["resumed"].as_u64(), reply["still_held"].as_u64()),
+        (Some(0), Some(1)),
+        "{reply}"
+    );
+    let (code, reply) = w.post("/v1/pauses/resume", filter).await;
+    assert_eq!((code, reply["resumed"].as_u64()), (200, Some(1)), "{reply}");
+    let run = w.wait_status(&t, &["completed", "failed", "blocked"], LONG).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    // Ended runs are not paused; unknown runs are 404.
+    let (code, reply) = w.post(&format!("/v1/runs/{t}/pause"), json!(null)).await;
+    assert_eq!(code, 409, "{reply}");
+    let (code, _) = w.post("/v1/runs/no-such-run/pause", json!(null)).await;
+    assert_eq!(code, 404);
+    let (code, reply) = w.post(&format!("/v1/runs/{t}/pause"), json!({"to_version": 2})).await;
+    assert_eq!(code, 400, "an unpause field on a pause is an unknown field: {reply}");
+    wk.stop().await;
+}
