@@ -168,6 +168,16 @@ pub enum Command {
     /// SAVEPOINT_PAYLOAD_KEYS (put it first to seal with it; keep the old ones after it).
     #[command(subcommand)]
     Key(KeyCmd),
+    /// Pause a run (`pause RUN`), a workflow (`--workflow W [--version N]`), a task queue
+    /// (`--queue Q`) or every run a filter matches (`--filter [--workflow W] [--status S]
+    /// [--prefix P]`): it takes no new slice until unpaused; a slice in flight finishes its
+    /// call and yields.
+    Pause(PauseArgs),
+    /// Lift a pause (the same targets as `pause`) and put back the runs it stopped;
+    /// `--to-version N` moves them to that version of their workflow.
+    Unpause(PauseArgs),
+    /// The workflow, version and queue pauses in force and the runs they stopped.
+    Pauses,
     /// The live workers: what each serves, its queues, runs in flight, steps and last
     /// heartbeat (`GET /v1/workers`).
     Workers,
@@ -349,6 +359,113 @@ pub enum ScheduleCommand {
         /// The schedule's id.
         id: String,
     },
+}
+
+/// Arguments of `savepoint pause` and `savepoint unpause`.
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    /// Thread id of one run (or name a workflow, a queue or a filter instead).
+    pub thread: Option<String>,
+    /// Every run of this workflow (with `--filter`: the filter's workflow).
+    #[arg(long)]
+    pub workflow: Option<String>,
+    /// With `--workflow`: only runs of this version.
+    #[arg(long)]
+    pub version: Option<u32>,
+    /// Every run whose next task goes to this task queue.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Every run the list filter (`--workflow`, `--status`, `--prefix`) matches now, each on its own.
+    #[arg(long)]
+    pub filter: bool,
+    /// With `--filter`: only runs with this status.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// With `--filter`: only runs whose id starts with this.
+    #[arg(long)]
+    pub prefix: Option<String>,
+    /// Why (recorded with who asked).
+    #[arg(long)]
+    pub note: Option<String>,
+    /// Pause: hold the timers and deadlines of the runs it stops (default: kept).
+    #[arg(long)]
+    pub hold_timers: bool,
+    /// Unpause: move the runs it puts back to this version of their workflow.
+    #[arg(long)]
+    pub to_version: Option<u32>,
+}
+
+impl PauseArgs {
+    /// The request body for a workflow, queue or filter (`None`: one run).
+    fn body(&self, resume: bool) -> anyhow::Result<Option<Value>> {
+        let mut b = serde_json::Map::new();
+        if self.filter {
+            let f = serde_json::json!({"workflow": self.workflow, "status": self.status, "prefix": self.prefix});
+            b.insert("filter".into(), f);
+        } else if let Some(w) = &self.workflow {
+            b.insert("workflow".into(), w.clone().into());
+            if let Some(v) = self.version {
+                b.insert("version".into(), v.into());
+            }
+        } else if let Some(q) = &self.queue {
+            b.insert("queue".into(), q.clone().into());
+        } else if self.thread.is_some() {
+            return Ok(None);
+        } else {
+            anyhow::bail!("name a run, --workflow, --queue or --filter");
+        }
+        if let Some(n) = &self.note {
+            b.insert("note".into(), n.clone().into());
+        }
+        match resume {
+            true => {
+                if let Some(v) = self.to_version {
+                    b.insert("to_version".into(), v.into());
+                }
+            }
+            false if self.hold_timers => {
+                b.insert("hold_timers".into(), true.into());
+            }
+            false => {}
+        }
+        // (Absent fields are dropped: the API reads `null` as absent, but the filter's
+        // explicit nulls are noise in a request log.)
+        if let Some(Value::Object(f)) = b.get_mut("filter") {
+            f.retain(|_, v| !v.is_null());
+        }
+        Ok(Some(Value::Object(b)))
+    }
+
+    /// The body of a one-run pause or unpause.
+    fn run_body(&self, resume: bool) -> Value {
+        let mut b = serde_json::Map::new();
+        if let Some(n) = &self.note {
+            b.insert("note".into(), n.clone().into());
+        }
+        if resume {
+            if let Some(v) = self.to_version {
+                b.insert("to_version".into(), v.into());
+            }
+        } else if self.hold_timers {
+            b.insert("hold_timers".into(), true.into());
+        }
+        Value::Object(b)
+    }
+}
+
+/// `savepoint pause` and `savepoint unpause`.
+async fn pause(client: &ApiClient, json: bool, a: PauseArgs, resume: bool) -> anyhow::Result<()> {
+    let body = a.body(resume)?;
+    let v = match (&a.thread, body, resume) {
+        (Some(t), None, false) => client.pause_run(t, Some(&a.run_body(false))).await?,
+        (Some(t), None, true) => client.unpause_run(t, Some(&a.run_body(true))).await?,
+        (None, Some(b), false) => client.pause(&b).await?,
+        (None, Some(b), true) => client.resume_pause(&b).await?,
+        _ => anyhow::bail!("name one run, or --workflow, --queue or --filter, not both"),
+    };
+    print(json, &v, |v| {
+        render::paused(if resume { "unpaused" } else { "paused" }, v)
+    })
 }
 
 /// Arguments of `savepoint resolve`.
@@ -555,6 +672,9 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Sim(a) => sim(a).await,
         Command::Loadgen(a) => loadgen(&cli.api, cli.token.as_deref(), json, a).await,
         Command::List { status, limit } => print(json, &client.list(status.as_deref(), limit).await?, render::list),
+        Command::Pause(a) => pause(&client, json, a, false).await,
+        Command::Unpause(a) => pause(&client, json, a, true).await,
+        Command::Pauses => print(json, &client.pauses().await?, render::pauses),
         Command::Workers => print(json, &client.workers().await?, render::workers),
         Command::Workflows => print(json, &client.workflows().await?, render::workflows),
     }

@@ -411,6 +411,9 @@ pub fn workflows(v: &Value) -> String {
                 runs.join(", ")
             }
         );
+        for p in w["paused"].as_array().into_iter().flatten() {
+            let _ = writeln!(out, "  ⏸ {}", pause_line(p));
+        }
     }
     if v["runs_capped"] == Value::Bool(true) {
         let _ = writeln!(
@@ -439,10 +442,92 @@ pub fn ack(action: &str, v: &Value) -> String {
     s
 }
 
+/// One pause: `workflow invoice (v2) by alice at <ms>: note [holds timers]`.
+fn pause_line(p: &Value) -> String {
+    let scope = match text(&p["scope"]).as_str() {
+        "workflow" => format!("workflow {}", text(&p["workflow"])),
+        "version" => format!("workflow {} v{}", text(&p["workflow"]), p["version"]),
+        "queue" => format!("queue {}", text(&p["queue"])),
+        _ => "the run".to_owned(),
+    };
+    let mut s = format!("{scope} paused by {}", text(&p["by"]));
+    if let Some(at) = p["at"].as_u64() {
+        let _ = write!(s, " at {at}");
+    }
+    let note = text(&p["note"]);
+    if !note.is_empty() {
+        let _ = write!(s, ": {note}");
+    }
+    if p["hold_timers"] == Value::Bool(true) {
+        s.push_str(" [timers held]");
+    }
+    s
+}
+
+/// `savepoint pauses`.
+pub fn pauses(v: &Value) -> String {
+    let list = v["pauses"].as_array().cloned().unwrap_or_default();
+    let mut out = String::new();
+    if list.is_empty() {
+        out.push_str("no workflow, version or queue is paused\n");
+    }
+    for p in &list {
+        let _ = writeln!(out, "{}", pause_line(p));
+    }
+    let _ = writeln!(
+        out,
+        "runs stopped by a pause: {}",
+        v["paused_runs"].as_u64().unwrap_or(0)
+    );
+    out
+}
+
+/// The answer of `savepoint pause` / `unpause`.
+pub fn paused(action: &str, v: &Value) -> String {
+    if v.get("thread_id").is_some() {
+        let mut s = format!("{action} {}: {}", text(&v["thread_id"]), text(&v["status"]));
+        if let Some(h) = v.get("held_by").filter(|h| h.is_object()) {
+            let _ = write!(s, " (still held: {})", pause_line(h));
+        }
+        s.push('\n');
+        return s;
+    }
+    let mut s = match v.get("pause").filter(|p| p.is_object()) {
+        Some(p) => format!("{action}: {}", pause_line(p)),
+        None => format!("{action}: {} runs", v["runs"].as_u64().unwrap_or(0)),
+    };
+    if let Some(n) = v["resumed"].as_u64() {
+        let _ = write!(s, "; {n} runs put back");
+    }
+    if let Some(n) = v["still_held"].as_u64().filter(|n| *n > 0) {
+        let _ = write!(s, ", {n} still held by another pause");
+    }
+    s.push('\n');
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn pauses_read_as_sentences() {
+        let v = json!({"pauses": [{"scope": "workflow", "workflow": "invoice", "by": "alice", "at": 5,
+            "hold_timers": true, "note": "provider down"}], "paused_runs": 3});
+        assert_eq!(
+            pauses(&v),
+            "workflow invoice paused by alice at 5: provider down [timers held]\nruns stopped by a pause: 3\n"
+        );
+        let r = json!({"pause": {"scope": "queue", "queue": "gpu", "by": "bob", "at": 1, "hold_timers": false},
+            "resumed": 4, "still_held": 1});
+        assert_eq!(
+            paused("unpaused", &r),
+            "unpaused: queue gpu paused by bob at 1; 4 runs put back, 1 still held by another pause\n"
+        );
+        let run = json!({"thread_id": "t-1", "status": "paused"});
+        assert_eq!(paused("paused", &run), "paused t-1: paused\n");
+    }
 
     #[test]
     fn workers_and_workflows_are_one_line_each() {

@@ -327,6 +327,33 @@ impl ApiClient {
         self.request(Method::POST, &path, Some(&body)).await
     }
 
+    /// `POST /v1/runs/{thread}/pause` with an optional [`crate::model::RunPauseBody`].
+    pub async fn pause_run(&self, thread: &str, body: Option<&Value>) -> Result<Value, ClientError> {
+        self.request(Method::POST, &format!("/v1/runs/{}/pause", encode(thread)), body)
+            .await
+    }
+
+    /// `POST /v1/runs/{thread}/unpause` with an optional [`crate::model::RunUnpauseBody`].
+    pub async fn unpause_run(&self, thread: &str, body: Option<&Value>) -> Result<Value, ClientError> {
+        self.request(Method::POST, &format!("/v1/runs/{}/unpause", encode(thread)), body)
+            .await
+    }
+
+    /// `POST /v1/pauses` with a [`crate::model::PauseRequest`].
+    pub async fn pause(&self, body: &Value) -> Result<Value, ClientError> {
+        self.request(Method::POST, "/v1/pauses", Some(body)).await
+    }
+
+    /// `POST /v1/pauses/resume` with a [`crate::model::ResumeRequest`].
+    pub async fn resume_pause(&self, body: &Value) -> Result<Value, ClientError> {
+        self.request(Method::POST, "/v1/pauses/resume", Some(body)).await
+    }
+
+    /// `GET /v1/pauses`: the pauses in force ([`crate::model::PauseList`]).
+    pub async fn pauses(&self) -> Result<Value, ClientError> {
+        self.request(Method::GET, "/v1/pauses", None).await
+    }
+
     /// `GET /v1/workers`: the live workers ([`crate::model::WorkerList`]).
     pub async fn workers(&self) -> Result<Value, ClientError> {
         self.request(Method::GET, "/v1/workers", None).await

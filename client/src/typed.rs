@@ -80,6 +80,28 @@ impl Client {
         self.decode(v, "/v1/workflows")
     }
 
+    /// Pauses a workflow, a version, a task queue or the runs a filter matches
+    /// (`POST /v1/pauses`).
+    pub async fn pause(&self, what: &crate::model::PauseRequest) -> Result<crate::model::PauseReply, ClientError> {
+        let v = self.api.pause(&encode(what)?).await?;
+        self.decode(v, "/v1/pauses")
+    }
+
+    /// Lifts a pause and puts back the runs it stopped (`POST /v1/pauses/resume`).
+    pub async fn resume_pause(
+        &self,
+        what: &crate::model::ResumeRequest,
+    ) -> Result<crate::model::PauseReply, ClientError> {
+        let v = self.api.resume_pause(&encode(what)?).await?;
+        self.decode(v, "/v1/pauses/resume")
+    }
+
+    /// The pauses in force and how many runs they stopped (`GET /v1/pauses`).
+    pub async fn pauses(&self) -> Result<crate::model::PauseList, ClientError> {
+        let v = self.api.pauses().await?;
+        self.decode(v, "/v1/pauses")
+    }
+
     fn decode<T: serde::de::DeserializeOwned>(&self, v: Value, path: &str) -> Result<T, ClientError> {
         serde_json::from_value(v).map_err(|e| ClientError::Decode {
             url: format!("{}{path}", self.api.base_url()),
@@ -307,6 +329,19 @@ impl<W: Workflow> Run<W> {
     /// Cancels the run.
     pub async fn cancel(&self, reason: Option<&str>) -> Result<Value, ClientError> {
         self.api.cancel(&self.thread, reason).await
+    }
+
+    /// Pauses the run: it takes no new slice until [`Run::unpause`] (a slice in flight
+    /// finishes its call and yields).
+    pub async fn pause(&self, note: Option<&str>) -> Result<Value, ClientError> {
+        let body = note.map(|n| serde_json::json!({ "note": n }));
+        self.api.pause_run(&self.thread, body.as_ref()).await
+    }
+
+    /// Lifts the run's own pause and puts it back where the pause found it.
+    pub async fn unpause(&self, note: Option<&str>) -> Result<Value, ClientError> {
+        let body = note.map(|n| serde_json::json!({ "note": n }));
+        self.api.unpause_run(&self.thread, body.as_ref()).await
     }
 }
 

@@ -52,6 +52,11 @@ pub struct Metrics {
     pub unserved: Family<Labels, Counter>,
     /// Runs whose safety-net due time moved out because the broker confirmed their task.
     pub queue_marked: Counter,
+    /// Runs a pause has stopped (status `paused`), as the scheduler's pause sweep last counted.
+    pub runs_paused: Gauge,
+    /// Pause and resume requests, by `action` (`pause`, `resume`) and `scope` (`run`,
+    /// `workflow`, `version`, `queue`, `filter`).
+    pub pauses: Family<Labels, Counter>,
     /// Slices started, by how their journal was read (`held`: only what is new past the
     /// journal this worker kept from the run's last slice here; `whole`).
     pub resumes: Family<Labels, Counter>,
@@ -85,8 +90,18 @@ impl Metrics {
             unserved: Family::default(),
             queue_marked: Counter::default(),
             resumes: Family::default(),
+            runs_paused: Gauge::default(),
+            pauses: Family::default(),
             registry: Registry::default(),
         };
+        m.register_engine(&mut registry);
+        m.register_operations(&mut registry);
+        Self { registry, ..m }
+    }
+
+    /// Registers what the engine's hot paths count: steps, commits, claims, effects, slices.
+    fn register_engine(&self, registry: &mut Registry) {
+        let m = self;
         registry.register("steps", "Journal calls committed", m.steps.clone());
         registry.register("step_duration_seconds", "Live step duration", m.step_seconds.clone());
         registry.register(
@@ -97,6 +112,11 @@ impl Metrics {
         registry.register("claims", "Claims by outcome", m.claims.clone());
         registry.register("effects", "Effects by outcome", m.effects.clone());
         registry.register("slices", "Slices ended, by how", m.slices.clone());
+    }
+
+    /// Registers what the scheduler, the API and the fleet count.
+    fn register_operations(&self, registry: &mut Registry) {
+        let m = self;
         registry.register("tasks_published", "Tasks published, by reason", m.published.clone());
         registry.register("dead_lettered", "Messages dead-lettered", m.dead_lettered.clone());
         registry.register("runs_started", "Runs started via the API", m.runs_started.clone());
@@ -139,7 +159,16 @@ impl Metrics {
             "Slices started, by how their journal was read (held: only what is new)",
             m.resumes.clone(),
         );
-        Self { registry, ..m }
+        registry.register(
+            "runs_paused",
+            "Runs a pause has stopped, as the pause sweep last counted",
+            m.runs_paused.clone(),
+        );
+        registry.register(
+            "pauses",
+            "Pause and resume requests, by action and scope",
+            m.pauses.clone(),
+        );
     }
 
     /// Prometheus text exposition.

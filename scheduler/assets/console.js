@@ -51,7 +51,7 @@
     return new Promise((resolve) => {
       d.addEventListener(
         "close",
-        () => resolve(d.returnValue === "ok" ? $("#confirm-reason").value.trim() || "cancelled from the console" : null),
+        () => resolve(d.returnValue === "ok" ? $("#confirm-reason").value.trim() : null),
         { once: true }
       );
       d.returnValue = "";

@@ -100,6 +100,9 @@ async fn pause_sweep(store: &ScriptStore, publisher: &Publisher, members: &Membe
         Ok(c) => c,
         Err(e) => return debug!(error = %e, "pause sweep: reading the pauses failed"),
     };
+    if let Ok(n) = store.paused_count().await {
+        metrics().runs_paused.set(n as i64);
+    }
     for p in (0..store.keys().partitions()).filter(|p| members.owns(*p)) {
         match store.pause_sweep(p, &catalog, publisher.home_queue()).await {
             Ok(u) if u.resumed > 0 => info!(partition = p, resumed = u.resumed, "pause sweep put runs back"),

@@ -44,6 +44,9 @@ pub enum Case {
     Failed,
     /// Ended by an operator.
     Cancelled,
+    /// Stopped by a pause (its own, its workflow's, its version's or its queue's) until it is
+    /// resumed.
+    Paused,
 }
 
 /// One thing the operator can do, as the CLI command and as the API call it makes.

@@ -99,8 +99,11 @@ pub struct WorkflowView {
     /// Live workers that serve some version of it.
     pub workers: u32,
     /// Its runs by status: among the newest runs of the namespace (`runs_counted` in the
-    /// list), and every blocked and waiting run however old.
+    /// list), and every blocked, waiting and paused run however old.
     pub runs: BTreeMap<String, u64>,
+    /// The pauses in force on it: the workflow's own and its versions' (absent: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paused: Vec<super::PauseView>,
 }
 
 /// `GET /v1/workflows`.

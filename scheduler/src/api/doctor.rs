@@ -29,6 +29,7 @@ mod probe;
 mod runnable;
 mod verdict;
 
+pub(crate) use actions::{pause_action, unpause_action};
 use fleet::Fleet;
 pub(crate) use gather::gather;
 pub(crate) use probe::{healthz, probeable, ProbeError};

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use savepoint_store::{WorkerInfo, WorkflowCounts};
+use savepoint_store::{PauseScope, WorkerInfo, WorkflowCounts};
 
 use super::model::{Served, WorkerList, WorkerView, WorkflowList, WorkflowVersion, WorkflowView};
 use super::{ApiState, Reply};
@@ -85,8 +85,19 @@ pub(crate) async fn workers(State(st): State<ApiState>) -> Reply<WorkerList> {
 )]
 pub(crate) async fn workflows(State(st): State<ApiState>) -> Reply<WorkflowList> {
     let svc = st.services()?;
-    let (live, counts) = tokio::try_join!(svc.store.live_workers(), svc.store.status_counts_by_workflow(COUNT_CAP))?;
+    let (live, counts, pauses) = tokio::try_join!(
+        svc.store.live_workers(),
+        svc.store.status_counts_by_workflow(COUNT_CAP),
+        svc.store.pauses()
+    )?;
     let mut out = fleet_workflows(&live, &counts);
+    for wf in &mut out {
+        wf.paused = pauses
+            .iter()
+            .filter(|p| matches!(&p.scope, PauseScope::Workflow(w) | PauseScope::Version(w, _) if *w == wf.name))
+            .map(|p| super::pause::pause_view(Some(&p.scope), &p.record))
+            .collect();
+    }
     for wf in &mut out {
         for v in &mut wf.versions {
             v.schemas = svc
@@ -148,6 +159,7 @@ fn fleet_workflows(live: &[WorkerInfo], counts: &WorkflowCounts) -> Vec<Workflow
                 .get(name)
                 .map(|m| m.iter().map(|(s, n)| (s.as_str().to_owned(), *n)).collect())
                 .unwrap_or_default(),
+            paused: Vec::new(),
         })
         .collect()
 }

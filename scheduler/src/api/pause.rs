@@ -25,6 +25,24 @@ const MAX_FILTER_RUNS: usize = 10_000;
 /// Longest note.
 const MAX_NOTE: usize = 1_000;
 
+/// Counts a pause or resume request in `savepoint_pauses_total`.
+fn count(action: &'static str, scope: &'static str) {
+    savepoint_core::metrics::inc(
+        &savepoint_core::metrics::metrics().pauses,
+        &[("action", action), ("scope", scope)],
+    );
+}
+
+/// The metric label of a pause's target.
+fn scope_label(t: &Target) -> &'static str {
+    match t {
+        Target::Scope(PauseScope::Workflow(_)) => "workflow",
+        Target::Scope(PauseScope::Version(..)) => "version",
+        Target::Scope(PauseScope::Queue { .. }) => "queue",
+        Target::Filter(_) => "filter",
+    }
+}
+
 /// Who asked: the token's name (`anonymous` on an open API).
 fn who(p: &Option<Extension<Principal>>) -> String {
     p.as_ref().map(|p| p.name.clone()).unwrap_or_else(|| "anonymous".into())
@@ -252,6 +270,7 @@ pub(crate) async fn pause(
 ) -> Reply<PauseReply> {
     let svc = st.services()?;
     let target = target_of(svc, named!(body))?;
+    count("pause", scope_label(&target));
     let record = PauseRecord::new(
         &who(&principal),
         &note_of(body.note)?,
@@ -316,6 +335,7 @@ pub(crate) async fn resume(
 ) -> Reply<PauseReply> {
     let svc = st.services()?;
     let target = target_of(svc, named!(body))?;
+    count("resume", scope_label(&target));
     let note = note_of(body.note.clone())?;
     let detail = resume_detail(&who(&principal), &note);
     let to = match (&body.workflow, body.to_version) {
@@ -439,6 +459,7 @@ pub(crate) async fn pause_run(
         &note_of(body.note)?,
         body.hold_timers.unwrap_or(false),
     );
+    count("pause", "run");
     let status = match svc.store.pause_run(&thread, &record).await? {
         RunPaused::Paused(s) => s,
         RunPaused::Already(_) => svc
@@ -503,6 +524,7 @@ pub(crate) async fn unpause_run(
         check_served(&svc.store, &h.workflow, v).await?;
     }
     let detail = resume_detail(&who(&principal), &note_of(body.note)?);
+    count("resume", "run");
     let held_by = match svc.store.resume_run(&thread, &detail, body.to_version).await? {
         RunResumed::Resumed(_) => None,
         RunResumed::Held(field, record) => Some(field_view(&field, &record.encode())),

@@ -24,7 +24,13 @@ pub(super) struct Button {
 /// The short text on an action's button, from the API call it makes.
 fn short(a: &Action) -> String {
     let p = a.path.as_deref().unwrap_or("");
-    if p.ends_with("/resume") {
+    if p == "/v1/pauses/resume" {
+        "Resume".into()
+    } else if p.ends_with("/unpause") {
+        "Unpause".into()
+    } else if p.ends_with("/pause") {
+        "Pause".into()
+    } else if p.ends_with("/resume") {
         "Answer".into()
     } else if p.ends_with("/cancel") {
         "Cancel run".into()

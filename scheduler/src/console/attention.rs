@@ -1,5 +1,6 @@
-//! Needs attention (`/ui/attention`): blocked runs (most often an effect in doubt) with the
-//! doctor's diagnosis and actions, and runnable runs that no live worker serves.
+//! Needs attention (`/ui/attention`): the pauses in force, blocked runs (most often an effect
+//! in doubt) and runs a pause stopped, with the doctor's diagnosis and actions, and runnable
+//! runs that no live worker serves.
 
 use askama::Template;
 use axum::extract::State;
@@ -30,6 +31,11 @@ struct AttentionPage {
     active: &'static str,
     blocked: Vec<Trouble>,
     stuck: Vec<Trouble>,
+    /// Runs a pause stopped.
+    paused: Vec<Trouble>,
+    /// The workflow, version and queue pauses in force, one sentence each, with the button
+    /// that lifts it.
+    pauses: Vec<(String, Vec<Button>)>,
     in_doubt: usize,
     /// Blocked runs in all (when more than the page lists).
     capped: Option<u64>,
@@ -41,10 +47,11 @@ struct AttentionPage {
 /// `GET /ui/attention`.
 pub(super) async fn attention_page(State(st): State<ConsoleState>) -> Page {
     let svc = st.api.services()?;
-    let (now, workers, total) = tokio::try_join!(
+    let (now, workers, total, in_force) = tokio::try_join!(
         svc.store.server_time(),
         svc.store.live_workers(),
-        svc.store.status_index_size(RunStatus::Blocked)
+        svc.store.status_index_size(RunStatus::Blocked),
+        svc.store.pauses()
     )?;
     let facts = doctor::Facts {
         now,
@@ -64,7 +71,34 @@ pub(super) async fn attention_page(State(st): State<ConsoleState>) -> Page {
         checked += runs.len();
         stuck.extend(unserved(&runs, &facts));
     }
-    Ok(render(&attention_view(blocked, stuck, checked, total, now)))
+    let paused: Vec<Trouble> = listed(svc, RunStatus::Paused)
+        .await?
+        .iter()
+        .map(|h| trouble(h, &facts))
+        .collect();
+    let mut page = attention_view(blocked, stuck, checked, total, now);
+    page.paused = paused;
+    page.pauses = in_force.iter().map(|p| pause_banner(p, now)).collect();
+    Ok(render(&page))
+}
+
+/// A pause in force as a sentence, and the button that lifts it.
+fn pause_banner(p: &savepoint_store::Pause, now: u64) -> (String, Vec<Button>) {
+    let note = if p.record.note.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", p.record.note)
+    };
+    let held = if p.record.hold_timers { " (timers held)" } else { "" };
+    let text = format!(
+        "{} is paused by {} since {} ({}){note}{held}",
+        p.scope,
+        p.record.by,
+        clock(p.record.at),
+        super::format::ago(p.record.at, now)
+    );
+    let (buttons, _) = buttons(&[doctor::unpause_action("", &p.scope.field())]);
+    (text, buttons)
 }
 
 /// A run with the doctor's diagnosis of it (from the facts shared by every run on the page).
@@ -103,6 +137,8 @@ fn attention_view(blocked: Vec<Trouble>, stuck: Vec<Trouble>, checked: usize, to
         capped: (total > blocked.len() as u64).then_some(total),
         blocked,
         stuck,
+        paused: Vec::new(),
+        pauses: Vec::new(),
         checked,
         now: clock(now),
     }

@@ -147,6 +147,8 @@ pub(crate) struct WorkerRow {
 #[template(path = "console/fleet.html")]
 pub(crate) struct FleetPage {
     active: &'static str,
+    /// The workflow, version and queue pauses in force, one sentence each.
+    pauses: Vec<String>,
     workers: Vec<WorkerRow>,
     queue_depth: String,
     dlq_depth: String,
@@ -211,7 +213,27 @@ pub(crate) async fn page(svc: &Services, samples: &Samples) -> Result<FleetPage,
         .iter()
         .cloned()
         .collect();
-    Ok(fleet_view(&workers, healths, depths, &ring, now))
+    let mut view = fleet_view(&workers, healths, depths, &ring, now);
+    view.pauses = svc
+        .store
+        .pauses()
+        .await?
+        .iter()
+        .map(|p| {
+            let note = if p.record.note.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", p.record.note)
+            };
+            format!(
+                "{} is paused by {} since {}{note}",
+                p.scope,
+                p.record.by,
+                clock(p.record.at)
+            )
+        })
+        .collect();
+    Ok(view)
 }
 
 /// What each worker's health check says, in the workers' order.
@@ -258,6 +280,7 @@ fn fleet_view(
         .collect();
     FleetPage {
         active: "fleet",
+        pauses: Vec::new(),
         workers: rows,
         queue_depth,
         dlq_depth,

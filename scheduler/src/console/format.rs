@@ -15,7 +15,7 @@ pub(super) fn clock(ms: u64) -> String {
 }
 
 /// How long before or after `now` the time `ms` is: `3.0 s ago`, `in 2.0 min`.
-pub(super) fn ago(ms: u64, now: u64) -> String {
+pub(crate) fn ago(ms: u64, now: u64) -> String {
     if ms >= now {
         format!("in {}", span(ms - now))
     } else {

@@ -106,7 +106,12 @@ pub(super) async fn run_page(State(st): State<ConsoleState>, Path(raw): Path<Str
 /// of the store clock `now`.
 fn run_view(h: &RunHeader, journal: &[Entry], events: &[RunEvent], d: Diagnosis, now: u64) -> RunPage {
     let fields = fields(h, &d, now);
-    let (buttons, manual) = buttons(&d.actions);
+    let mut actions = d.actions.clone();
+    let live = !h.status.is_final() && !matches!(h.status, RunStatus::Blocked | RunStatus::Paused);
+    if live && h.pause.is_none() {
+        actions.push(doctor::pause_action(h.thread.as_str()));
+    }
+    let (buttons, manual) = buttons(&actions);
     let timeline = timeline::build(h, journal, events, now);
     RunPage {
         active: "runs",
@@ -275,6 +280,12 @@ fn ownership(h: &RunHeader, d: &Diagnosis, now: u64) -> Vec<Field> {
             value: lease_holder(h, d, now),
         },
     ];
+    if let Some(p) = pause_field(h) {
+        fields.push(Field {
+            name: "paused",
+            value: p,
+        });
+    }
     if h.crashes > 0 {
         fields.push(Field {
             name: "takeovers here",
@@ -288,6 +299,33 @@ fn ownership(h: &RunHeader, d: &Diagnosis, now: u64) -> Vec<Field> {
         });
     }
     fields
+}
+
+/// The run's own pause, or the one that stopped it: who, when, why.
+fn pause_field(h: &RunHeader) -> Option<String> {
+    let (field, record) = match (&h.paused_by, &h.pause) {
+        (Some((f, r, _)), _) => (f.as_str(), r.as_str()),
+        (None, Some(own)) => ("run", own.as_str()),
+        _ => return None,
+    };
+    let r = savepoint_store::PauseRecord::decode(record)?;
+    let scope = match field.split_once(':') {
+        Some(("w", w)) => format!("workflow {w}"),
+        Some(("v", v)) => format!("workflow version {v}"),
+        Some(("q", q)) => format!("queue {q}"),
+        _ => "the run".into(),
+    };
+    let stopped = if h.status == RunStatus::Paused {
+        "stopped"
+    } else {
+        "stops at its next call"
+    };
+    let note = if r.note.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", r.note)
+    };
+    Some(format!("{scope}, by {} at {}{note} ({stopped})", r.by, clock(r.at)))
 }
 
 /// Who holds the run's lease as the doctor found it (alive or not), or who held it last.

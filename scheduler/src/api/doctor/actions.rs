@@ -57,6 +57,61 @@ pub(super) fn retry_action(thread: &str, label: &str) -> Action {
     )
 }
 
+/// Pausing a live run, with a note (confirmed first: the run stops at its next call).
+pub(crate) fn pause_action(thread: &str) -> Action {
+    Action {
+        dangerous: true,
+        ..api_action(
+            "Pause the run: it finishes the call under way and takes no new slice until unpaused".into(),
+            format!("savepoint pause {} --note '…'", sh(thread)),
+            "POST",
+            run_path(thread, "pause"),
+            Some(json!({"note": "<text>"})),
+        )
+    }
+}
+
+/// Lifting the pause that stopped a run: its own (`field` `run`) or a workflow's, version's or
+/// queue's.
+pub(crate) fn unpause_action(thread: &str, field: &str) -> Action {
+    let scoped = |label: String, flags: String, body: Value| {
+        api_action(
+            label,
+            format!("savepoint unpause {flags}"),
+            "POST",
+            "/v1/pauses/resume".into(),
+            Some(body),
+        )
+    };
+    match field.split_once(':') {
+        Some(("w", w)) => scoped(
+            format!("Resume workflow {w}: every run its pause stopped goes on"),
+            format!("--workflow {}", sh(w)),
+            json!({"workflow": w}),
+        ),
+        Some(("v", wv)) => {
+            let (w, v) = wv.rsplit_once('@').unwrap_or((wv, "0"));
+            scoped(
+                format!("Resume workflow {w} v{v}: every run its pause stopped goes on"),
+                format!("--workflow {} --version {v}", sh(w)),
+                json!({"workflow": w, "version": v.parse::<u32>().unwrap_or(0)}),
+            )
+        }
+        Some(("q", q)) => scoped(
+            format!("Resume queue {q}: every run its pause stopped goes on"),
+            format!("--queue {}", sh(q)),
+            json!({"queue": q}),
+        ),
+        _ => api_action(
+            "Unpause the run: it goes on where the pause stopped it".into(),
+            format!("savepoint unpause {}", sh(thread)),
+            "POST",
+            run_path(thread, "unpause"),
+            None,
+        ),
+    }
+}
+
 /// An action outside the API (a deploy): a label only.
 pub(super) fn deploy_action(label: String) -> Action {
     Action {

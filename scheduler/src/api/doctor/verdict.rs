@@ -2,7 +2,7 @@
 
 use savepoint_store::{RunHeader, RunStatus};
 
-use super::actions::{resume_action, signal_action};
+use super::actions::{resume_action, signal_action, unpause_action};
 use super::fleet::Fleet;
 use super::{blocked, runnable};
 use super::{span, when, Action, Case, Facts, LeaseHolder};
@@ -43,6 +43,7 @@ pub(super) fn verdict(h: &RunHeader, f: &Facts, fleet: &Fleet<'_>, lease: Option
         RunStatus::Cancelled => cancelled(h),
         RunStatus::Waiting => waiting(h, now),
         RunStatus::Blocked => blocked::blocked(h, f.max_crashes),
+        RunStatus::Paused => paused(h, now),
         // (A running run's holder is judged first: dead, it is taken over by whoever serves it.)
         _ if runnable::unserved(h, now, &fleet.servers) && h.status != RunStatus::Running => {
             runnable::no_worker(h, fleet)
@@ -55,6 +56,41 @@ pub(super) fn verdict(h: &RunHeader, f: &Facts, fleet: &Fleet<'_>, lease: Option
         // Pending.
         _ => runnable::pending(h, f, &fleet.servers),
     }
+}
+
+/// A run a pause stopped: which pause, who, when, why, and how to lift it.
+fn paused(h: &RunHeader, now: u64) -> Verdict {
+    let (field, record, from) = h
+        .paused_by
+        .clone()
+        .unwrap_or((String::new(), String::new(), RunStatus::Pending));
+    let r = savepoint_store::PauseRecord::decode(&record);
+    let scope = match field.split_once(':') {
+        Some(("w", w)) => format!("workflow {w}'s pause"),
+        Some(("v", v)) => format!("the pause of workflow version {v}"),
+        Some(("q", q)) => format!("queue {}'s pause", if q.is_empty() { "(default)" } else { q }),
+        _ => "its own pause".into(),
+    };
+    let (by, at, note) = r
+        .map(|r| (r.by, when(r.at, now), r.note))
+        .unwrap_or_else(|| ("?".into(), String::new(), String::new()));
+    let note = if note.is_empty() {
+        String::new()
+    } else {
+        format!(": {note}")
+    };
+    let mut v = Verdict::new(
+        Case::Paused,
+        false,
+        format!(
+            "Paused at entry {} by {scope}, asked by {by} {at}{note}; it takes no slice until resumed.",
+            h.steps
+        ),
+    );
+    v.evidence
+        .push(format!("A resume puts it back {from} where the pause found it."));
+    v.actions.push(unpause_action(h.thread.as_str(), &field));
+    v
 }
 
 /// A completed run: when, after how many entries.
