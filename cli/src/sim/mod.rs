@@ -75,10 +75,16 @@
 //!     the slice's step commits is unanswered or after one failed, and a slice never has two
 //!     commits in flight. (Faults at the store hit pipelined batches like any script: a batch
 //!     refused, applied with its reply lost, or stalled past the lease.)
+//! 14. pause (`pausing.rs`): the `order` workflow is paused through the API from 30 % to 60 %
+//!     of the chaos (timers held on odd seeds, kept on even ones); no run of it is claimed
+//!     (a `claimed` or `takeover` event, written by the claim itself with the store's time)
+//!     between the pause's answer and the resume's request, and every run it stopped ends
+//!     once resumed (invariants 1–2).
 
 mod checks;
 mod faults;
 mod operate;
+mod pausing;
 mod runner;
 mod schedules;
 mod simulate;

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::checks::{deadline_checks, feature_checks, operator_checks, scanner_checks, written_order};
 use super::faults::{Plan, Trace};
 use super::operate::{operate, Operated};
+use super::pausing::Pausing;
 use super::runner::{SeedReport, SimArgs};
 use super::schedules::{schedule_checks, schedule_resume_checks, schedules_open, SCHEDULES};
 use super::workload;
@@ -41,6 +42,7 @@ pub(super) async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
     };
     let mut load = plan_runs(&mut sim.w, args);
     let mut p = Progress::new(load.runs.len());
+    p.pausing = Pausing::new(seed);
     sim.plan.on.store(true, Ordering::Release);
     sim.w.trace.line(
         0,
@@ -370,6 +372,8 @@ struct Progress {
     healed: bool,
     /// When the heal came (the driver's own calls may stall past the planned heal).
     healed_at: u64,
+    /// The pause taken in the middle of the chaos (invariant 14).
+    pausing: Pausing,
     violations: Vec<String>,
 }
 
@@ -385,6 +389,7 @@ impl Progress {
             sched_paused: [false; SCHEDULES.len()],
             healed: false,
             healed_at: 0,
+            pausing: Pausing::default(),
             violations: Vec::new(),
         }
     }
@@ -415,6 +420,7 @@ async fn drive(sim: &mut Sim, load: &mut Workload, p: &mut Progress, args: &SimA
         }
         cancel_due_parents(&sim.w, load, p, now).await;
         start_due_runs(&mut sim.w, load, p, now).await;
+        p.pausing.drive(&sim.w, now, args.chaos_ms).await;
         // Key names live only while in use (a flow key's slots and line): look at them
         // during the run, not only in the final dump.
         if tick.is_multiple_of(10) {
@@ -640,6 +646,7 @@ async fn final_checks(sim: &mut Sim, load: &Workload, p: &mut Progress, operated
     let (w, violations) = (&sim.w, &mut p.violations);
     feature_checks(w, &load.runs, &load.kinds, &p.cancelled_at, operated, violations).await;
     deadline_checks(w, &load.runs, p.healed_at, operated, violations).await;
+    p.pausing.check(w, &load.runs, &load.kinds, violations).await;
     schedule_checks(w, violations).await;
     if violations.is_empty() {
         schedule_resume_checks(w, violations).await;
