@@ -7,9 +7,10 @@ use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use savepoint::workflow::{Ctx, Registry, Workflow, WorkflowError};
+use savepoint::workflow::{Ctx, Registry, RetryPolicy, StepError, Workflow, WorkflowError};
 use savepoint_integration_tests::inproc::InProc;
 use savepoint_integration_tests::scenario::World;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -188,5 +189,94 @@ async fn pause_requests_are_checked_and_answered() {
     assert_eq!(code, 404);
     let (code, reply) = w.post(&format!("/v1/runs/{t}/pause"), json!({"to_version": 2})).await;
     assert_eq!(code, 400, "an unpause field on a pause is an unknown field: {reply}");
+    wk.stop().await;
+}
+
+/// One step calling a provider that refuses while `down`: with the error class `quota` (the
+/// input's `class`), which the policy pauses on at once, or retryable with no class, which
+/// pauses the run once its three attempts are used up.
+struct Flaky {
+    down: Arc<AtomicBool>,
+    tries: Arc<AtomicU32>,
+}
+
+impl Workflow for Flaky {
+    const NAME: &'static str = "pause_flaky";
+    type Input = Value;
+    type Output = u32;
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            pause_on: vec!["quota".into()],
+            pause_when_exhausted: true,
+            initial: Duration::from_millis(10),
+            ..RetryPolicy::attempts(3)
+        }
+    }
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<u32, WorkflowError> {
+        let class = input["class"].as_str().map(str::to_owned);
+        let n = ctx
+            .step("call", || {
+                let (down, tries, class) = (Arc::clone(&self.down), Arc::clone(&self.tries), class.clone());
+                async move {
+                    let n = tries.fetch_add(1, Ordering::SeqCst) + 1;
+                    if down.load(Ordering::SeqCst) {
+                        let e = StepError::retryable("the provider said no");
+                        return Err(match class {
+                            Some(c) => e.with_class(c),
+                            None => e,
+                        });
+                    }
+                    Ok(n)
+                }
+            })
+            .await?;
+        Ok(n)
+    }
+}
+
+#[tokio::test]
+async fn a_step_error_the_policy_names_pauses_the_run_until_an_operator_unpauses_it() {
+    let w = World::new("pzcode", |_| {}).await;
+    let (down, tries) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicU32::new(0)));
+    let mut reg = Registry::new();
+    reg.register(Flaky {
+        down: Arc::clone(&down),
+        tries: Arc::clone(&tries),
+    });
+    let wk = InProc::start(&w.cfg, reg);
+    w.wait_registered(Flaky::NAME).await;
+    // A class the policy pauses on: no retry is burned. Then retries used up: three attempts.
+    for (input, attempts) in [(json!({"class": "quota"}), 1), (json!({}), 3)] {
+        down.store(true, Ordering::SeqCst);
+        tries.store(0, Ordering::SeqCst);
+        let t = w.start(Flaky::NAME, input.clone()).await;
+        let run = w
+            .wait_status(&t, &["paused", "completed", "failed", "blocked"], LONG)
+            .await;
+        assert_eq!(run["status"], "paused", "{input}: {run}");
+        assert_eq!(run["pause"]["by"], "workflow code", "{run}");
+        assert_eq!(run["pause"]["scope"], "run", "{run}");
+        assert!(
+            run["pause"]["note"].as_str().unwrap().contains("the provider said no"),
+            "{run}"
+        );
+        assert_eq!(run["step"], 0, "the failure is not journaled: {run}");
+        assert_eq!(tries.load(Ordering::SeqCst), attempts, "{input}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            tries.load(Ordering::SeqCst),
+            attempts,
+            "the step ran again while paused"
+        );
+        // The cause is fixed; the operator unpauses: the step runs again, with a fresh budget.
+        down.store(false, Ordering::SeqCst);
+        let (code, reply) = w
+            .post(&format!("/v1/runs/{t}/unpause"), json!({"note": "key rotated"}))
+            .await;
+        assert_eq!(code, 200, "{reply}");
+        let run = w.wait_status(&t, &["completed", "failed", "blocked"], LONG).await;
+        assert_eq!(run["status"], "completed", "{run}");
+        assert_eq!(run["output"], json!(attempts + 1), "{run}");
+    }
     wk.stop().await;
 }

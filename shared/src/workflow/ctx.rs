@@ -458,6 +458,34 @@ impl Core {
         self.live_in_slice += 1;
     }
 
+    /// Pauses the run from its own code (a step's failure its retry policy says pauses, see
+    /// [`RetryPolicy::pause_on`](super::RetryPolicy)): the call at `index` gets a fresh budget
+    /// (`t:<index>` = 0), the run its own pause (by `workflow code`, the error as the note),
+    /// and the slice yields; the next claim stops the run until an operator unpauses it. The
+    /// failure is not journaled, so the step runs again then.
+    pub(super) async fn pause_from_code<T>(&mut self, index: u32, name: &str, e: &StepError) -> T {
+        let note = format!("step {name:?} failed: {e}").replace('\u{1f}', " ");
+        let record = format!("workflow code\u{1f}{}\u{1f}0\u{1f}{note}", self.server_now_ms());
+        let lease = self.p.lease.clone();
+        let written = async {
+            self.p.store.note(&lease, &format!("t:{index}"), "0").await?;
+            self.p.store.note(&lease, "pz", &record).await?;
+            let detail = format!("the run paused by workflow code: {note}");
+            self.p.store.event(&lease, "paused", &detail).await
+        }
+        .await;
+        if let Err(err) = written {
+            return self.store_failed(err).await;
+        }
+        tracing::warn!(step.name = name, error = %e, "run paused by its retry policy");
+        let redeliver = self.p.store.timings().redeliver;
+        let how = Suspend::until(RunStatus::Pending, redeliver);
+        match self.suspend_run(None, how, ("yielded", name)).await {
+            Ok(s) => self.stop(SliceExit::Yielded { rv: s.rv, queue: None }).await,
+            Err(err) => self.store_failed(err).await,
+        }
+    }
+
     /// Ends the slice with the run pending on task queue `target`, where the call `index
     /// name` runs (event `routed`).
     async fn yield_to_queue(&mut self, index: u32, name: &str, target: String) {

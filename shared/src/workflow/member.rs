@@ -96,6 +96,9 @@ impl Ctx {
                 None => self.attempts(core, index, name, &policy, Cut::Step, |_| f()).await,
             };
             let (r, attempts) = match attempted {
+                Attempted::Done(Err(e), _) if policy.pauses(&e) => {
+                    return self.turn(index).await.pause_from_code::<Entry>(index, name, &e).await;
+                }
                 Attempted::Done(r, attempts) => (r, attempts),
                 // (Unreachable: a step's panic is a failed attempt.)
                 Attempted::Unknown(msg) => (Err(StepError::retryable(msg)), 1),

@@ -24,6 +24,15 @@ pub struct RetryPolicy {
     /// an effect's last attempt that times out leaves its outcome unknown (it may have
     /// happened), as a crash does.
     pub attempt_timeout: Option<Duration>,
+    /// Error classes that pause the run instead of retrying or failing the call (a provider's
+    /// `auth` or `quota` error: retries would only burn the budget). The failure is not
+    /// journaled; the run is paused with the error as the note (its own pause, by `workflow
+    /// code`), and once an operator unpauses it, after fixing the cause, the step runs again
+    /// with a fresh budget. Steps only: an effect's failure is journaled as always.
+    pub pause_on: Vec<String>,
+    /// Pause the run, instead of journaling the step's failure, when a retryable error has
+    /// used up every attempt (off by default; a workflow sets it in its `retry_policy`).
+    pub pause_when_exhausted: bool,
 }
 
 impl Default for RetryPolicy {
@@ -36,6 +45,8 @@ impl Default for RetryPolicy {
             jitter: 0.2,
             non_retryable: Vec::new(),
             attempt_timeout: None,
+            pause_on: Vec::new(),
+            pause_when_exhausted: false,
         }
     }
 }
@@ -65,11 +76,23 @@ impl RetryPolicy {
         }
     }
 
-    /// Whether attempt `attempt` (1-based) that failed with `err` may be retried.
+    /// Whether attempt `attempt` (1-based) that failed with `err` may be retried (an error of
+    /// a class that pauses the run is not).
     pub fn should_retry(&self, attempt: u32, err: &StepError) -> bool {
         err.retryable
             && attempt < self.max_attempts
-            && !err.class.as_ref().is_some_and(|c| self.non_retryable.contains(c))
+            && !err
+                .class
+                .as_ref()
+                .is_some_and(|c| self.non_retryable.contains(c) || self.pause_on.contains(c))
+    }
+
+    /// Whether a step's final failure `err` pauses the run instead of being journaled: its
+    /// class is in `pause_on`, or it was retryable and the attempts ran out while
+    /// `pause_when_exhausted` is set.
+    pub fn pauses(&self, err: &StepError) -> bool {
+        let class = |list: &Vec<String>| err.class.as_ref().is_some_and(|c| list.contains(c));
+        class(&self.pause_on) || (self.pause_when_exhausted && err.retryable && !class(&self.non_retryable))
     }
 
     /// Delay after failed attempt `attempt` (1-based), jittered.
@@ -112,5 +135,23 @@ mod tests {
         assert!(!p.should_retry(3, &StepError::retryable("x")));
         assert!(!p.should_retry(1, &StepError::fatal("x")));
         assert!(!p.should_retry(1, &StepError::retryable("x").with_class("auth")));
+        let pausing = RetryPolicy {
+            pause_on: vec!["quota".into()],
+            ..RetryPolicy::attempts(3)
+        };
+        let quota = StepError::retryable("x").with_class("quota");
+        assert!(!pausing.should_retry(1, &quota), "a pausing class burns no retry");
+        assert!(pausing.pauses(&quota));
+        assert!(!pausing.pauses(&StepError::retryable("x")));
+        let exhausted = RetryPolicy {
+            pause_when_exhausted: true,
+            ..p
+        };
+        assert!(exhausted.pauses(&StepError::retryable("x")));
+        assert!(
+            !exhausted.pauses(&StepError::fatal("x")),
+            "a fatal error fails the step"
+        );
+        assert!(!exhausted.pauses(&StepError::retryable("x").with_class("auth")));
     }
 }
