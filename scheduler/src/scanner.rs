@@ -49,6 +49,7 @@ pub async fn run(store: ScriptStore, publisher: Publisher, s: ScanSettings, shut
     let mut failing = false;
     let mut members = Membership::new(s.interval);
     let mut ticks = 0u64;
+    let mut walked = std::collections::HashMap::new();
     loop {
         tokio::select! {
             biased;
@@ -60,7 +61,7 @@ pub async fn run(store: ScriptStore, publisher: Publisher, s: ScanSettings, shut
         }
         ticks += 1;
         if ticks.is_multiple_of(PAUSE_SWEEP_TICKS) {
-            pause_sweep(&store, &publisher, &members).await;
+            pause_sweep(&store, &publisher, &members, &mut walked).await;
         }
         let started = tokio::time::Instant::now();
         let result = scan_all(&store, &publisher, &s, &members, &shutdown).await;
@@ -95,7 +96,12 @@ const PAUSE_SWEEP_TICKS: u64 = 25;
 /// The net under pause and resume (ARCHITECTURE §16b), over the partitions this replica
 /// owns: each partition's copy of the pauses is made to match the catalog, and runs no pause
 /// holds any more are put back. Failures are logged; the next sweep tries again.
-async fn pause_sweep(store: &ScriptStore, publisher: &Publisher, members: &Membership) {
+async fn pause_sweep(
+    store: &ScriptStore,
+    publisher: &Publisher,
+    members: &Membership,
+    walked: &mut std::collections::HashMap<u16, String>,
+) {
     let catalog = match store.pauses().await {
         Ok(c) => c,
         Err(e) => return debug!(error = %e, "pause sweep: reading the pauses failed"),
@@ -104,9 +110,19 @@ async fn pause_sweep(store: &ScriptStore, publisher: &Publisher, members: &Membe
         metrics().runs_paused.set(n as i64);
     }
     for p in (0..store.keys().partitions()).filter(|p| members.owns(*p)) {
-        match store.pause_sweep(p, &catalog, publisher.home_queue()).await {
-            Ok(u) if u.resumed > 0 => info!(partition = p, resumed = u.resumed, "pause sweep put runs back"),
-            Ok(_) => {}
+        match store
+            .pause_sweep(p, &catalog, publisher.home_queue(), walked.get(&p).map(String::as_str))
+            .await
+        {
+            Ok((u, gen)) => {
+                if u.resumed > 0 {
+                    info!(partition = p, resumed = u.resumed, "pause sweep put runs back");
+                }
+                match gen {
+                    Some(g) => walked.insert(p, g),
+                    None => walked.remove(&p),
+                };
+            }
             Err(e) => return debug!(error = %e, "pause sweep failed"),
         }
     }

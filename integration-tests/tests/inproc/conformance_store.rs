@@ -1275,7 +1275,10 @@ async fn the_pause_sweep_repairs_copies_and_puts_back_what_no_pause_holds(s: Scr
         let _: u64 = s.query(&hdel(copies.clone(), f)).await.unwrap();
     }
     let catalog = s.pauses().await.unwrap();
-    assert_eq!(s.pause_sweep(p, &catalog, Some("tasks")).await.unwrap().resumed, 0);
+    assert_eq!(
+        s.pause_sweep(p, &catalog, Some("tasks"), None).await.unwrap().0.resumed,
+        0
+    );
     assert!(matches!(
         s.claim(&t, "w", None, &ServedSpec::any()).await.unwrap(),
         ClaimOutcome::Paused(f) if f == "q:"
@@ -1285,12 +1288,12 @@ async fn the_pause_sweep_repairs_copies_and_puts_back_what_no_pause_holds(s: Scr
         let _: u64 = s.query(&hdel(copies.clone(), f)).await.unwrap();
     }
     let _: u64 = s.query(&hdel(s.keys().pause_catalog(), "q:tasks")).await.unwrap();
-    assert_eq!(s.pause_sweep(p, &[], Some("tasks")).await.unwrap().resumed, 1);
+    assert_eq!(s.pause_sweep(p, &[], Some("tasks"), None).await.unwrap().0.resumed, 1);
     assert_eq!(s.header(&t).await.unwrap().unwrap().status, RunStatus::Pending);
     // A copy the catalog no longer has (a pause and a resume raced) is removed.
     s.pause(&scope, &PauseRecord::new("ops", "", false)).await.unwrap();
     let _: u64 = s.query(&hdel(s.keys().pause_catalog(), "q:tasks")).await.unwrap();
-    s.pause_sweep(p, &[], Some("tasks")).await.unwrap();
+    s.pause_sweep(p, &[], Some("tasks"), None).await.unwrap();
     claim(&s, &t, "w").await;
 }
 

@@ -198,6 +198,7 @@ async fn pause_requests_are_checked_and_answered() {
 struct Flaky {
     down: Arc<AtomicBool>,
     tries: Arc<AtomicU32>,
+    policy: RetryPolicy,
 }
 
 impl Workflow for Flaky {
@@ -205,12 +206,7 @@ impl Workflow for Flaky {
     type Input = Value;
     type Output = u32;
     fn retry_policy(&self) -> RetryPolicy {
-        RetryPolicy {
-            pause_on: vec!["quota".into()],
-            pause_when_exhausted: true,
-            initial: Duration::from_millis(10),
-            ..RetryPolicy::attempts(3)
-        }
+        self.policy.clone()
     }
     async fn run(&self, ctx: &Ctx, input: Value) -> Result<u32, WorkflowError> {
         let class = input["class"].as_str().map(str::to_owned);
@@ -242,11 +238,20 @@ async fn a_step_error_the_policy_names_pauses_the_run_until_an_operator_unpauses
     reg.register(Flaky {
         down: Arc::clone(&down),
         tries: Arc::clone(&tries),
+        policy: RetryPolicy {
+            pause_on: vec!["quota".into()],
+            pause_when_exhausted: true,
+            initial: Duration::from_millis(10),
+            ..RetryPolicy::attempts(3)
+        },
     });
     let wk = InProc::start(&w.cfg, reg);
     w.wait_registered(Flaky::NAME).await;
     // A class the policy pauses on: no retry is burned. Then retries used up: three attempts.
-    for (input, attempts) in [(json!({"class": "quota"}), 1), (json!({}), 3)] {
+    for (input, attempts, why) in [
+        (json!({"class": "quota"}), 1, "(class quota)"),
+        (json!({}), 3, "(3 attempts used up)"),
+    ] {
         down.store(true, Ordering::SeqCst);
         tries.store(0, Ordering::SeqCst);
         let t = w.start(Flaky::NAME, input.clone()).await;
@@ -256,10 +261,19 @@ async fn a_step_error_the_policy_names_pauses_the_run_until_an_operator_unpauses
         assert_eq!(run["status"], "paused", "{input}: {run}");
         assert_eq!(run["pause"]["by"], "workflow code", "{run}");
         assert_eq!(run["pause"]["scope"], "run", "{run}");
-        assert!(
-            run["pause"]["note"].as_str().unwrap().contains("the provider said no"),
-            "{run}"
-        );
+        // The note names the step and why, never the error's words (they may quote the
+        // input); those are in the `retried` event, sealed like every payload.
+        assert_eq!(run["pause"]["note"], format!("step \"call\" failed {why}"), "{run}");
+        let said: Vec<String> = w
+            .store
+            .events(&t, 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.typ == "retried")
+            .map(|e| e.detail)
+            .collect();
+        assert!(said.iter().any(|d| d.contains("the provider said no")), "{said:?}");
         assert_eq!(run["step"], 0, "the failure is not journaled: {run}");
         assert_eq!(tries.load(Ordering::SeqCst), attempts, "{input}");
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -278,5 +292,48 @@ async fn a_step_error_the_policy_names_pauses_the_run_until_an_operator_unpauses
         assert_eq!(run["status"], "completed", "{run}");
         assert_eq!(run["output"], json!(attempts + 1), "{run}");
     }
+    wk.stop().await;
+}
+
+#[tokio::test]
+async fn a_step_waiting_to_retry_yields_to_a_pause_and_keeps_its_budget() {
+    let w = World::new("pzretry", |_| {}).await;
+    let (down, tries) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicU32::new(0)));
+    let mut reg = Registry::new();
+    reg.register(Flaky {
+        down: Arc::clone(&down),
+        tries: Arc::clone(&tries),
+        policy: RetryPolicy {
+            initial: Duration::from_millis(700),
+            multiplier: 1.0,
+            jitter: 0.0,
+            ..RetryPolicy::attempts(20)
+        },
+    });
+    let wk = InProc::start(&w.cfg, reg);
+    w.wait_registered(Flaky::NAME).await;
+    let t = w.start(Flaky::NAME, json!({})).await;
+    let deadline = Instant::now() + LONG;
+    while tries.load(Ordering::SeqCst) < 1 {
+        assert!(Instant::now() < deadline, "the step never ran");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (code, reply) = w.post(&format!("/v1/runs/{t}/pause"), json!(null)).await;
+    assert_eq!(code, 200, "{reply}");
+    // The heartbeat finds the pause within a second; the step waiting to retry yields then,
+    // instead of using its twenty attempts against the provider.
+    let run = w.wait_status(&t, &["paused", "completed", "failed"], LONG).await;
+    assert_eq!(run["status"], "paused", "{run}");
+    let before = tries.load(Ordering::SeqCst);
+    assert!(before <= 4, "{before} attempts made while the run was being paused");
+    down.store(false, Ordering::SeqCst);
+    let (code, reply) = w.post(&format!("/v1/runs/{t}/unpause"), json!(null)).await;
+    assert_eq!(code, 200, "{reply}");
+    let run = w.wait_status(&t, &["completed", "failed", "blocked"], LONG).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    // The budget went on where it stopped: the next attempt was the one after the last.
+    assert_eq!(run["output"], json!(before + 1), "{run}");
+    let (_, hist) = w.get(&format!("/v1/runs/{t}/history")).await;
+    assert_eq!(hist["entries"][0]["attempts"], json!(before + 1), "{hist}");
     wk.stop().await;
 }

@@ -95,7 +95,7 @@ fn field_view(field: &str, record: &str) -> Option<PauseView> {
 /// The pause holding a run, for its view: its own, the one that stopped it, or a workflow,
 /// version or queue pause in force that will stop it at its next claim.
 pub(crate) fn run_pause_view(h: &RunHeader, pauses: &[Pause]) -> Option<RunPauseView> {
-    if let Some((field, record, from)) = &h.paused_by {
+    if let Some((field, record, from)) = h.paused_by.as_ref().filter(|_| h.status == RunStatus::Paused) {
         return Some(RunPauseView {
             pause: field_view(field, record)?,
             stopped: true,
@@ -324,7 +324,7 @@ pub(crate) async fn pause(
     request_body = ResumeRequest,
     responses(
         (status = 200, description = "Resumed", body = PauseReply),
-        (status = 404, description = "That workflow, version or queue is not paused", body = ErrorBody),
+        (status = 404, description = "That workflow, version or queue is not paused (copies left by an earlier try are lifted and its runs put back all the same)", body = ErrorBody),
         (status = 422, description = "Not exactly one of workflow, queue and filter; a version no live worker serves", body = ErrorBody),
     )
 )]

@@ -422,15 +422,7 @@ impl Core {
                 self.stop::<()>(SliceExit::DeadlinePassed(format!("before live call {name:?}")))
                     .await;
             }
-            super::decide::Gate::Yield => {
-                let redeliver = self.p.store.timings().redeliver;
-                let how = Suspend::until(RunStatus::Pending, redeliver);
-                let r = self.suspend_run(None, how, ("yielded", name)).await;
-                match r {
-                    Ok(s) => self.stop::<()>(SliceExit::Yielded { rv: s.rv, queue: None }).await,
-                    Err(e) => self.store_failed::<()>(e).await,
-                }
-            }
+            super::decide::Gate::Yield => self.yield_here::<()>(name).await,
             super::decide::Gate::Fail(reason) => self.fail_run::<()>(reason).await,
         }
         // Routed to a queue this worker does not consume: hand the run to a worker of that
@@ -458,16 +450,35 @@ impl Core {
         self.live_in_slice += 1;
     }
 
+    /// Ends the slice with the run pending at the call `name` (event `yielded`); the runner
+    /// publishes its continuation (the budget, a shutdown, a pause).
+    pub(super) async fn yield_here<T>(&mut self, name: &str) -> T {
+        let redeliver = self.p.store.timings().redeliver;
+        let how = Suspend::until(RunStatus::Pending, redeliver);
+        match self.suspend_run(None, how, ("yielded", name)).await {
+            Ok(s) => self.stop(SliceExit::Yielded { rv: s.rv, queue: None }).await,
+            Err(e) => self.store_failed(e).await,
+        }
+    }
+
     /// Pauses the run from its own code (a step's failure its retry policy says pauses, see
     /// [`RetryPolicy::pause_on`](super::RetryPolicy)): the call at `index` gets a fresh budget
     /// (`t:<index>` = 0), the run its own pause (by `workflow code`, the error as the note),
     /// and the slice yields; the next claim stops the run until an operator unpauses it. The
     /// failure is not journaled, so the step runs again then.
-    pub(super) async fn pause_from_code<T>(&mut self, index: u32, name: &str, e: &StepError) -> T {
-        let note = format!("step {name:?} failed: {e}").replace('\u{1f}', " ");
+    pub(super) async fn pause_from_code<T>(&mut self, index: u32, name: &str, e: &StepError, attempts: u32) -> T {
+        // The note names the step and the error's class, never its words (they may quote the
+        // input): those go into the `retried` event, sealed like every payload.
+        let why = match &e.class {
+            Some(c) => format!("class {c}"),
+            None => format!("{attempts} attempts used up"),
+        };
+        let note = format!("step {name:?} failed ({why})").replace('\u{1f}', " ");
         let record = format!("workflow code\u{1f}{}\u{1f}0\u{1f}{note}", self.server_now_ms());
         let lease = self.p.lease.clone();
         let written = async {
+            let detail = format!("{name} attempt {attempts}: {e} (pausing the run)");
+            self.p.store.retried(&lease, index, attempts, &detail).await?;
             self.p.store.note(&lease, &format!("t:{index}"), "0").await?;
             self.p.store.note(&lease, "pz", &record).await?;
             let detail = format!("the run paused by workflow code: {note}");
@@ -478,12 +489,7 @@ impl Core {
             return self.store_failed(err).await;
         }
         tracing::warn!(step.name = name, error = %e, "run paused by its retry policy");
-        let redeliver = self.p.store.timings().redeliver;
-        let how = Suspend::until(RunStatus::Pending, redeliver);
-        match self.suspend_run(None, how, ("yielded", name)).await {
-            Ok(s) => self.stop(SliceExit::Yielded { rv: s.rv, queue: None }).await,
-            Err(err) => self.store_failed(err).await,
-        }
+        self.yield_here(name).await
     }
 
     /// Ends the slice with the run pending on task queue `target`, where the call `index
@@ -661,6 +667,7 @@ impl Core {
             store: self.p.store.clone(),
             lease: self.p.lease.clone(),
             tries: self.p.tries.clone(),
+            stop: self.p.shutdown.clone(),
         }
     }
 
@@ -690,6 +697,8 @@ pub(super) struct CallTools {
     pub lease: Lease,
     /// Failed attempts recorded by earlier slices, by journal index.
     pub tries: BTreeMap<u32, u32>,
+    /// Cancelled on shutdown or when a pause holds the run: a step waiting to retry yields.
+    pub stop: CancellationToken,
 }
 
 /// What a call's panic or timed-out attempt means, by the kind of call.
@@ -727,6 +736,7 @@ pub(super) async fn attempts<T, F, Fut, E>(
     name: &str,
     policy: &RetryPolicy,
     cut: Cut,
+    alone: Option<&(dyn Fn() -> bool + Sync)>,
     mut f: F,
 ) -> Result<Attempted<T>, StoreError>
 where
@@ -770,13 +780,25 @@ where
                 Err(e)
             }
         };
+        let pauses_now = |e: &StepError| cut == Cut::Step && policy.pauses_at_once(e);
         match r {
-            Err(e) if policy.should_retry(attempt, &e) => {
+            Err(e) if policy.should_retry(attempt, &e) && !pauses_now(&e) => {
                 let delay = policy.backoff(attempt);
                 tracing::warn!(step.name = name, task.attempt = attempt, error = %e, ?delay, "call failed, retrying");
                 let detail = format!("{name} attempt {attempt}: {e}");
                 tools.store.retried(&tools.lease, index, attempt, &detail).await?;
-                tokio::time::sleep(delay).await;
+                // A step alone in flight (no call of a group beside it) yields instead of
+                // retrying once the slice must stop (a pause, a shutdown): its recorded tries
+                // carry its budget to the next slice.
+                match alone {
+                    Some(alone) if alone() => {
+                        tokio::select! {
+                            _ = tokio::time::sleep(delay) => {}
+                            _ = tools.stop.cancelled() => return Ok(Attempted::Stopped),
+                        }
+                    }
+                    _ => tokio::time::sleep(delay).await,
+                }
                 attempt += 1;
             }
             other => return Ok(Attempted::Done(other, attempt)),
@@ -791,6 +813,9 @@ pub(super) enum Attempted<T> {
     /// Whether it happened is unknown (only when panics are not failures, i.e. effects): it
     /// panicked, or its last attempt timed out. The cause.
     Unknown(String),
+    /// A step alone in flight stopped waiting to retry because the slice must stop (a pause,
+    /// a shutdown); its failed attempts are recorded.
+    Stopped,
 }
 
 /// The message of a caught panic. Also accepts the caught `Box` itself (`&panic` of a

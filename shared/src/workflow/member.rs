@@ -96,9 +96,16 @@ impl Ctx {
                 None => self.attempts(core, index, name, &policy, Cut::Step, |_| f()).await,
             };
             let (r, attempts) = match attempted {
-                Attempted::Done(Err(e), _) if policy.pauses(&e) => {
-                    return self.turn(index).await.pause_from_code::<Entry>(index, name, &e).await;
+                // (Inside a group of calls side by side the failure is journaled: stopping
+                // the slice would cut the other calls off mid-flight.)
+                Attempted::Done(Err(e), n) if policy.pauses(&e) && self.alone(index) => {
+                    return self
+                        .turn(index)
+                        .await
+                        .pause_from_code::<Entry>(index, name, &e, n)
+                        .await;
                 }
+                Attempted::Stopped => return self.turn(index).await.yield_here::<Entry>(name).await,
                 Attempted::Done(r, attempts) => (r, attempts),
                 // (Unreachable: a step's panic is a failed attempt.)
                 Attempted::Unknown(msg) => (Err(StepError::retryable(msg)), 1),
@@ -148,7 +155,9 @@ impl Ctx {
     {
         let (tools, watch, depth) = (core.call_tools(), core.watch(), core.in_function.clone());
         drop(core);
-        let run = in_function(&depth, attempts(&tools, index, name, policy, cut, f));
+        let alone = || self.alone(index);
+        let stoppable: Option<&(dyn Fn() -> bool + Sync)> = (cut == Cut::Step).then_some(&alone);
+        let run = in_function(&depth, attempts(&tools, index, name, policy, cut, stoppable, f));
         match watched(&watch, run).await {
             Ok(Ok(a)) => a,
             Ok(Err(e)) => self.lock().await.store_failed(e).await,
@@ -283,6 +292,12 @@ impl Ctx {
             Attempted::Done(Err(e), attempts) => {
                 let failure = e.to_failure(&policy);
                 core.failed(name, key, e, failure, attempts, index).await
+            }
+            // (Not reached: an effect's attempts never stop between retries; were they to, its
+            // last attempt may have happened.)
+            Attempted::Stopped => {
+                let reason = format!("effect {key} outcome unknown: its slice stopped between attempts");
+                core.block_on_key(&reason, key, &holder).await
             }
             Attempted::Unknown(cause) => {
                 // It may have happened: in doubt, as after a crash, under the same policy.

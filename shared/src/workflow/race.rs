@@ -194,7 +194,7 @@ fn launch<'t, 'a: 't>(
         attempt: 0,
     };
     Box::pin(async move {
-        let r = attempts(tools, idx, &name, &policy, Cut::Step, |attempt| {
+        let r = attempts(tools, idx, &name, &policy, Cut::Step, None, |attempt| {
             invoke(stubs.as_ref(), &name, EffectCtx { attempt, ..fx.clone() }, &mut run)
         })
         .await;
@@ -225,5 +225,7 @@ fn step_outcome(a: Attempted<Result<Value, String>>) -> (Outcome, u32) {
         Attempted::Done(Ok(Err(encode)), n) => (Outcome::Err(encode), n),
         Attempted::Done(Err(e), n) => (Outcome::Err(e.message), n),
         Attempted::Unknown(cause) => (Outcome::Err(cause), 1),
+        // (Not reached: a race's steps are not stopped between retries.)
+        Attempted::Stopped => (Outcome::Err("the slice stopped between attempts".into()), 1),
     }
 }

@@ -76,23 +76,25 @@ impl RetryPolicy {
         }
     }
 
-    /// Whether attempt `attempt` (1-based) that failed with `err` may be retried (an error of
-    /// a class that pauses the run is not).
+    /// Whether attempt `attempt` (1-based) that failed with `err` may be retried (a step's
+    /// error of a class that pauses the run is not: see [`RetryPolicy::pauses_at_once`]).
     pub fn should_retry(&self, attempt: u32, err: &StepError) -> bool {
         err.retryable
             && attempt < self.max_attempts
-            && !err
-                .class
-                .as_ref()
-                .is_some_and(|c| self.non_retryable.contains(c) || self.pause_on.contains(c))
+            && !err.class.as_ref().is_some_and(|c| self.non_retryable.contains(c))
+    }
+
+    /// Whether a step's error is of a class that pauses the run at once (`pause_on`).
+    pub fn pauses_at_once(&self, err: &StepError) -> bool {
+        err.class.as_ref().is_some_and(|c| self.pause_on.contains(c))
     }
 
     /// Whether a step's final failure `err` pauses the run instead of being journaled: its
     /// class is in `pause_on`, or it was retryable and the attempts ran out while
     /// `pause_when_exhausted` is set.
     pub fn pauses(&self, err: &StepError) -> bool {
-        let class = |list: &Vec<String>| err.class.as_ref().is_some_and(|c| list.contains(c));
-        class(&self.pause_on) || (self.pause_when_exhausted && err.retryable && !class(&self.non_retryable))
+        let non_retryable = err.class.as_ref().is_some_and(|c| self.non_retryable.contains(c));
+        self.pauses_at_once(err) || (self.pause_when_exhausted && err.retryable && !non_retryable)
     }
 
     /// Delay after failed attempt `attempt` (1-based), jittered.
@@ -140,7 +142,11 @@ mod tests {
             ..RetryPolicy::attempts(3)
         };
         let quota = StepError::retryable("x").with_class("quota");
-        assert!(!pausing.should_retry(1, &quota), "a pausing class burns no retry");
+        assert!(
+            pausing.pauses_at_once(&quota),
+            "a pausing class burns no retry of a step"
+        );
+        assert!(pausing.should_retry(1, &quota), "an effect's retries are its own");
         assert!(pausing.pauses(&quota));
         assert!(!pausing.pauses(&StepError::retryable("x")));
         let exhausted = RetryPolicy {

@@ -189,6 +189,16 @@ impl Ctx {
         self.exit.clone()
     }
 
+    /// Whether the call at `index` is alone in flight: no call was reserved after it and every
+    /// call before it is journaled (so stopping the slice now cuts no other call off). A
+    /// state held by another call counts as not alone.
+    pub(super) fn alone(&self, index: u32) -> bool {
+        if self.seq().reserved != index + 1 {
+            return false;
+        }
+        self.core.try_lock().is_ok_and(|core| core.cursor == index)
+    }
+
     fn seq(&self) -> SyncGuard<'_, Seq> {
         // (Nothing panics while holding it; a poisoned lock still holds consistent data.)
         self.seq.lock().unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -280,18 +280,13 @@ impl ScriptStore {
         detail: &str,
         version: Option<(&str, u32)>,
     ) -> Result<Option<(PauseRecord, Unparked)>, StoreError> {
-        let held = self
-            .pauses()
-            .await?
-            .into_iter()
-            .find(|p| p.scope.field() == scope.field());
-        self.put_partitions(scope, "").await?;
+        // The catalog first, then the copies: the sweep never writes back a copy whose catalog
+        // record is gone. A retry after a try that failed half-way finds no record, lifts
+        // what is left and puts the runs back all the same (and answers `None`).
         let old = self.put_pause(&self.keys.pause_catalog(), &scope.field(), "").await?;
-        let Some(record) = held.map(|p| p.record).or_else(|| PauseRecord::decode(&old)) else {
-            return Ok(None);
-        };
+        self.put_partitions(scope, "").await?;
         let back = self.unpark_all(detail, version).await?;
-        Ok(Some((record, back)))
+        Ok(PauseRecord::decode(&old).map(|r| (r, back)))
     }
 
     /// The workflow, version and queue pauses in force (the catalog).
@@ -381,14 +376,24 @@ impl ScriptStore {
     /// The net under pause and resume, for partition `p` (the scanner runs it now and then
     /// for the partitions it owns): makes the partition's copy of the pauses match the
     /// `catalog` (a pause or resume whose caller died half-way, or two racing), then puts back
-    /// the runs no pause holds any more. `home`: the default task queue's name.
-    pub async fn pause_sweep(&self, p: u16, catalog: &[Pause], home: Option<&str>) -> Result<Unparked, StoreError> {
+    /// the runs no pause holds any more, if a pause was lifted in the partition since the walk
+    /// at generation `walked`. `home`: the default task queue's name. Returns what it put back
+    /// and the generation it walked at (`None`: walk again next time).
+    pub async fn pause_sweep(
+        &self,
+        p: u16,
+        catalog: &[Pause],
+        home: Option<&str>,
+        walked: Option<&str>,
+    ) -> Result<(Unparked, Option<String>), StoreError> {
         let key = self.keys.pauses(p);
         // The partition's copy first, then the catalog: a pause writes its catalog record
-        // before its copies, so a copy read here that the catalog read after lacks was lifted
-        // (its removal is conditional on the record read, so a newer pause is never undone).
-        let have: std::collections::BTreeMap<String, String> =
+        // before its copies and a lift removes it before them, so a copy read here that the
+        // catalog read after lacks was lifted (its removal is conditional on the record read,
+        // so a newer pause is never undone).
+        let mut have: std::collections::BTreeMap<String, String> =
             self.engine.query(redis::cmd("HGETALL").arg(&key)).await?;
+        let gen = have.remove("#gen").unwrap_or_default();
         let catalog = if have.is_empty() {
             catalog.to_vec()
         } else {
@@ -410,8 +415,7 @@ impl ScriptStore {
             self.put_pause_if(&key, f, r, "").await?;
             added.push((f, r));
         }
-        // A copy added for a pause lifted meanwhile (its resume removed the copies before this
-        // read, the catalog record after the one above) is taken back at once.
+        // A copy added for a pause lifted meanwhile is taken back at once.
         if !added.is_empty() {
             let now = self.pauses().await?;
             for (f, r) in added {
@@ -420,11 +424,22 @@ impl ScriptStore {
                 }
             }
         }
+        let mut lifted = false;
         for (f, r) in have.iter().filter(|(f, _)| !want.contains_key(*f)) {
-            self.put_pause_if(&key, f, "", r).await?;
+            lifted |= self.put_pause_if(&key, f, "", r).await? == *r;
         }
-        self.unpark_partition(p, "resumed: no pause holds the run any more", None)
-            .await
+        // The stopped runs are walked when a lift happened since the last walk (a caller that
+        // died before its put-back), or on this replica's first sweep: not every time, or a
+        // pause in force over many runs would cost a walk over all of them per sweep.
+        // (After a lift of its own the sweep walks now and again next time, which reads the
+        // generation its lift moved.)
+        if !lifted && walked == Some(gen.as_str()) {
+            return Ok((Unparked::default(), Some(gen)));
+        }
+        let back = self
+            .unpark_partition(p, "resumed: no pause holds the run any more", None)
+            .await?;
+        Ok((back, (!lifted).then_some(gen)))
     }
 
     async fn put_partitions(&self, scope: &PauseScope, record: &str) -> Result<(), StoreError> {
