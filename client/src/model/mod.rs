@@ -13,7 +13,7 @@ mod schedules;
 
 pub use doctor::*;
 pub use fleet::*;
-pub use numbers::{whole_u32, whole_u64, whole_u64_opt};
+pub use numbers::{whole_u32, whole_u32_opt, whole_u64, whole_u64_opt};
 pub use pause::*;
 pub use runs::*;
 pub use schedules::*;

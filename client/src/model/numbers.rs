@@ -20,6 +20,13 @@ pub fn whole_u64_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u6
         .transpose()
 }
 
+/// [`whole_u32`] for an optional field.
+pub fn whole_u32_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    Option::<serde_json::Number>::deserialize(d)?
+        .map(|n| whole_number(&n).ok_or_else(|| serde::de::Error::custom(format!("expected a whole number, got {n}"))))
+        .transpose()
+}
+
 fn whole_number<T: TryFrom<u64>>(n: &serde_json::Number) -> Option<T> {
     n.as_u64()
         .or_else(|| {

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::numbers::whole_u32_opt;
 use super::runs::Status;
 
 /// Body of `POST /v1/pauses`: what to pause. Exactly one of `workflow` (with `version`: only
@@ -15,8 +16,8 @@ pub struct PauseRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<String>,
     /// With `workflow`: only runs of this version.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_u32_opt")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 4_294_967_295_u64))]
     pub version: Option<u32>,
     /// Every run whose next task goes to this task queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -44,8 +45,8 @@ pub struct ResumeRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<String>,
     /// With `workflow`: only runs of this version.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_u32_opt")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 4_294_967_295_u64))]
     pub version: Option<u32>,
     /// Every run whose next task goes to this task queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -58,8 +59,8 @@ pub struct ResumeRequest {
     pub note: Option<String>,
     /// With `workflow`: move the runs it puts back to this version, e.g. after a fix; a live
     /// worker must serve it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_u32_opt")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 4_294_967_295_u64))]
     pub to_version: Option<u32>,
 }
 
@@ -78,7 +79,7 @@ pub struct PauseFilter {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
     /// At most this many runs, newest first (default and most 10000).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_u32_opt")]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10000))]
     pub limit: Option<u32>,
 }
@@ -105,8 +106,8 @@ pub struct RunUnpauseBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     /// Put the run back on this version of its workflow.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole_u32_opt")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 4_294_967_295_u64))]
     pub to_version: Option<u32>,
 }
 
