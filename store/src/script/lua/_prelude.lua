@@ -86,6 +86,8 @@ end
 -- field ('run' for its own), or nil.
 local function pause_of(own, pauses, wf, wfv, q)
   if own and own ~= '' then return own, 'run' end
+  -- (Nothing paused in the partition, the common case: one EXISTS, no field names built.)
+  if redis.call('EXISTS', pauses) == 0 then return nil end
   local f = { 'w:' .. wf, 'v:' .. wf .. '@' .. wfv, 'q:' .. q }
   local p = redis.call('HMGET', pauses, f[1], f[2], f[3])
   for i = 1, 3 do
