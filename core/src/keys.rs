@@ -35,11 +35,26 @@ pub struct RunKeys {
     pub unserved: String,
     /// The partition's index of runs whose start task the broker has not confirmed yet.
     pub unconfirmed: String,
+}
+
+impl RunKeys {
+    /// A key of the run's partition from its name (`<ns>:{pNN}:<name>`), next to its due set.
+    fn in_partition(&self, name: &str) -> String {
+        let tag = self.due.strip_suffix(":due").unwrap_or(&self.due);
+        format!("{tag}:{name}")
+    }
+
     /// The partition's copy of the workflow, version and queue pauses (field → record): what
-    /// every claim of a run in the partition checks.
-    pub pauses: String,
+    /// every claim of a run in the partition checks. (Built when asked for, not with every
+    /// key set: only the claim, the heartbeat and a run's pause need it.)
+    pub fn pauses(&self) -> String {
+        self.in_partition("pauses")
+    }
+
     /// The partition's index of runs a pause stopped (status `paused`), by when.
-    pub paused: String,
+    pub fn paused(&self) -> String {
+        self.in_partition("paused")
+    }
 }
 
 impl Keys {
@@ -83,8 +98,6 @@ impl Keys {
             waiting: format!("{tag}:waiting"),
             unserved: format!("{tag}:unserved"),
             unconfirmed: format!("{tag}:unconfirmed"),
-            pauses: format!("{tag}:pauses"),
-            paused: format!("{tag}:paused"),
         }
     }
 

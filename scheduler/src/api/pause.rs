@@ -83,10 +83,6 @@ fn field_view(field: &str, record: &str) -> Option<PauseView> {
     let r = PauseRecord::decode(record)?;
     let scope = match field {
         "run" => None,
-        "q:" => Some(PauseScope::Queue {
-            name: "(default)".into(),
-            default: true,
-        }),
         f => Some(PauseScope::parse_field(f)?),
     };
     Some(pause_view(scope.as_ref(), &r))

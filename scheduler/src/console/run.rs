@@ -309,12 +309,7 @@ fn pause_field(h: &RunHeader) -> Option<String> {
         _ => return None,
     };
     let r = savepoint_store::PauseRecord::decode(record)?;
-    let scope = match field.split_once(':') {
-        Some(("w", w)) => format!("workflow {w}"),
-        Some(("v", v)) => format!("workflow version {v}"),
-        Some(("q", q)) => format!("queue {q}"),
-        _ => "the run".into(),
-    };
+    let scope = savepoint_store::PauseScope::parse_field(field).map_or_else(|| "the run".into(), |s| s.to_string());
     let stopped = if h.status == RunStatus::Paused {
         "stopped"
     } else {

@@ -72,8 +72,8 @@ impl ScriptStore {
             .key(&k.unserved)
             .key(&k.unconfirmed)
             .key(&k.waiting)
-            .key(&k.pauses)
-            .key(&k.paused);
+            .key(k.pauses())
+            .key(k.paused());
         inv.arg(thread.as_str())
             .arg(owner)
             .arg(ms(self.cfg.lease))

@@ -135,7 +135,7 @@ impl ScriptStore {
     pub async fn heartbeat(&self, lease: &Lease) -> Result<(u64, Option<String>), StoreError> {
         let k = &lease.keys;
         let mut inv = self.scripts.heartbeat.prepare_invoke();
-        inv.key(&k.run).key(&k.due).key(&k.pauses);
+        inv.key(&k.run).key(&k.due).key(k.pauses());
         inv.arg(lease.thread.as_str()).arg(&lease.owner).arg(lease.fence);
         inv.arg(ms(self.cfg.lease)).arg(ms(self.cfg.grace));
         let r = self.invoke(&inv).await?;

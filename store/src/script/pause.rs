@@ -49,7 +49,9 @@ impl PauseScope {
         f
     }
 
-    /// Reads a catalog field back (a queue as not the default one: the caller knows which is).
+    /// Reads a pause field back (`w:…`, `v:…@N`, `q:…`; `q:` is the default queue's, named
+    /// `(default)`; a named queue reads as not the default one: the caller knows which is).
+    /// `None` for a run's own pause (`run`) and anything else.
     pub fn parse_field(f: &str) -> Option<Self> {
         let (kind, name) = f.split_once(':')?;
         match kind {
@@ -58,7 +60,11 @@ impl PauseScope {
                 let (w, v) = name.rsplit_once('@')?;
                 Some(PauseScope::Version(w.to_owned(), v.parse().ok()?))
             }
-            "q" if !name.is_empty() => Some(PauseScope::Queue {
+            "q" if name.is_empty() => Some(PauseScope::Queue {
+                name: "(default)".into(),
+                default: true,
+            }),
+            "q" => Some(PauseScope::Queue {
                 name: name.to_owned(),
                 default: false,
             }),
@@ -239,10 +245,10 @@ impl ScriptStore {
         let mut inv = self.scripts.pause_run.prepare_invoke();
         inv.key(&k.run)
             .key(&k.events)
-            .key(&k.pauses)
+            .key(k.pauses())
             .key(&k.due)
             .key(&k.waiting)
-            .key(&k.paused);
+            .key(k.paused());
         inv.arg(thread.as_str()).arg(action).arg(text).arg(self.cfg.event_cap);
         inv.arg(version.map(|v| v.to_string()).unwrap_or_default());
         self.invoke(&inv).await

@@ -83,26 +83,24 @@ pub(crate) fn unpause_action(thread: &str, field: &str) -> Action {
             Some(body),
         )
     };
-    match field.split_once(':') {
-        Some(("w", w)) => scoped(
+    use savepoint_store::PauseScope;
+    match PauseScope::parse_field(field) {
+        Some(PauseScope::Workflow(w)) => scoped(
             format!("Resume workflow {w}: every run its pause stopped goes on"),
-            format!("--workflow {}", sh(w)),
+            format!("--workflow {}", sh(&w)),
             json!({"workflow": w}),
         ),
-        Some(("v", wv)) => {
-            let (w, v) = wv.rsplit_once('@').unwrap_or((wv, "0"));
-            scoped(
-                format!("Resume workflow {w} v{v}: every run its pause stopped goes on"),
-                format!("--workflow {} --version {v}", sh(w)),
-                json!({"workflow": w, "version": v.parse::<u32>().unwrap_or(0)}),
-            )
-        }
-        Some(("q", q)) => scoped(
-            format!("Resume queue {q}: every run its pause stopped goes on"),
-            format!("--queue {}", sh(q)),
-            json!({"queue": q}),
+        Some(PauseScope::Version(w, v)) => scoped(
+            format!("Resume workflow {w} v{v}: every run its pause stopped goes on"),
+            format!("--workflow {} --version {v}", sh(&w)),
+            json!({"workflow": w, "version": v}),
         ),
-        _ => api_action(
+        Some(PauseScope::Queue { name, .. }) => scoped(
+            format!("Resume queue {name}: every run its pause stopped goes on"),
+            format!("--queue {}", sh(&name)),
+            json!({"queue": name}),
+        ),
+        None => api_action(
             "Unpause the run: it goes on where the pause stopped it".into(),
             format!("savepoint unpause {}", sh(thread)),
             "POST",

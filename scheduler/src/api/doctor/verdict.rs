@@ -65,11 +65,9 @@ fn paused(h: &RunHeader, now: u64) -> Verdict {
         .clone()
         .unwrap_or((String::new(), String::new(), RunStatus::Pending));
     let r = savepoint_store::PauseRecord::decode(&record);
-    let scope = match field.split_once(':') {
-        Some(("w", w)) => format!("workflow {w}'s pause"),
-        Some(("v", v)) => format!("the pause of workflow version {v}"),
-        Some(("q", q)) => format!("queue {}'s pause", if q.is_empty() { "(default)" } else { q }),
-        _ => "its own pause".into(),
+    let scope = match savepoint_store::PauseScope::parse_field(&field) {
+        Some(s) => format!("the pause of {s}"),
+        None => "its own pause".into(),
     };
     let (by, at, note) = r
         .map(|r| (r.by, when(r.at, now), r.note))
