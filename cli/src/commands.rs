@@ -193,6 +193,11 @@ pub enum Command {
         /// At most this many (1-1000, default 50).
         #[arg(long)]
         limit: Option<u32>,
+        /// Only runs waiting on this cause, each shown with why and until when (human,
+        /// signal, child, timer, flow_slot, rate_limit, worker, backlog, paused, backing_off,
+        /// blocked).
+        #[arg(long)]
+        waiting_on: Option<String>,
     },
 }
 
@@ -671,7 +676,14 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Dev(d) => dev(d).await,
         Command::Sim(a) => sim(a).await,
         Command::Loadgen(a) => loadgen(&cli.api, cli.token.as_deref(), json, a).await,
-        Command::List { status, limit } => print(json, &client.list(status.as_deref(), limit).await?, render::list),
+        Command::List {
+            status,
+            limit,
+            waiting_on,
+        } => {
+            let runs = client.list_waiting(status.as_deref(), limit, waiting_on.as_deref());
+            print(json, &runs.await?, render::list)
+        }
         Command::Pause(a) => pause(&client, json, a, false).await,
         Command::Unpause(a) => pause(&client, json, a, true).await,
         Command::Pauses => print(json, &client.pauses().await?, render::pauses),

@@ -190,6 +190,12 @@ pub fn run(v: &Value) -> String {
     if let Some(w) = v.get("wait").filter(|w| w["kind"] == "signal") {
         rows.push(("waits for", format!("signal {}", text(&w["name"]))));
     }
+    if let Some(w) = v.get("waiting").filter(|w| w.is_object()) {
+        rows.push(("waiting on", waiting_text(w)));
+        if let Some(t) = time_field(w, "until") {
+            rows.push(("until", t));
+        }
+    }
     for (label, key) in [
         ("output", "output"),
         ("error", "error"),
@@ -317,8 +323,20 @@ pub fn list(v: &Value) -> String {
             text(&r["status"]),
             text(&r["step"])
         );
+        if let Some(w) = r.get("waiting").filter(|w| w.is_object()) {
+            let _ = writeln!(out, "{:<width$}  {}", "", waiting_text(w));
+        }
     }
     out
+}
+
+/// A run's waiting cause in a line: the cause, its sentence and the estimate.
+fn waiting_text(w: &Value) -> String {
+    let est = match time_field(&w["estimate"], "at") {
+        Some(t) => format!("runs ~{t} ({})", text(&w["estimate"]["how"])),
+        None => text(&w["estimate"]["how"]),
+    };
+    format!("{}: {} {est}", text(&w["on"]), text(&w["summary"]))
 }
 
 /// The versions a workflow is served at: `v2`, or `v1-3` for a range (`min_version` to
@@ -510,6 +528,24 @@ pub fn paused(action: &str, v: &Value) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_waiting_cause_reads_as_a_line_with_its_estimate() {
+        let run = json!({"thread_id": "t", "workflow": "w", "workflow_version": 1, "status": "sleeping",
+            "step": 2, "attempt": 1, "waiting": {"on": "timer", "summary": "Sleeping on the durable timer \"nap\".",
+            "until": 1_000, "estimate": {"at": 1_000, "how": "the timer's due time"}}});
+        let out = super::run(&run);
+        let expected = format!(
+            "waiting on  timer: Sleeping on the durable timer \"nap\". runs ~{} (the timer's due time)",
+            timestamp(1_000)
+        );
+        assert!(out.contains(&expected), "{out}");
+        assert!(out.contains(&format!("until       {}", timestamp(1_000))), "{out}");
+        let listed = json!({"runs": [{"thread_id": "t", "workflow": "w", "status": "waiting", "step": 1,
+            "updated_at": 5, "waiting": {"on": "human", "summary": "Waiting for a human.",
+            "estimate": {"how": "unknown: when someone answers"}}}]});
+        assert!(list(&listed).contains("human: Waiting for a human. unknown: when someone answers"));
+    }
 
     #[test]
     fn pauses_read_as_sentences() {

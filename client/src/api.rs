@@ -366,12 +366,26 @@ impl ApiClient {
 
     /// `GET /v1/runs?status=&limit=`.
     pub async fn list(&self, status: Option<&str>, limit: Option<u32>) -> Result<Value, ClientError> {
+        self.list_waiting(status, limit, None).await
+    }
+
+    /// `GET /v1/runs?status=&limit=&waiting_on=` (operation `list_runs`): runs, newest first;
+    /// with `waiting_on`, only those waiting on that cause, each with its `waiting`.
+    pub async fn list_waiting(
+        &self,
+        status: Option<&str>,
+        limit: Option<u32>,
+        waiting_on: Option<&str>,
+    ) -> Result<Value, ClientError> {
         let mut query = Vec::new();
         if let Some(s) = status {
             query.push(format!("status={}", encode(s)));
         }
         if let Some(n) = limit {
             query.push(format!("limit={n}"));
+        }
+        if let Some(w) = waiting_on {
+            query.push(format!("waiting_on={}", encode(w)));
         }
         let path = if query.is_empty() {
             "/v1/runs".to_owned()

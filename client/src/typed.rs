@@ -102,6 +102,17 @@ impl Client {
         self.decode(v, "/v1/pauses")
     }
 
+    /// The runs waiting on `on` (`GET /v1/runs?waiting_on=`), newest first, each with why
+    /// and until when.
+    pub async fn waiting_on(
+        &self,
+        on: crate::model::WaitingOn,
+        limit: Option<u32>,
+    ) -> Result<crate::model::RunList, ClientError> {
+        let v = self.api.list_waiting(None, limit, Some(on.as_str())).await?;
+        self.decode(v, "/v1/runs")
+    }
+
     fn decode<T: serde::de::DeserializeOwned>(&self, v: Value, path: &str) -> Result<T, ClientError> {
         serde_json::from_value(v).map_err(|e| ClientError::Decode {
             url: format!("{}{path}", self.api.base_url()),

@@ -198,6 +198,12 @@ impl Keys {
         format!("{}:{{fc}}:rate:{key}", self.ns)
     }
 
+    /// A flow-control key's turnover: when a slot was last given back and the moving mean of
+    /// the gap between two (`at`, `gap`), the pace its line moves at.
+    pub fn flow_turn(&self, key: &str) -> String {
+        format!("{}:{{fc}}:turn:{key}", self.ns)
+    }
+
     /// Live worker registrations (incarnation → expiry and the workflows it serves); the
     /// fleet's workflow catalog is computed from it.
     pub fn workers(&self) -> String {

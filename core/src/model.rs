@@ -237,6 +237,33 @@ pub struct RunHeader {
     /// What stopped a `paused` run (`pzw`: `run`, `w:<wf>`, `v:<wf>@<v>`, `q:<queue>`) and its
     /// record (`pzr`), and the status it had then (`ps`), where a resume puts it back.
     pub paused_by: Option<(String, String, RunStatus)>,
+    /// A failed call's back-off (`rb`): until when (server ms), the call's journal index and
+    /// its failed attempts. Written with the `retried` event while the run stays leased; it
+    /// means something only while `until` is ahead (the run is backing off now).
+    pub retry_backoff: Option<RetryBackoff>,
+}
+
+/// A failed call's back-off before its next attempt, as a running run records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryBackoff {
+    /// When the next attempt starts (server ms).
+    pub until: u64,
+    /// The call's journal index.
+    pub index: u32,
+    /// Its failed attempts so far.
+    pub attempt: u32,
+}
+
+impl RetryBackoff {
+    /// Parses the stored form `until\x1findex\x1fattempt`.
+    pub fn parse(s: &str) -> Option<Self> {
+        let mut it = s.split('\u{1f}');
+        Some(Self {
+            until: it.next()?.parse().ok()?,
+            index: it.next()?.parse().ok()?,
+            attempt: it.next()?.parse().ok()?,
+        })
+    }
 }
 
 fn text(map: &BTreeMap<String, Vec<u8>>, k: &str) -> Option<String> {
@@ -333,6 +360,7 @@ impl RunHeader {
                     .unwrap_or(RunStatus::Pending);
                 (text(map, "pzw").unwrap_or_default(), r, from)
             }),
+            retry_backoff: text(map, "rb").and_then(|s| RetryBackoff::parse(&s)),
         })
     }
 }

@@ -84,13 +84,15 @@ pub trait RunStore: Send + Sync + 'static {
     /// is written), e.g. a decision the worker took that an operator should see.
     fn event<'a>(&'a self, lease: &'a Lease, typ: &'a str, detail: &'a str) -> BoxFut<'a, StoreResult<()>>;
 
-    /// Records a failed attempt of the call at `index`.
+    /// Records a failed attempt of the call at `index` and, when it is retried, the back-off
+    /// before its next attempt (the run's waiting cause meanwhile).
     fn retried<'a>(
         &'a self,
         lease: &'a Lease,
         index: u32,
         attempt: u32,
         detail: &'a str,
+        backoff: Option<std::time::Duration>,
     ) -> BoxFut<'a, StoreResult<()>>;
 
     // ---- effect records ----

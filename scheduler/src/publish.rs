@@ -69,6 +69,21 @@ impl Publisher {
         &self.broker
     }
 
+    /// Ready tasks in task queue `queue` (`None`: the default one), or `None` when the broker
+    /// does not answer within a second (a view must not hang on it).
+    pub async fn queue_depth(&self, queue: Option<&str>) -> Option<u32> {
+        let ask = async {
+            match (&self.queues, queue) {
+                (Some(qs), Some(q)) if q != qs.home_name() => qs.get(q).await?.queue_depth().await,
+                _ => self.broker.queue_depth().await,
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(1), ask)
+            .await
+            .ok()
+            .and_then(Result::ok)
+    }
+
     /// Publishes one task for `thread` and waits for the broker's confirm. `trace` is the
     /// run's traceparent, carried in the AMQP headers when present.
     pub async fn publish(

@@ -67,8 +67,9 @@ impl RunStore for ScriptStore {
         index: u32,
         attempt: u32,
         detail: &'a str,
+        backoff: Option<std::time::Duration>,
     ) -> BoxFut<'a, StoreResult<()>> {
-        Box::pin(ScriptStore::retried(self, lease, index, attempt, detail))
+        Box::pin(ScriptStore::retried(self, lease, index, attempt, detail, backoff))
     }
 
     fn effect_begin<'a>(

@@ -130,21 +130,55 @@ fn advertised(bound: std::net::SocketAddr) -> String {
     }
 }
 
+/// The recent rate of slices a worker starts: a moving mean over its registration refreshes
+/// (half the weight on the last interval), so a burst or a stall shows within a few of them.
+struct SlicePace {
+    last: u64,
+    at: tokio::time::Instant,
+    rate: f64,
+}
+
+impl SlicePace {
+    fn new(slices: u64) -> Self {
+        Self {
+            last: slices,
+            at: tokio::time::Instant::now(),
+            rate: 0.0,
+        }
+    }
+
+    /// The rate after `slices` started in all, now.
+    fn next(&mut self, slices: u64) -> f64 {
+        let now = tokio::time::Instant::now();
+        let secs = now.duration_since(self.at).as_secs_f64();
+        if secs > 0.0 {
+            let recent = slices.saturating_sub(self.last) as f64 / secs;
+            self.rate = (self.rate + recent) / 2.0;
+        }
+        (self.last, self.at) = (slices, now);
+        self.rate
+    }
+}
+
 /// Refreshes the worker's registration every third of its TTL until aborted (or crashed),
 /// so the catalog lists only live workers, and this worker's view of the fleet with it.
 async fn keep_registered(shared: Arc<Shared>, info: WorkerInfo, ttl: Duration, crash: CancellationToken) {
     let store = &shared.store;
     let mut tick = tokio::time::interval(ttl / 3);
     tick.tick().await;
+    let mut pace = SlicePace::new(shared.slices.load(Ordering::Relaxed));
     loop {
         tokio::select! {
             biased;
             _ = crash.cancelled() => return,
             _ = tick.tick() => {}
         }
+        let slices = shared.slices.load(Ordering::Relaxed);
         let info = WorkerInfo {
             in_flight: shared.in_flight.load(Ordering::Relaxed),
             steps: shared.steps.load(Ordering::Relaxed),
+            slices,
+            slices_per_sec: pace.next(slices),
             ..info.clone()
         };
         if let Err(e) = store.register_worker(&info, ttl).await {
@@ -285,6 +319,7 @@ async fn start(
         stubs: opts.stubs.clone(),
         in_flight: Default::default(),
         steps: Default::default(),
+        slices: Default::default(),
         journals: crate::journals::Journals::new(cfg.worker.journal_cache_entries),
     });
     Ok((shared, info))
@@ -311,6 +346,8 @@ fn worker_info(
         concurrency: cfg.worker.concurrency as u32,
         in_flight: 0,
         steps: 0,
+        slices: 0,
+        slices_per_sec: 0.0,
     }
 }
 

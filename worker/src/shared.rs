@@ -39,6 +39,9 @@ pub(crate) struct Shared {
     pub in_flight: std::sync::atomic::AtomicU32,
     /// Journal entries committed by this worker's slices (reported in the registration).
     pub steps: std::sync::atomic::AtomicU64,
+    /// Slices this worker started (reported in the registration, with their recent rate:
+    /// how fast it takes tasks off its queue).
+    pub slices: std::sync::atomic::AtomicU64,
     /// The journals of runs this worker ran, kept for their next slice here.
     pub journals: crate::journals::Journals,
 }

@@ -300,6 +300,7 @@ fn keep_journal(shared: &Shared, c: &Claimed, ctx: &mut Ctx, action: &EndAction)
 fn count_in_flight(shared: &Shared) -> Guard<impl FnMut() + '_> {
     metrics().inflight.inc();
     shared.in_flight.fetch_add(1, Ordering::Relaxed);
+    shared.slices.fetch_add(1, Ordering::Relaxed);
     scopeguard(|| {
         metrics().inflight.dec();
         shared.in_flight.fetch_sub(1, Ordering::Relaxed);

@@ -21,8 +21,12 @@ impl Trace {
     }
 
     pub(super) fn count(&self, what: &str) {
+        self.count_by(what, 1);
+    }
+
+    pub(super) fn count_by(&self, what: &str, n: u64) {
         if let Ok(mut s) = self.stats.lock() {
-            *s.entry(what.to_owned()).or_default() += 1;
+            *s.entry(what.to_owned()).or_default() += n;
         }
     }
 }

@@ -80,6 +80,10 @@
 //!     (a `claimed` or `takeover` event, written by the claim itself with the store's time)
 //!     between the pause's answer and the resume's request, and every run it stopped ends
 //!     once resumed (invariants 1–2).
+//! 15. waiting causes (`pausing.rs`): while that pause holds (from 35 %), for each status a
+//!     held run can have, `GET /v1/runs?waiting_on=paused&status=S` lists every run of `order`
+//!     that had that status before and after the listing, each saying it waits on the pause,
+//!     and no run of another workflow.
 
 mod checks;
 mod faults;

@@ -421,6 +421,9 @@ async fn drive(sim: &mut Sim, load: &mut Workload, p: &mut Progress, args: &SimA
         cancel_due_parents(&sim.w, load, p, now).await;
         start_due_runs(&mut sim.w, load, p, now).await;
         p.pausing.drive(&sim.w, now, args.chaos_ms).await;
+        p.pausing
+            .sample(&sim.w, now, args.chaos_ms, &load.runs, &load.kinds)
+            .await;
         // Key names live only while in use (a flow key's slots and line): look at them
         // during the run, not only in the final dump.
         if tick.is_multiple_of(10) {

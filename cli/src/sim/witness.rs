@@ -182,8 +182,9 @@ impl RunStore for Witness {
         index: u32,
         attempt: u32,
         detail: &'a str,
+        backoff: Option<std::time::Duration>,
     ) -> BoxFut<'a, StoreResult<()>> {
-        self.inner.retried(lease, index, attempt, detail)
+        self.inner.retried(lease, index, attempt, detail, backoff)
     }
 
     fn effect_begin<'a>(

@@ -14,6 +14,10 @@ pub enum Case {
     WaitingForHuman,
     /// Waiting for a named signal.
     WaitingForSignal,
+    /// Waiting for a child run it started to end.
+    WaitingForChild,
+    /// In line for a slot or a start token of its flow-control key.
+    InLine,
     /// On a durable timer until its due time.
     Sleeping,
     /// Backing off: a retry's back-off, or an effect key another run holds.
@@ -158,6 +162,9 @@ pub struct Diagnosis {
     pub lease: Option<LeaseHolder>,
     /// Live workers serving the run's workflow at its version.
     pub servers: Vec<Server>,
+    /// Why it is not running, since and until when, with an estimate (as on the run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<super::Waiting>,
     /// Effect keys the run holds or waits on.
     pub effects: Vec<EffectFact>,
     /// The run's last events, oldest first.

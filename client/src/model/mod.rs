@@ -10,6 +10,7 @@ mod numbers;
 mod pause;
 mod runs;
 mod schedules;
+mod waiting;
 
 pub use doctor::*;
 pub use fleet::*;
@@ -17,3 +18,4 @@ pub use numbers::{whole_u32, whole_u32_opt, whole_u64, whole_u64_opt};
 pub use pause::*;
 pub use runs::*;
 pub use schedules::*;
+pub use waiting::*;

@@ -393,6 +393,10 @@ pub struct RunView {
     /// The pause holding the run (its own, or its workflow's, version's or queue's), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause: Option<super::RunPauseView>,
+    /// Why it is not running, since and until when, with an estimate of when it runs again
+    /// (absent while it runs, and once it has ended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<super::Waiting>,
     /// The task queue its next task goes to (absent: the deployment's default queue).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
@@ -550,6 +554,9 @@ pub struct ListItem {
     pub created_at: u64,
     /// Last changed (ms).
     pub updated_at: u64,
+    /// Why it waits (only in a list filtered by `waiting_on`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<super::Waiting>,
 }
 
 /// `GET /v1/runs`.

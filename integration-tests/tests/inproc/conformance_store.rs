@@ -10,8 +10,8 @@ use savepoint_core::ids::{EffectKey, ThreadId};
 use savepoint_core::journal::{Entry, EntryKind, Outcome};
 use savepoint_integration_tests::{embedded_config, fresh_namespace};
 use savepoint_store::mem::MemEngine;
+use savepoint_store::{Acquired, CatalogEntry, CreateOptions, Flow};
 use savepoint_store::{BlockKind, ClaimOutcome, EffectClaim, Finish, Holder, RunStatus, ScriptStore, StoreError, Wait};
-use savepoint_store::{CatalogEntry, CreateOptions, Flow};
 use savepoint_store::{CreateOutcome, EffectDone, EffectRelease, EffectUnused, RestartOutcome, RetryOutcome};
 use savepoint_store::{JournalHeld, ServedSpec, SignalOutcome, StoreConfig, Suspend};
 use savepoint_store::{PauseRecord, PauseScope, RunPaused, RunResumed};
@@ -1059,7 +1059,7 @@ async fn a_claim_reads_the_whole_hash_while_calls_keep_bookkeeping(s: ScriptStor
     let mut c = claim_holding(&s, &t, Some(held)).await;
     // A failed attempt of the next call is recorded beside the journal (`t:1`): the
     // claim must hand it over, so it reads the whole hash.
-    s.retried(&c.lease, 1, 2, "1 s1").await.unwrap();
+    s.retried(&c.lease, 1, 2, "1 s1", None).await.unwrap();
     yield_with(&s, &mut c, 1, &[]).await;
     let c = claim_holding(&s, &t, Some(held)).await;
     assert_eq!(c.journal_from, None);
@@ -1297,6 +1297,60 @@ async fn the_pause_sweep_repairs_copies_and_puts_back_what_no_pause_holds(s: Scr
     claim(&s, &t, "w").await;
 }
 
+/// A run's place in a flow key's line (`flow_line`, read-only), the key's turnover moved by
+/// each slot given back, and a failed call's back-off kept in the run (`rb`) for its waiting
+/// cause.
+async fn a_flow_line_says_where_a_run_stands_and_how_fast_slots_turn(s: ScriptStore) {
+    let flow = Flow {
+        key: "wf:line".into(),
+        limit: 1,
+        rate: None,
+    };
+    let (a, b, c) = (
+        new_run(&s, json!({"n": 1})).await,
+        new_run(&s, json!({"n": 2})).await,
+        new_run(&s, json!({"n": 3})).await,
+    );
+    assert_eq!(s.flow_acquire(&flow, &a, 1, 0, true).await.unwrap(), Acquired::Slot);
+    assert!(matches!(
+        s.flow_acquire(&flow, &b, 1, 0, true).await.unwrap(),
+        Acquired::Full(1)
+    ));
+    // (In line by arrival: a later millisecond.)
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    assert!(matches!(
+        s.flow_acquire(&flow, &c, 1, 0, true).await.unwrap(),
+        Acquired::Full(1)
+    ));
+    let line = s.flow_line(&flow, &c).await.unwrap();
+    assert_eq!((line.rank, line.in_line, line.holders), (Some(1), 2, 1), "{line:?}");
+    assert_eq!((line.last_release_at, line.turnover_ms), (None, None));
+    assert_eq!(
+        s.flow_line(&flow, &a).await.unwrap().rank,
+        None,
+        "the holder is not in line"
+    );
+    // Two slots given back: the second measures the gap.
+    s.flow_release(&flow, &a, Some(1), true).await.unwrap();
+    let line = s.flow_line(&flow, &c).await.unwrap();
+    assert!(line.last_release_at.is_some() && line.turnover_ms.is_none(), "{line:?}");
+    assert_eq!(s.flow_acquire(&flow, &b, 2, 0, true).await.unwrap(), Acquired::Slot);
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    s.flow_release(&flow, &b, Some(2), true).await.unwrap();
+    let line = s.flow_line(&flow, &c).await.unwrap();
+    assert_eq!((line.rank, line.holders), (Some(0), 0), "{line:?}");
+    assert!(line.turnover_ms.is_some_and(|g| g >= 25), "{line:?}");
+    // A failed call's back-off.
+    let cl = claim(&s, &a, "w").await;
+    s.retried(&cl.lease, 0, 1, "s0 attempt 1", Some(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let h = s.header(&a).await.unwrap().unwrap();
+    let b = h.retry_backoff.expect("the back-off is kept");
+    assert_eq!((b.index, b.attempt), (0, 1));
+    assert!(b.until >= line.now + 19_000, "{b:?}");
+}
+
 /// Each contract test, once per backend.
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
@@ -1340,4 +1394,5 @@ conformance!(
     a_run_pause_keeps_its_answers_and_yields_to_a_wider_pause,
     a_pause_that_holds_timers_moves_a_stopped_timer_by_its_length,
     the_pause_sweep_repairs_copies_and_puts_back_what_no_pause_holds,
+    a_flow_line_says_where_a_run_stands_and_how_fast_slots_turn,
 );

@@ -19,4 +19,5 @@ pub mod held_journal;
 pub mod http_api;
 pub mod pause;
 pub mod pipeline;
+pub mod waiting;
 pub mod workflow_api;

@@ -67,6 +67,8 @@ pub(crate) struct Facts {
     /// Takeovers at one journal position that block a run as a poison run (the store's
     /// `max_crashes`; 0 when not read: any takeover counts).
     pub max_crashes: u32,
+    /// Why the run is not running, until when ([`super::waiting`]).
+    pub waiting: Option<super::model::Waiting>,
 }
 
 /// A store time (ms) as RFC 3339, UTC.
@@ -121,7 +123,17 @@ fn common_evidence(
     evidence.extend(crash_evidence(h));
     evidence.extend(fleet::unreachable_evidence(f));
     evidence.extend(runnable::sleep_warning(h, now, &fleet.servers));
+    evidence.extend(f.waiting.as_ref().map(|w| waiting_evidence(w, now)));
     evidence
+}
+
+/// The run's waiting cause and its estimate, as evidence.
+fn waiting_evidence(w: &super::model::Waiting, now: u64) -> String {
+    let est = match w.estimate.at {
+        Some(t) => format!("expected to run {} ({})", when(t, now), w.estimate.how),
+        None => w.estimate.how.clone(),
+    };
+    format!("waiting on {}: {} {est}", w.on, w.summary)
 }
 
 /// The takeovers at the run's journal position, if any, and the workers that held it.
@@ -158,6 +170,7 @@ pub(crate) fn diagnose(h: &RunHeader, f: &Facts) -> Diagnosis {
         queue_depth: f.queue_depth,
         lease,
         servers: fleet.servers,
+        waiting: f.waiting.clone(),
         effects,
         events: f.events.iter().map(super::views::event_view).collect(),
     }

@@ -190,6 +190,8 @@ mod tests {
             concurrency: 8,
             in_flight: 2,
             steps: 40,
+            slices: 0,
+            slices_per_sec: 0.0,
         }
     }
 

@@ -30,6 +30,7 @@ pub(crate) mod schedules;
 pub(crate) mod spec;
 mod state;
 mod views;
+mod waiting;
 
 pub(crate) use error::ApiError;
 pub use spec::openapi_json;

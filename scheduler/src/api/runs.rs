@@ -12,7 +12,7 @@ use serde::Deserialize;
 use tracing::info;
 
 use super::extract::{thread_id, ApiJson, ApiPath, ApiQuery};
-use super::model::{ErrorBody, ExportView, HistoryView, RunList, RunView, StartReply, StartRequest, Status};
+use super::model::{ErrorBody, ExportView, HistoryView, RunList, RunView, StartReply, StartRequest, Status, WaitingOn};
 use super::{views, ApiError, ApiState, Reply, Services};
 use crate::publish::new_traceparent;
 
@@ -242,7 +242,29 @@ pub(crate) async fn get_run(State(st): State<ApiState>, ApiPath(raw): ApiPath<St
         .header(&thread)
         .await?
         .ok_or_else(|| ApiError::run_not_found(&thread))?;
-    Ok((StatusCode::OK, Json(run_view(store, &header).await?)))
+    let mut view = run_view(store, &header).await?;
+    view.waiting = waiting_of(st.services()?, &header, &view).await?;
+    Ok((StatusCode::OK, Json(view)))
+}
+
+/// Why run `h` (seen as `view`) is not running, reading what its cause needs.
+pub(crate) async fn waiting_of(
+    svc: &super::Services,
+    h: &RunHeader,
+    view: &RunView,
+) -> Result<Option<super::model::Waiting>, ApiError> {
+    if h.status.is_final() {
+        return Ok(None);
+    }
+    let (now, workers) = tokio::try_join!(svc.store.server_time(), svc.store.live_workers())?;
+    let mut f = super::waiting::facts_for(svc, h, now, &workers).await?;
+    f.held_by = view.pause.as_ref().filter(|p| !p.stopped).map(|p| p.pause.clone());
+    f.timer = view
+        .at
+        .name
+        .clone()
+        .filter(|_| view.at.kind.as_deref() == Some("sleep"));
+    Ok(super::waiting::waiting(h, &f))
 }
 
 /// The run view with where the run is: the store's time, and the entry it sleeps in.
@@ -315,6 +337,18 @@ pub(crate) async fn export(State(st): State<ApiState>, ApiPath(raw): ApiPath<Str
 pub(crate) struct ListQuery {
     status: Option<String>,
     limit: Option<String>,
+    waiting_on: Option<String>,
+}
+
+/// The `waiting_on` of a list query, checked (an empty or unknown value is a 400).
+fn parse_waiting_on(q: &ListQuery) -> Result<Option<WaitingOn>, ApiError> {
+    match q.waiting_on.as_deref().map(str::trim) {
+        None => Ok(None),
+        Some(s) => WaitingOn::parse(s).map(Some).ok_or_else(|| {
+            let known: Vec<&str> = WaitingOn::ALL.iter().map(|w| w.as_str()).collect();
+            ApiError::bad_request(format!("unknown waiting_on {s:?}; use one of {}", known.join(", ")))
+        }),
+    }
 }
 
 fn parse_list(q: ListQuery) -> Result<(Option<RunStatus>, usize), ApiError> {
@@ -351,6 +385,9 @@ fn parse_list(q: ListQuery) -> Result<(Option<RunStatus>, usize), ApiError> {
     params(
         ("status" = Option<Status>, Query, description = "Only runs with this status"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "At most this many (default 50)"),
+        ("waiting_on" = Option<WaitingOn>, Query, description = "Only runs waiting on this cause, each with its `waiting` \
+            (looked for among the newest runs of each status the cause can have: every waiting, blocked and paused run, \
+            and the newest 2,000 pending, sleeping and running ones)"),
     ),
     responses((status = 200, description = "Runs, newest first", body = RunList, links(
         ("GetNewest" = (operation_id = "get_run", parameters(("thread_id" = "$response.body#/runs/0/thread_id")))),
@@ -360,10 +397,89 @@ fn parse_list(q: ListQuery) -> Result<(Option<RunStatus>, usize), ApiError> {
     )))
 )]
 pub(crate) async fn list(State(st): State<ApiState>, ApiQuery(q): ApiQuery<ListQuery>) -> Reply<RunList> {
+    let waiting_on = parse_waiting_on(&q)?;
     let (status, limit) = parse_list(q)?;
-    let runs = st.services()?.store.list(status, limit).await?;
-    let runs = runs.iter().map(views::list_item).collect();
+    let svc = st.services()?;
+    let runs = match waiting_on {
+        Some(on) => list_waiting(svc, on, status, limit).await?,
+        None => svc
+            .store
+            .list(status, limit)
+            .await?
+            .iter()
+            .map(views::list_item)
+            .collect(),
+    };
     Ok((StatusCode::OK, Json(RunList { runs })))
+}
+
+/// Pending, sleeping and running runs a `waiting_on` list looks at, per status (the newest).
+const WAITING_SCAN: usize = 2_000;
+
+/// The statuses a run waiting on `on` can have.
+fn statuses_of(on: WaitingOn) -> &'static [RunStatus] {
+    use RunStatus::*;
+    match on {
+        WaitingOn::Human | WaitingOn::Signal | WaitingOn::Child => &[Waiting],
+        WaitingOn::Timer => &[Sleeping],
+        WaitingOn::FlowSlot | WaitingOn::RateLimit => &[Pending],
+        WaitingOn::Worker | WaitingOn::Backlog => &[Pending, Sleeping],
+        // A pause that has not stopped a run yet holds it all the same.
+        WaitingOn::Paused => &[Paused, Pending, Sleeping, Waiting, Running],
+        WaitingOn::BackingOff => &[Running, Sleeping, Pending],
+        WaitingOn::Blocked => &[Blocked],
+    }
+}
+
+/// Runs waiting on `on` (of `status` too, when given), newest first, each with its cause.
+async fn list_waiting(
+    svc: &super::Services,
+    on: WaitingOn,
+    status: Option<RunStatus>,
+    limit: usize,
+) -> Result<Vec<super::model::ListItem>, ApiError> {
+    let (now, workers, pauses) =
+        tokio::try_join!(svc.store.server_time(), svc.store.live_workers(), svc.store.pauses())?;
+    let mut depths: std::collections::HashMap<Option<String>, Option<u32>> = Default::default();
+    let mut out = Vec::new();
+    for st in statuses_of(on).iter().filter(|s| status.is_none_or(|want| want == **s)) {
+        let scan = match st {
+            RunStatus::Waiting | RunStatus::Blocked | RunStatus::Paused => MAX_LIST.max(limit),
+            _ => WAITING_SCAN,
+        };
+        for h in svc.store.list(Some(*st), scan).await? {
+            // (A pause in force may hold the run whatever its header says.)
+            if pauses.is_empty() && super::waiting::quick_cause(&h, now).is_some_and(|c| c != on) {
+                continue;
+            }
+            let mut f = super::waiting::WaitFacts {
+                now,
+                workers: &workers,
+                home_queue: svc.publisher.home_queue().unwrap_or_default(),
+                held_by: super::pause::run_pause_view(&h, &pauses)
+                    .filter(|p| !p.stopped)
+                    .map(|p| p.pause),
+                line: super::waiting::line_of(&svc.store, &h).await?,
+                ..Default::default()
+            };
+            if matches!(on, WaitingOn::Backlog | WaitingOn::Worker) {
+                if !depths.contains_key(&h.queue) {
+                    let d = svc.publisher.queue_depth(h.queue.as_deref()).await;
+                    depths.insert(h.queue.clone(), d);
+                }
+                f.depth = depths.get(&h.queue).copied().flatten();
+            }
+            if let Some(w) = super::waiting::waiting(&h, &f).filter(|w| w.on == on) {
+                out.push(super::model::ListItem {
+                    waiting: Some(w),
+                    ..views::list_item(&h)
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| (b.created_at, &b.thread_id).cmp(&(a.created_at, &a.thread_id)));
+    out.truncate(limit);
+    Ok(out)
 }
 
 /// The flow control a start asks for: its key (`<workflow>:<key>`, or the workflow alone),
@@ -416,6 +532,7 @@ mod tests {
         ListQuery {
             status: status.map(Into::into),
             limit: limit.map(Into::into),
+            waiting_on: None,
         }
     }
 

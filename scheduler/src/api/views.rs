@@ -209,6 +209,7 @@ pub(crate) fn run_view(h: &RunHeader, f: &Facts) -> RunView {
             payload: shown(&w.payload),
         }),
         pause: super::pause::run_pause_view(h, &f.pauses),
+        waiting: None,
         waiting_for: h.waiting_for.clone().filter(|_| runnable),
         waiting_on_effect: waiting_on_effect(h).filter(|_| runnable),
         crashes: Some(h.crashes).filter(|n| *n > 0),
@@ -351,6 +352,7 @@ pub(crate) fn list_item(h: &RunHeader) -> ListItem {
         step: h.steps,
         created_at: h.created_at,
         updated_at: h.updated_at,
+        waiting: None,
     }
 }
 
@@ -408,6 +410,7 @@ mod tests {
             trace: None,
             pause: None,
             paused_by: None,
+            retry_backoff: None,
         }
     }
 

@@ -155,9 +155,35 @@ fn event_rows(events: &[RunEvent]) -> Vec<EventRow> {
 
 /// The run's facts in the order shown: its times, where it runs, who holds it.
 fn fields(h: &RunHeader, d: &Diagnosis, now: u64) -> Vec<Field> {
-    let mut fields = times(h, now);
+    let mut fields = waiting_fields(d, now);
+    fields.extend(times(h, now));
     fields.extend(placement(h));
     fields.extend(ownership(h, d, now));
+    fields
+}
+
+/// Why the run is not running and when it is expected to run again (the run's `waiting`).
+fn waiting_fields(d: &Diagnosis, now: u64) -> Vec<Field> {
+    let Some(w) = &d.waiting else {
+        return Vec::new();
+    };
+    let mut fields = vec![Field {
+        name: "waiting on",
+        value: format!("{}: {}", w.on, w.summary),
+    }];
+    if let Some(since) = w.since {
+        fields.push(Field {
+            name: "waiting since",
+            value: format!("{} ({})", clock(since), ago(since, now)),
+        });
+    }
+    fields.push(Field {
+        name: "runs again",
+        value: match w.estimate.at {
+            Some(t) => format!("{} ({}): {}", clock(t), ago(t, now), w.estimate.how),
+            None => w.estimate.how.clone(),
+        },
+    });
     fields
 }
 

@@ -478,7 +478,7 @@ impl Core {
         let lease = self.p.lease.clone();
         let written = async {
             let detail = format!("{name} attempt {attempts}: {e} (pausing the run)");
-            self.p.store.retried(&lease, index, attempts, &detail).await?;
+            self.p.store.retried(&lease, index, attempts, &detail, None).await?;
             self.p.store.note(&lease, &format!("t:{index}"), "0").await?;
             self.p.store.note(&lease, "pz", &record).await?;
             let detail = format!("the run paused by workflow code: {note}");
@@ -786,7 +786,10 @@ where
                 let delay = policy.backoff(attempt);
                 tracing::warn!(step.name = name, task.attempt = attempt, error = %e, ?delay, "call failed, retrying");
                 let detail = format!("{name} attempt {attempt}: {e}");
-                tools.store.retried(&tools.lease, index, attempt, &detail).await?;
+                tools
+                    .store
+                    .retried(&tools.lease, index, attempt, &detail, Some(delay))
+                    .await?;
                 // A step alone in flight (no call of a group beside it) yields instead of
                 // retrying once the slice must stop (a pause, a shutdown): its recorded tries
                 // carry its budget to the next slice.

@@ -49,6 +49,13 @@ pub struct WorkerInfo {
     /// derives the fleet's steps per second from it).
     #[serde(default)]
     pub steps: u64,
+    /// Slices it has started since it started, at its last heartbeat.
+    #[serde(default)]
+    pub slices: u64,
+    /// Slices per second it started recently (a moving mean over its heartbeats): how fast
+    /// it takes tasks off its queue (the estimate of a queued run's turn).
+    #[serde(default)]
+    pub slices_per_sec: f64,
 }
 
 /// What a worker serves, in the form the claim script matches against a run

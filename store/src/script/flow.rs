@@ -28,6 +28,25 @@ pub enum Acquired {
     Rate(Duration),
 }
 
+/// Where a run stands in its flow-control key's line, as the store has it now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LineFacts {
+    /// Runs ahead of it in line (`None`: it is not in line).
+    pub rank: Option<u64>,
+    /// Runs in line.
+    pub in_line: u64,
+    /// Slots held now (unexpired).
+    pub holders: u64,
+    /// The start rate's bucket: tokens, as of store time (ms), when the key has a rate.
+    pub tokens: Option<(f64, u64)>,
+    /// Store time (ms) of the last slot given back.
+    pub last_release_at: Option<u64>,
+    /// Moving mean of the gap between two slots given back (ms), once two have been.
+    pub turnover_ms: Option<u64>,
+    /// Store time (ms) of the reading.
+    pub now: u64,
+}
+
 impl ScriptStore {
     /// Takes a slot of `flow` for `thread`'s slice under fencing token `fence` (or takes over
     /// the one an earlier slice of the run holds), expiring with a lease taken now.
@@ -82,13 +101,36 @@ impl ScriptStore {
         inv.key(self.keys.flow_slots(&name))
             .key(self.keys.flow_wait(&name))
             .key(self.keys.flow_seen(&name))
-            .key(self.keys.flow_holders(&name));
+            .key(self.keys.flow_holders(&name))
+            .key(self.keys.flow_turn(&name));
         inv.arg(thread.as_str())
             .arg(flow.limit)
             .arg(if ended { "1" } else { "0" })
             .arg(fence.map(|f| f.to_string()).unwrap_or_default());
         let r = self.invoke(&inv).await?;
         Ok((0..r.0.len()).filter_map(|i| ThreadId::new(r.text(i)).ok()).collect())
+    }
+
+    /// Where `thread` stands in `flow`'s line (read-only: the waiting cause of a run in line).
+    pub async fn flow_line(&self, flow: &Flow, thread: &ThreadId) -> Result<LineFacts, StoreError> {
+        let name = self.flow_name(&flow.key).await?;
+        let mut inv = self.scripts.flow_line.prepare_invoke();
+        inv.key(self.keys.flow_slots(&name))
+            .key(self.keys.flow_wait(&name))
+            .key(self.keys.flow_rate(&name))
+            .key(self.keys.flow_turn(&name));
+        inv.arg(thread.as_str());
+        let r = self.invoke(&inv).await?;
+        let opt = |i: usize| r.text(i).parse::<f64>().ok();
+        Ok(LineFacts {
+            rank: r.text(0).parse().ok(),
+            in_line: r.num(1),
+            holders: r.num(2),
+            tokens: opt(3).zip(opt(4).map(|t| t as u64)),
+            last_release_at: opt(5).map(|t| t as u64),
+            turnover_ms: opt(6).map(|g| g as u64),
+            now: r.num(7),
+        })
     }
 
     /// Moves the expiry of the slot of `flow` that `thread`'s slice holds under `fence` with

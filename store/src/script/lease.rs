@@ -5,6 +5,7 @@ use super::{ms, ScriptStore, Suspend, Suspended};
 use crate::model::{BlockKind, Finish, Lease};
 use crate::StoreError;
 use savepoint_core::journal::Entry;
+use std::time::Duration;
 
 impl ScriptStore {
     /// Appends `entries` from journal index `first` and extends the lease (one round trip per
@@ -154,8 +155,16 @@ impl ScriptStore {
     /// Records that attempt `attempt` of the call at journal `index` failed and is retried
     /// (a `retried` event), and keeps the count in the run (`t:<index>`), so a later slice
     /// goes on from the next attempt instead of starting the retry budget over.
-    pub async fn retried(&self, lease: &Lease, index: u32, attempt: u32, detail: &str) -> Result<(), StoreError> {
-        self.event_with(lease, "retried", detail, Some((index, attempt))).await
+    pub async fn retried(
+        &self,
+        lease: &Lease,
+        index: u32,
+        attempt: u32,
+        detail: &str,
+        backoff: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        self.event_with(lease, "retried", detail, Some((index, attempt, backoff)))
+            .await
     }
 
     async fn event_with(
@@ -163,7 +172,7 @@ impl ScriptStore {
         lease: &Lease,
         typ: &str,
         detail: &str,
-        tries: Option<(u32, u32)>,
+        tries: Option<(u32, u32, Option<Duration>)>,
     ) -> Result<(), StoreError> {
         let k = &lease.keys;
         let mut inv = self.scripts.event.prepare_invoke();
@@ -175,8 +184,11 @@ impl ScriptStore {
             .arg(typ)
             .arg(detail);
         match tries {
-            Some((index, attempt)) => inv.arg(index).arg(attempt),
-            None => inv.arg("").arg(""),
+            Some((index, attempt, backoff)) => inv
+                .arg(index)
+                .arg(attempt)
+                .arg(backoff.map(|d| ms(d).to_string()).unwrap_or_default()),
+            None => inv.arg("").arg("").arg(""),
         };
         let r = self.invoke(&inv).await?;
         if r.tag() == "ok" {

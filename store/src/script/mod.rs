@@ -30,7 +30,7 @@ pub use config::StoreConfig;
 pub use control::{Cancelled, ForkOutcome, RestartOutcome, RetryOutcome, SignalOutcome};
 pub use create::SCHEMA_VERSION;
 pub use fleet::{owns_partition, ServedSpec, WorkerInfo};
-pub use flow::{Acquired, FLOW_PARK};
+pub use flow::{Acquired, LineFacts, FLOW_PARK};
 pub use pause::{Pause, PauseRecord, PauseScope, RunPaused, RunResumed, Unparked};
 pub use query::{ListFilter, PageCursor, RunEvent, WorkflowCounts};
 pub use scan::Rung;

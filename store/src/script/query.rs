@@ -83,7 +83,7 @@ impl std::fmt::Display for PageCursor {
 }
 
 /// Every field of the run hash except the journal (`j:<i>`).
-const HEADER_FIELDS: [&str; 48] = [
+const HEADER_FIELDS: [&str; 49] = [
     "wf",
     "wfv",
     "schema",
@@ -132,6 +132,7 @@ const HEADER_FIELDS: [&str; 48] = [
     "pzw",
     "pzr",
     "ps",
+    "rb",
 ];
 
 /// A header from the values of `HMGET <run> HEADER_FIELDS…` (`None`: no such run).

@@ -64,6 +64,7 @@ scripts!(
     flow_acquire,
     flow_release,
     flow_extend,
+    flow_line,
     signal,
     cancel,
     unblock,

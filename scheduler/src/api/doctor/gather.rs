@@ -7,7 +7,7 @@ use savepoint_core::journal::Entry;
 use savepoint_store::{EffectRecord, RunEvent, RunHeader, RunStatus, WorkerInfo};
 
 use super::probe::{healthz, probeable, ProbeError};
-use super::{Facts, LAST_EVENTS, MAX_PROBES, PROBE};
+use super::{Facts, LAST_EVENTS, MAX_PROBES};
 use crate::api::{ApiError, Services};
 
 /// The record of an effect key (none for a key that is not a valid one).
@@ -64,18 +64,40 @@ async fn probe_health(h: &RunHeader, workers: &[WorkerInfo]) -> BTreeMap<String,
     answers.into_iter().collect()
 }
 
-/// Ready tasks in the queue, for a run that may be queued (absent when the broker does not
-/// answer in time).
+/// Ready tasks in the run's queue, for a run that may be queued (absent when the broker does
+/// not answer in time).
 async fn queue_depth(svc: &Services, h: &RunHeader) -> Option<u32> {
     match h.status {
         RunStatus::Pending | RunStatus::Running | RunStatus::Sleeping => {
-            tokio::time::timeout(PROBE, svc.publisher.broker().queue_depth())
-                .await
-                .ok()
-                .and_then(Result::ok)
+            svc.publisher.queue_depth(h.queue.as_deref()).await
         }
         _ => None,
     }
+}
+
+/// Why the run is not running, from the facts read for the diagnosis (and its flow line and
+/// the pauses in force).
+async fn waiting(svc: &Services, h: &RunHeader, f: &Facts) -> Result<Option<crate::api::model::Waiting>, ApiError> {
+    if h.status.is_final() {
+        return Ok(None);
+    }
+    let pauses = svc.store.pauses().await?;
+    let w = crate::api::waiting::WaitFacts {
+        now: f.now,
+        workers: &f.workers,
+        home_queue: svc.publisher.home_queue().unwrap_or_default(),
+        line: crate::api::waiting::line_of(&svc.store, h).await?,
+        depth: f.queue_depth,
+        held_by: crate::api::pause::run_pause_view(h, &pauses)
+            .filter(|p| !p.stopped)
+            .map(|p| p.pause),
+        timer: f
+            .last
+            .as_ref()
+            .filter(|e| e.kind == savepoint_core::journal::EntryKind::Sleep)
+            .map(|e| e.name.clone()),
+    };
+    Ok(crate::api::waiting::waiting(h, &w))
 }
 
 /// The effect an unfinished run began at its next journal index and has not journaled (its
@@ -116,7 +138,7 @@ pub(crate) async fn gather(
     let blocked_record = named_record(svc, h.blocked_effect.as_deref()).await?;
     let waited_record = named_record(svc, h.wait_effect.as_ref().map(|(k, _)| k.as_str())).await?;
     let begun = begun_effect(svc, h).await?;
-    Ok(Facts {
+    let mut facts = Facts {
         begun,
         now,
         workers,
@@ -127,5 +149,8 @@ pub(crate) async fn gather(
         waited_record,
         events,
         max_crashes: svc.store.config().max_crashes,
-    })
+        waiting: None,
+    };
+    facts.waiting = waiting(svc, h, &facts).await?;
+    Ok(facts)
 }

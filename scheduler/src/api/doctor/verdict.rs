@@ -6,6 +6,7 @@ use super::actions::{resume_action, signal_action, unpause_action};
 use super::fleet::Fleet;
 use super::{blocked, runnable};
 use super::{span, when, Action, Case, Facts, LeaseHolder};
+use crate::api::model::{Waiting, WaitingOn};
 
 /// What the doctor concluded, with the evidence and actions its case adds.
 pub(super) struct Verdict {
@@ -53,9 +54,26 @@ pub(super) fn verdict(h: &RunHeader, f: &Facts, fleet: &Fleet<'_>, lease: Option
             Some((key, _)) => runnable::backing_off_on_key(h, key, now),
             None => runnable::sleeping(h, f),
         },
-        // Pending.
-        _ => runnable::pending(h, f, &fleet.servers),
+        // Pending: in a flow-control line, or queued.
+        _ => match f
+            .waiting
+            .as_ref()
+            .filter(|w| matches!(w.on, WaitingOn::FlowSlot | WaitingOn::RateLimit))
+        {
+            Some(w) => in_line(w, now),
+            None => runnable::pending(h, f, &fleet.servers),
+        },
     }
+}
+
+/// A pending run in its flow-control key's line: it runs when a slot (or a start token)
+/// comes its turn; the line moves by itself.
+fn in_line(w: &Waiting, now: u64) -> Verdict {
+    let est = match w.estimate.at {
+        Some(t) => format!(" Its turn is expected {} ({}).", when(t, now), w.estimate.how),
+        None => format!(" When its turn comes is {}.", w.estimate.how),
+    };
+    Verdict::new(Case::InLine, true, format!("{}{est}", w.summary))
 }
 
 /// A run a pause stopped: which pause, who, when, why, and how to lift it.
@@ -152,6 +170,20 @@ fn waiting(h: &RunHeader, now: u64) -> Verdict {
                 ),
             )
         },
+        Some(w) if w.kind == "child" => {
+            let child = w.payload["thread_id"].as_str().unwrap_or("?");
+            Verdict {
+                evidence: vec![format!("the child run: {child} (the call {})", w.payload["call"])],
+                ..Verdict::new(
+                    Case::WaitingForChild,
+                    true,
+                    format!(
+                        "Waiting for its child run {child} to end (for {since}); it goes on when the child \
+                         completes, fails or is cancelled (its diagnosis says why it is not done)."
+                    ),
+                )
+            }
+        }
         Some(w) => Verdict {
             actions: vec![signal_action(thread, &w.name)],
             ..Verdict::new(
