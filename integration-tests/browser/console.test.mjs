@@ -140,6 +140,32 @@ try {
     await card.locator("textarea.answer").fill("");
   });
 
+  await check("a waiting run's page says what it waits on; Pause asks for a note and pauses the run", async () => {
+    await page.goto(`${BASE}/ui/runs/${APPROVAL}`);
+    const waitingOn = page.locator("dt", { hasText: /^waiting on$/ }).locator("xpath=following-sibling::dd[1]");
+    assert.match(await waitingOn.innerText(), /^human: Waiting for a human to answer the interrupt/);
+    const again = page.locator("dt", { hasText: /^runs again$/ }).locator("xpath=following-sibling::dd[1]");
+    assert.match(await again.innerText(), /^unknown: when someone answers/);
+    await page.locator('button.act[data-path$="/pause"]').click();
+    await page.locator("dialog#confirm").waitFor({ state: "visible" });
+    await page.locator("#confirm-reason").fill("paused by the browser test");
+    await page.locator("#confirm-yes").click();
+    const done = page.locator('.action:has(button.act[data-path$="/pause"]) .result.ok');
+    await done.waitFor();
+    assert.match(await done.innerText(), /^Done \(200\)/);
+    const [, run] = await api(`/v1/runs/${APPROVAL}`);
+    assert.equal(run.pause.note, "paused by the browser test", JSON.stringify(run));
+    assert.equal(run.waiting.on, "paused", JSON.stringify(run));
+    await shot("03b-run-paused");
+    const r = await fetch(`${BASE}/v1/runs/${APPROVAL}/unpause`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ note: "the browser test goes on" }),
+    });
+    assert.equal(r.status, 200, await r.text());
+    await page.goto(`${BASE}/ui/inbox`);
+  });
+
   await check("an approval answered from the inbox completes the run", async () => {
     const card = page.locator(`article.question[data-thread="${APPROVAL}"]`);
     await card.locator("textarea.answer").fill('"approved by the browser test"');

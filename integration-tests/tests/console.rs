@@ -90,7 +90,7 @@ async fn the_console_explains_runs_answers_approvals_and_resolves_in_doubt_effec
     );
     assert_eq!(
         stdout.matches("\nok - ").count() + usize::from(stdout.starts_with("ok - ")),
-        9,
+        10,
         "{stdout}"
     );
 

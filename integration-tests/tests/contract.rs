@@ -127,10 +127,12 @@ async fn schemathesis_finds_no_5xx_and_no_response_outside_the_spec() {
         "--report-dir",
         &report_dir,
     ];
+    let runs = waiting_runs(&base, 3).await.join(",");
     let env = [
         ("SCHEMATHESIS_HOOKS", "hooks"),
         ("PYTHONPATH", "."),
         ("SAVEPOINT_CONTRACT_WORKFLOWS", "approval"),
+        ("SAVEPOINT_CONTRACT_RUNS", runs.as_str()),
         ("NO_COLOR", "1"),
     ];
     let (ok, out, err) = python_tool("schemathesis", &args, &env).await;
@@ -152,6 +154,43 @@ async fn schemathesis_finds_no_5xx_and_no_response_outside_the_spec() {
         "the scheduler was not ready during the run"
     );
     assert!(sched.is_running(), "the scheduler exited during the run");
+}
+
+/// Starts `n` approval runs and waits until each waits for its answer: the hooks put their
+/// ids in generated paths, so the operations on a run meet a real one.
+async fn waiting_runs(base: &str, n: usize) -> Vec<String> {
+    let http = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let id = format!("contract-run-{i}");
+        let r = http
+            .post(format!("{base}/v1/runs"))
+            .json(&serde_json::json!({"workflow": "approval", "input": {}, "thread_id": id}))
+            .send()
+            .await
+            .expect("start");
+        assert!(r.status().is_success(), "start {id}: {}", r.status());
+        ids.push(id);
+    }
+    for id in &ids {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let run: serde_json::Value = http
+                .get(format!("{base}/v1/runs/{id}"))
+                .send()
+                .await
+                .expect("get")
+                .json()
+                .await
+                .expect("json");
+            if run["status"] == "waiting" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{id} never waited: {run}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    ids
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@ mod numbers;
 mod pause;
 mod runs;
 mod schedules;
+mod shape;
 mod waiting;
 
 pub use doctor::*;
@@ -18,4 +19,5 @@ pub use numbers::{whole_u32, whole_u32_opt, whole_u64, whole_u64_opt};
 pub use pause::*;
 pub use runs::*;
 pub use schedules::*;
+pub use shape::object_opt;
 pub use waiting::*;

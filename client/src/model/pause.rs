@@ -23,7 +23,11 @@ pub struct PauseRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
     /// Every run the list filter matches now, each on its own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::object_opt"
+    )]
     pub filter: Option<PauseFilter>,
     /// Why (recorded with who asked, shown on the runs it holds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -52,7 +56,11 @@ pub struct ResumeRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
     /// Every run the list filter matches now, each on its own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::object_opt"
+    )]
     pub filter: Option<PauseFilter>,
     /// Why (recorded with who asked, shown on the runs it holds).
     #[serde(default, skip_serializing_if = "Option::is_none")]

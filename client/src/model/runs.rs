@@ -98,7 +98,7 @@ pub struct StartRequest {
     pub queue: Option<String>,
     /// Flow control: at most `limit` runs of a key running at once (the rest wait in line,
     /// by `priority` then arrival), and at most `rate_per_sec` starts per second of the key.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::object_opt")]
     pub flow: Option<FlowBody>,
     /// The run's place in its flow key's waiting line: 0 (default) to 9, higher first.
     #[serde(default, deserialize_with = "whole_u64_opt")]

@@ -437,7 +437,10 @@ async fn run_body<T: serde::de::DeserializeOwned + Default>(st: &ApiState, req: 
     params(super::ThreadParam),
     request_body(content = Option<RunPauseBody>, description = "Optional: why, and whether its timers are held"),
     responses(
-        (status = 200, description = "Paused (or paused already: its pause is in the answer)", body = RunPauseReply),
+        (status = 200, description = "Paused (or paused already: its pause is in the answer)", body = RunPauseReply, links(
+            ("UnpauseRun" = (operation_id = "unpause_run", parameters(("thread_id" = "$response.body#/thread_id")))),
+            ("GetRun" = (operation_id = "get_run", parameters(("thread_id" = "$response.body#/thread_id")))),
+        )),
         (status = 409, description = "The run has ended or is blocked", body = ErrorBody),
     )
 )]

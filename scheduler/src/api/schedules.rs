@@ -188,7 +188,13 @@ async fn record(svc: &Services, id: &str) -> Result<ScheduleRecord, ApiError> {
     tag = "schedules",
     request_body = ScheduleBody,
     responses(
-        (status = 201, description = "Created", body = ScheduleView),
+        (status = 201, description = "Created", body = ScheduleView, links(
+            ("GetSchedule" = (operation_id = "get_schedule", parameters(("id" = "$response.body#/id")))),
+            ("PauseSchedule" = (operation_id = "pause_schedule", parameters(("id" = "$response.body#/id")))),
+            ("ResumeSchedule" = (operation_id = "resume_schedule", parameters(("id" = "$response.body#/id")))),
+            ("TriggerSchedule" = (operation_id = "trigger_schedule", parameters(("id" = "$response.body#/id")))),
+            ("DeleteSchedule" = (operation_id = "delete_schedule", parameters(("id" = "$response.body#/id")))),
+        )),
         (status = 200, description = "The same schedule existed already", body = ScheduleView),
         (status = 409, description = "The id holds another schedule", body = ErrorBody),
         (status = 422, description = "An unknown workflow, a bad cron pattern or time zone, or an input that breaks the workflow's schema", body = ErrorBody),
