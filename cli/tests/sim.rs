@@ -2,9 +2,11 @@
 
 use savepoint_cli::sim::{self, SimArgs};
 
+/// 100 seeds here (about a minute of a debug build); the long runs (`savepoint sim --seeds
+/// 300` and more, a release build at about 50 ms a seed) are their own command.
 #[test]
 fn a_seeded_slice_keeps_every_invariant() {
-    let mut args = SimArgs::seeds(1, 200);
+    let mut args = SimArgs::seeds(1, 100);
     args.jobs = Some(2);
     let failed = sim::run(&args);
     assert!(

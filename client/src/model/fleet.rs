@@ -40,6 +40,10 @@ pub struct WorkerView {
     pub in_flight: u32,
     /// Journal entries it committed since it started, at its last heartbeat.
     pub steps: u64,
+    /// Slices it started per second recently (a moving mean over its heartbeats): the pace
+    /// it takes tasks off its queues at, behind a queued run's estimate.
+    #[serde(default)]
+    pub slices_per_sec: f64,
     /// Its last heartbeat (server ms).
     pub last_heartbeat_at: u64,
     /// How often it refreshes its registration (ms).

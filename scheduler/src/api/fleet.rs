@@ -45,6 +45,7 @@ fn worker_view(w: &WorkerInfo, now: u64) -> WorkerView {
         concurrency: w.concurrency,
         in_flight: w.in_flight,
         steps: w.steps,
+        slices_per_sec: (w.slices_per_sec * 100.0).round() / 100.0,
         last_heartbeat_at: w.last_heartbeat(),
         heartbeat_every_ms: w.ttl_ms / 3,
         expires_at: w.until,
