@@ -1340,6 +1340,10 @@ async fn a_flow_line_says_where_a_run_stands_and_how_fast_slots_turn(s: ScriptSt
     let line = s.flow_line(&flow, &c).await.unwrap();
     assert_eq!((line.rank, line.holders), (Some(0), 0), "{line:?}");
     assert!(line.turnover_ms.is_some_and(|g| g >= 25), "{line:?}");
+    // The turnover outlives its last release by an hour, not for ever.
+    let turn = s.keys().flow_turn(&s.flow_name(&flow.key).await.unwrap());
+    let ttl: i64 = s.query(redis::cmd("PTTL").arg(turn)).await.unwrap();
+    assert!((3_500_000..=3_600_000).contains(&ttl), "{ttl}");
     // A failed call's back-off.
     let cl = claim(&s, &a, "w").await;
     s.retried(&cl.lease, 0, 1, "s0 attempt 1", Some(Duration::from_secs(20)))

@@ -69,6 +69,8 @@ pub(crate) struct Facts {
     pub max_crashes: u32,
     /// Why the run is not running, until when ([`super::waiting`]).
     pub waiting: Option<super::model::Waiting>,
+    /// The workflow, version and queue pauses in force (read for a run that has not ended).
+    pub pauses: Vec<savepoint_store::Pause>,
 }
 
 /// A store time (ms) as RFC 3339, UTC.
@@ -363,6 +365,45 @@ mod tests {
         assert_eq!(bad.to_string(), "answered 503 Service Unavailable");
         assert_eq!(timeout.to_string(), "operation timed out");
         assert!(refused.proves_gone() && bad.proves_gone() && !timeout.proves_gone());
+    }
+
+    #[test]
+    fn a_paused_run_whose_pause_was_lifted_names_the_pause_that_holds_it_now() {
+        use savepoint_store::{Pause, PauseRecord, PauseScope, RunStatus};
+        let mut h = header(RunStatus::Paused);
+        let stopped_by = PauseRecord::new("alice", "provider down", false).encode();
+        h.paused_by = Some(("w:invoice".into(), stopped_by.clone(), RunStatus::Pending));
+        let held = Pause {
+            scope: PauseScope::Version("invoice".into(), 1),
+            record: PauseRecord::new("bob", "v1 bug", false),
+        };
+        let f = Facts {
+            now: 10,
+            pauses: vec![held.clone()],
+            ..Facts::default()
+        };
+        let d = diagnose(&h, &f);
+        assert_eq!(d.case, Case::Paused);
+        assert!(
+            d.summary.contains("asked by bob") && d.summary.contains("v1 bug"),
+            "{}",
+            d.summary
+        );
+        assert_eq!(d.actions[0].command, "savepoint unpause --workflow invoice --version 1");
+        // The pause that stopped it still in force: it is the one named.
+        let f = Facts {
+            pauses: vec![
+                held,
+                Pause {
+                    scope: PauseScope::Workflow("invoice".into()),
+                    record: PauseRecord::decode(&stopped_by).unwrap(),
+                },
+            ],
+            ..f
+        };
+        let d = diagnose(&h, &f);
+        assert!(d.summary.contains("asked by alice"), "{}", d.summary);
+        assert_eq!(d.actions[0].command, "savepoint unpause --workflow invoice");
     }
 
     #[test]

@@ -113,11 +113,14 @@ pub(crate) fn run_pause_view(h: &RunHeader, pauses: &[Pause]) -> Option<RunPause
 }
 
 /// Whether a workflow, version or queue pause applies to the run.
-fn holds(scope: &PauseScope, h: &RunHeader) -> bool {
+pub(crate) fn holds(scope: &PauseScope, h: &RunHeader) -> bool {
     match scope {
         PauseScope::Workflow(w) => *w == h.workflow,
         PauseScope::Version(w, v) => *w == h.workflow && *v == h.workflow_version,
-        PauseScope::Queue { name, .. } => h.queue.as_deref() == Some(name.as_str()),
+        // (A run created without a queue is on the default one.)
+        PauseScope::Queue { name, default } => {
+            h.queue.as_deref() == Some(name.as_str()) || (*default && h.queue.is_none())
+        }
     }
 }
 

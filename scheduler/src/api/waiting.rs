@@ -382,6 +382,8 @@ fn in_line(flow: &savepoint_store::Flow, rank: u64, l: &LineFacts, now: u64) -> 
         (WaitingOn::FlowSlot, summary, line_estimate(turns, rank, l, now))
     };
     Waiting {
+        // A start token comes by itself at a known time; a slot when another run gives one back.
+        until: estimate.at.filter(|_| on == WaitingOn::RateLimit),
         line: Some(line),
         name: Some(flow.key.clone()),
         ..base(on, summary, estimate)
@@ -586,6 +588,9 @@ mod tests {
             ..facts(&[])
         };
         let w = waiting(&h, &f).unwrap();
-        assert_eq!((w.on, w.estimate.at), (WaitingOn::RateLimit, Some(99_000)));
+        assert_eq!(
+            (w.on, w.estimate.at, w.until),
+            (WaitingOn::RateLimit, Some(99_000), Some(99_000))
+        );
     }
 }

@@ -57,6 +57,7 @@ pub(super) async fn attention_page(State(st): State<ConsoleState>) -> Page {
         now,
         workers,
         max_crashes: svc.store.config().max_crashes,
+        pauses: in_force.clone(),
         ..doctor::Facts::default()
     };
     let blocked: Vec<Trouble> = listed(svc, RunStatus::Blocked)

@@ -81,14 +81,13 @@ async fn waiting(svc: &Services, h: &RunHeader, f: &Facts) -> Result<Option<crat
     if h.status.is_final() {
         return Ok(None);
     }
-    let pauses = svc.store.pauses().await?;
     let w = crate::api::waiting::WaitFacts {
         now: f.now,
         workers: &f.workers,
         home_queue: svc.publisher.home_queue().unwrap_or_default(),
         line: crate::api::waiting::line_of(&svc.store, h).await?,
         depth: f.queue_depth,
-        held_by: crate::api::pause::run_pause_view(h, &pauses)
+        held_by: crate::api::pause::run_pause_view(h, &f.pauses)
             .filter(|p| !p.stopped)
             .map(|p| p.pause),
         timer: f
@@ -150,6 +149,11 @@ pub(crate) async fn gather(
         events,
         max_crashes: svc.store.config().max_crashes,
         waiting: None,
+        pauses: if h.status.is_final() {
+            Vec::new()
+        } else {
+            svc.store.pauses().await?
+        },
     };
     facts.waiting = waiting(svc, h, &facts).await?;
     Ok(facts)

@@ -44,7 +44,7 @@ pub(super) fn verdict(h: &RunHeader, f: &Facts, fleet: &Fleet<'_>, lease: Option
         RunStatus::Cancelled => cancelled(h),
         RunStatus::Waiting => waiting(h, now),
         RunStatus::Blocked => blocked::blocked(h, f.max_crashes),
-        RunStatus::Paused => paused(h, now),
+        RunStatus::Paused => paused(h, now, &f.pauses),
         // (A running run's holder is judged first: dead, it is taken over by whoever serves it.)
         _ if runnable::unserved(h, now, &fleet.servers) && h.status != RunStatus::Running => {
             runnable::no_worker(h, fleet)
@@ -76,12 +76,26 @@ fn in_line(w: &Waiting, now: u64) -> Verdict {
     Verdict::new(Case::InLine, true, format!("{}{est}", w.summary))
 }
 
+/// The pause that holds a stopped run now: the one that stopped it, unless that one was lifted
+/// while another holds it (a wider pause, or its own): then that one, with its record.
+fn holding(h: &RunHeader, pauses: &[savepoint_store::Pause]) -> Option<(String, String)> {
+    let (field, record, _) = h.paused_by.as_ref()?;
+    let lifted = field != "run" && !pauses.iter().any(|p| p.scope.field() == *field);
+    if !lifted {
+        return Some((field.clone(), record.clone()));
+    }
+    match pauses.iter().find(|p| crate::api::pause::holds(&p.scope, h)) {
+        Some(p) => Some((p.scope.field(), p.record.encode())),
+        None => h.pause.clone().map(|own| ("run".to_owned(), own)),
+    }
+}
+
 /// A run a pause stopped: which pause, who, when, why, and how to lift it.
-fn paused(h: &RunHeader, now: u64) -> Verdict {
-    let (field, record, from) = h
-        .paused_by
-        .clone()
-        .unwrap_or((String::new(), String::new(), RunStatus::Pending));
+fn paused(h: &RunHeader, now: u64, pauses: &[savepoint_store::Pause]) -> Verdict {
+    let from = h.paused_by.as_ref().map_or(RunStatus::Pending, |p| p.2);
+    let (field, record) = holding(h, pauses)
+        .or_else(|| h.paused_by.clone().map(|(f, r, _)| (f, r)))
+        .unwrap_or_default();
     let r = savepoint_store::PauseRecord::decode(&record);
     let scope = match savepoint_store::PauseScope::parse_field(&field) {
         Some(s) => format!("the pause of {s}"),

@@ -27,6 +27,9 @@ if ARGV[4] ~= '' and redis.call('HGET', KEYS[4], ARGV[1]) == ARGV[4] then
   else
     redis.call('HSET', KEYS[5], 'at', t)
   end
+  -- A key's turnover lives an hour past its last release (a line that has not moved for that
+  -- long has no pace to estimate by; keys come and go with their runs).
+  redis.call('PEXPIRE', KEYS[5], 3600000)
 end
 if ARGV[3] == '1' then
   redis.call('ZREM', KEYS[2], ARGV[1])
