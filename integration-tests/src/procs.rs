@@ -15,7 +15,7 @@ pub struct Proc {
     child: Child,
 }
 
-fn env_of(cfg: &Config) -> Vec<(&'static str, String)> {
+pub fn env_of(cfg: &Config) -> Vec<(&'static str, String)> {
     vec![
         ("SAVEPOINT_AMQP_URL", cfg.amqp_url.clone()),
         ("SAVEPOINT_REDIS_URL", cfg.redis_url.clone()),

@@ -54,6 +54,7 @@ pub use savepoint::workflow::Stubs;
 /// A run's status, as [`Settled::header`](RunHeader) carries it.
 pub use savepoint_store::RunStatus;
 pub use savepoint_worker::replay::ReplayReport;
+pub use savepoint_worker::replay_check::{replay_check, CheckOptions, CheckReport, Finding, Verdict};
 /// What the registry closures of [`TestEnv::new`] and [`CrashMatrix`] get: the same type a
 /// worker binary's `savepoint_worker::main_with` closure gets.
 pub use savepoint_worker::Setup;

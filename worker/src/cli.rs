@@ -26,6 +26,24 @@ struct Args {
     /// Health/metrics listener, e.g. 127.0.0.1:7071; empty to disable.
     #[arg(long)]
     http_addr: Option<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// What to do instead of running a worker.
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// The deploy gate: replay every live run of the namespace against the workflows this
+    /// build registers, read-only, and say which would block (exit 1) with the fix; exit 0
+    /// when every run replays cleanly.
+    ReplayCheck {
+        /// Only runs of this workflow.
+        #[arg(long)]
+        workflow: Option<String>,
+        /// At most this many runs of each live status (the newest).
+        #[arg(long, default_value_t = 100_000)]
+        limit: usize,
+    },
 }
 
 /// Parses arguments, loads the config, starts logging and runs a worker with the workflows
@@ -90,6 +108,13 @@ where
             return std::process::ExitCode::from(2);
         }
     };
+    if let Some(Command::ReplayCheck { workflow, limit }) = args.command {
+        let opts = crate::replay_check::CheckOptions {
+            workflow,
+            per_status: limit,
+        };
+        return replay_check(&cfg, &registry, &opts).await;
+    }
     match crate::run(cfg, registry, shutdown).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -99,6 +124,35 @@ where
             } else {
                 std::process::ExitCode::FAILURE
             }
+        }
+    }
+}
+
+/// `replay-check`: the report on stdout; exit 1 when a run would block, 0 otherwise.
+async fn replay_check(
+    cfg: &Config,
+    registry: &savepoint::workflow::Registry,
+    opts: &crate::replay_check::CheckOptions,
+) -> std::process::ExitCode {
+    let store = match ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store()).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("savepoint-worker: redis: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match crate::replay_check::replay_check(&store, registry, opts).await {
+        Ok(report) => {
+            print!("{}", report.render());
+            if report.blocks() {
+                std::process::ExitCode::FAILURE
+            } else {
+                std::process::ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("savepoint-worker: replay-check: {e}");
+            std::process::ExitCode::FAILURE
         }
     }
 }

@@ -25,6 +25,7 @@ mod handle;
 mod heartbeat;
 mod journals;
 pub mod replay;
+pub mod replay_check;
 mod runtime;
 mod setup;
 mod shared;

@@ -19,5 +19,6 @@ pub mod held_journal;
 pub mod http_api;
 pub mod pause;
 pub mod pipeline;
+pub mod replay_check;
 pub mod waiting;
 pub mod workflow_api;

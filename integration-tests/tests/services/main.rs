@@ -18,6 +18,7 @@ pub mod lineage;
 pub mod loadgen;
 pub mod pause;
 pub mod queues;
+pub mod replay_gate;
 pub mod scaling;
 pub mod schedules;
 pub mod security;

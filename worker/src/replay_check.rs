@@ -1,0 +1,286 @@
+//! The deploy gate on live runs (`<worker> replay-check`, [`replay_check`]): replays the
+//! journal of every live run of a namespace against the workflows registered in this build,
+//! read-only (no lease taken, no call run, nothing written), and says per run whether the new
+//! code takes it on cleanly, would block it, or diverges from it, with the fix in terms of the
+//! API. Identical findings are grouped: 10,000 runs that diverge at the same call are one line.
+
+use futures::StreamExt;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use savepoint::workflow::Registry;
+use savepoint_core::ids::ThreadId;
+use savepoint_store::{RunHeader, RunStatus, ScriptStore, StoreError};
+
+use crate::replay::{replay, ReplayReport};
+
+/// The statuses of a live run: what a deploy meets.
+pub const LIVE: [RunStatus; 6] = [
+    RunStatus::Waiting,
+    RunStatus::Sleeping,
+    RunStatus::Pending,
+    RunStatus::Running,
+    RunStatus::Blocked,
+    RunStatus::Paused,
+];
+
+/// Runs replayed at once (each one a journal read, then CPU).
+const CHECKS_AT_ONCE: usize = 32;
+
+/// Which runs to check.
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    /// Only runs of this workflow.
+    pub workflow: Option<String>,
+    /// At most this many runs of each status (the newest; waiting, blocked and paused runs
+    /// come from their own indexes however old).
+    pub per_status: usize,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        Self {
+            workflow: None,
+            per_status: 100_000,
+        }
+    }
+}
+
+/// What replaying one run found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Verdict {
+    /// The new code replays it: its recorded calls are the ones it makes.
+    Clean,
+    /// The new code makes another call than the one recorded (or returns where calls remain):
+    /// the run would block with non-determinism.
+    NonDeterministic,
+    /// A recorded value does not decode into the new code's types, or the replay fails for
+    /// another reason: the run would block.
+    WouldBlock,
+    /// This build does not serve the run's workflow or its version: it would wait for a worker
+    /// that does (not a block).
+    NotServed,
+}
+
+/// One kind of finding, with the runs that share it.
+#[derive(Debug, Clone)]
+pub struct Finding {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The workflow and the version its runs are recorded at.
+    pub workflow: String,
+    /// The recorded version.
+    pub version: u32,
+    /// What the replay said.
+    pub detail: String,
+    /// The fix, in terms of the API (empty when there is none to give).
+    pub hint: String,
+    /// How many runs share it.
+    pub runs: usize,
+    /// A few of them.
+    pub examples: Vec<String>,
+}
+
+/// What [`replay_check`] found.
+#[derive(Debug, Clone, Default)]
+pub struct CheckReport {
+    /// Runs replayed.
+    pub checked: usize,
+    /// Runs the new code replays cleanly.
+    pub clean: usize,
+    /// Everything else, grouped.
+    pub findings: Vec<Finding>,
+    /// How long it took.
+    pub elapsed: Duration,
+}
+
+impl CheckReport {
+    /// True when a run would block under the new code (non-determinism, an undecodable value):
+    /// the deploy must not go on.
+    pub fn blocks(&self) -> bool {
+        self.findings
+            .iter()
+            .any(|f| matches!(f.verdict, Verdict::NonDeterministic | Verdict::WouldBlock))
+    }
+
+    /// Runs checked per second.
+    pub fn rate(&self) -> f64 {
+        self.checked as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// The report as text: one line per finding, its hint under it, then the totals.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for f in &self.findings {
+            out.push_str(&format!(
+                "{:?}: {} v{} ({} run(s), e.g. {}): {}\n",
+                f.verdict,
+                f.workflow,
+                f.version,
+                f.runs,
+                f.examples.join(", "),
+                f.detail
+            ));
+            for line in f.hint.lines() {
+                out.push_str(&format!("    {line}\n"));
+            }
+        }
+        out.push_str(&format!(
+            "checked {} live run(s) in {:.1} s ({:.0}/s): {} clean, {} would block\n",
+            self.checked,
+            self.elapsed.as_secs_f64(),
+            self.rate(),
+            self.clean,
+            self.findings
+                .iter()
+                .filter(|f| matches!(f.verdict, Verdict::NonDeterministic | Verdict::WouldBlock))
+                .map(|f| f.runs)
+                .sum::<usize>()
+        ));
+        out
+    }
+}
+
+/// Replays every live run the options select against `registry`, read-only.
+pub async fn replay_check(
+    store: &ScriptStore,
+    registry: &Registry,
+    opts: &CheckOptions,
+) -> Result<CheckReport, StoreError> {
+    let started = tokio::time::Instant::now();
+    let served: BTreeMap<String, (u32, u32)> = registry
+        .catalog()
+        .into_iter()
+        .map(|e| (e.name, (e.min_version, e.version)))
+        .collect();
+    let mut groups: BTreeMap<(Verdict, String, u32, String), Finding> = BTreeMap::new();
+    let mut report = CheckReport::default();
+    for status in LIVE {
+        let runs: Vec<RunHeader> = store
+            .list(Some(status), opts.per_status)
+            .await?
+            .into_iter()
+            .filter(|h| opts.workflow.as_ref().is_none_or(|w| *w == h.workflow))
+            .collect();
+        // Each replay reads its run's journal: CHECKS_AT_ONCE of them in flight.
+        let checked: Vec<_> = futures::stream::iter(runs.iter())
+            .map(|h| check_one(store, registry, &served, &h.thread, h))
+            .buffered(CHECKS_AT_ONCE)
+            .collect()
+            .await;
+        for (h, r) in runs.iter().zip(checked) {
+            let (verdict, detail) = r?;
+            report.checked += 1;
+            if verdict == Verdict::Clean {
+                report.clean += 1;
+                continue;
+            }
+            let key = (verdict, h.workflow.clone(), h.workflow_version, detail.clone());
+            let f = groups.entry(key).or_insert_with(|| Finding {
+                verdict,
+                workflow: h.workflow.clone(),
+                version: h.workflow_version,
+                hint: hint(verdict, h, &detail, &served),
+                detail,
+                runs: 0,
+                examples: Vec::new(),
+            });
+            f.runs += 1;
+            if f.examples.len() < 3 {
+                f.examples.push(h.thread.to_string());
+            }
+        }
+    }
+    report.findings = groups.into_values().collect();
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// Replays one run (its journal read now) and says what the new code makes of it.
+async fn check_one(
+    store: &ScriptStore,
+    registry: &Registry,
+    served: &BTreeMap<String, (u32, u32)>,
+    thread: &ThreadId,
+    h: &RunHeader,
+) -> Result<(Verdict, String), StoreError> {
+    match served.get(&h.workflow) {
+        None => return Ok((Verdict::NotServed, "this build does not register the workflow".into())),
+        Some((min, max)) if !(min..=max).contains(&&h.workflow_version) => {
+            return Ok((
+                Verdict::NotServed,
+                format!("this build serves v{min}..=v{max}: the run waits for a worker that serves its version"),
+            ))
+        }
+        Some(_) => {}
+    }
+    let report = match replay(store, registry, thread).await {
+        Ok(r) => r,
+        // (A run that went away since it was listed is not live any more.)
+        Err(StoreError::Missing(_)) => return Ok((Verdict::Clean, String::new())),
+        Err(e) => return Err(e),
+    };
+    Ok(match report {
+        // A recorded value the new type does not read: the worker blocks such a run
+        // (`WorkflowError::Decode`, shown as "value of \"name\" does not decode: …").
+        ReplayReport::Finished(Err(e)) if e.contains(" does not decode: ") => (Verdict::WouldBlock, e),
+        ReplayReport::Finished(_) | ReplayReport::WouldRunLive(_) => (Verdict::Clean, String::new()),
+        ReplayReport::Diverged(d) if d.starts_with("non-determinism") => (Verdict::NonDeterministic, d),
+        ReplayReport::Diverged(d) | ReplayReport::Unavailable(d) => (Verdict::WouldBlock, d),
+    })
+}
+
+/// The fix for a finding, in terms of the API.
+fn hint(verdict: Verdict, h: &RunHeader, detail: &str, served: &BTreeMap<String, (u32, u32)>) -> String {
+    let (wf, v) = (&h.workflow, h.workflow_version);
+    let next = served.get(wf).map_or(v + 1, |(_, max)| (*max).max(v) + 1);
+    match verdict {
+        Verdict::NonDeterministic => {
+            let (now, then) = calls(detail);
+            format!(
+                "keep the recorded path for the runs that took it, behind a patch gate:\n\
+                 -   {then}                                  (what these runs recorded)\n\
+                 +   if ctx.patched(\"<change-id>\").await? {{ {now} }} else {{ {then} }}\n\
+                 or give the new code a new version, VERSION = {next} and MIN_VERSION = {next}, and keep a worker \
+                 of the old build serving {wf} v{v} until these runs end (new runs start at v{next})"
+            )
+        }
+        Verdict::WouldBlock => format!(
+            "a recorded value no longer reads into the new code's type: keep the old shape readable \
+             (#[serde(default)] or #[serde(alias = \"…\")] on the field), or keep a worker of the old build \
+             serving {wf} v{v} until these runs end; after a fix, `savepoint retry <thread>` re-queues a blocked run"
+        ),
+        Verdict::NotServed => {
+            format!("deploy the new build beside a worker that still serves {wf} v{v}, or lower MIN_VERSION to {v}")
+        }
+        Verdict::Clean => String::new(),
+    }
+}
+
+/// The call the code makes now and the one the run recorded, from a divergence message
+/// ("… the workflow called step \"b\" but the journal recorded step \"a\"").
+fn calls(detail: &str) -> (String, String) {
+    let call = |s: &str| format!("ctx.{}", s.trim().replacen(' ', "(", 1) + ", …)");
+    match detail
+        .split_once("the workflow called ")
+        .and_then(|(_, r)| r.split_once(" but the journal recorded "))
+    {
+        Some((now, then)) => (call(now), call(then.split(" (").next().unwrap_or(then))),
+        None => ("<the new call>".into(), "<the recorded call>".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_divergence_reads_as_the_two_calls() {
+        let (now, then) = calls(
+            "non-determinism at entry 1: the workflow called step \"charge_v2\" but the journal recorded step \"charge\"",
+        );
+        assert_eq!(now, "ctx.step(\"charge_v2\", …)");
+        assert_eq!(then, "ctx.step(\"charge\", …)");
+        assert_eq!(calls("something else").0, "<the new call>");
+    }
+}
