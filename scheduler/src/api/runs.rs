@@ -247,23 +247,29 @@ pub(crate) async fn get_run(State(st): State<ApiState>, ApiPath(raw): ApiPath<St
         .header(&thread)
         .await?
         .ok_or_else(|| ApiError::run_not_found(&thread))?;
-    let mut view = run_view(store, &header).await?;
-    view.waiting = waiting_of(st.services()?, &header, &view).await?;
+    if header.status.is_final() {
+        return Ok((StatusCode::OK, Json(run_view(store, &header).await?)));
+    }
+    // One clock read serves the view and its waiting cause.
+    let (now, workers) = tokio::try_join!(store.server_time(), store.live_workers())?;
+    let mut view = run_view_at(store, &header, now).await?;
+    view.waiting = waiting_of(st.services()?, &header, &view, now, &workers).await?;
     Ok((StatusCode::OK, Json(view)))
 }
 
 /// Why run `h` (seen as `view`) is not running, reading what its cause needs.
-pub(crate) async fn waiting_of(
+async fn waiting_of(
     svc: &super::Services,
     h: &RunHeader,
     view: &RunView,
+    now: u64,
+    workers: &[savepoint_store::WorkerInfo],
 ) -> Result<Option<super::model::Waiting>, ApiError> {
-    if h.status.is_final() {
-        return Ok(None);
+    let held = view.pause.as_ref().filter(|p| !p.stopped).map(|p| p.pause.clone());
+    let mut f = super::waiting::base_facts(svc, h, now, workers, held).await?;
+    if super::waiting::needs_depth(h, &f) {
+        f.depth = svc.publisher.queue_depth(h.queue.as_deref()).await;
     }
-    let (now, workers) = tokio::try_join!(svc.store.server_time(), svc.store.live_workers())?;
-    let mut f = super::waiting::facts_for(svc, h, now, &workers).await?;
-    f.held_by = view.pause.as_ref().filter(|p| !p.stopped).map(|p| p.pause.clone());
     f.timer = view
         .at
         .name
@@ -282,6 +288,11 @@ pub(crate) async fn run_view(store: &ScriptStore, h: &RunHeader) -> Result<RunVi
         _ => false,
     };
     let now = if clocked { store.server_time().await? } else { 0 };
+    run_view_at(store, h, now).await
+}
+
+/// [`run_view`] as of store time `now` (read by the caller).
+async fn run_view_at(store: &ScriptStore, h: &RunHeader, now: u64) -> Result<RunView, ApiError> {
     let last = match (h.status, h.steps.checked_sub(1)) {
         (RunStatus::Sleeping, Some(i)) if h.wait_effect.is_none() => store.entry(&h.thread, i).await?,
         _ => None,
@@ -457,17 +468,10 @@ async fn list_waiting(
             if pauses.is_empty() && super::waiting::quick_cause(&h, now).is_some_and(|c| c != on) {
                 continue;
             }
-            let mut f = super::waiting::WaitFacts {
-                now,
-                workers: &workers,
-                home_queue: svc.publisher.home_queue().unwrap_or_default(),
-                held_by: super::pause::run_pause_view(&h, &pauses)
-                    .filter(|p| !p.stopped)
-                    .map(|p| p.pause),
-                line: super::waiting::line_of(&svc.store, &h).await?,
-                ..Default::default()
-            };
-            if matches!(on, WaitingOn::Backlog | WaitingOn::Worker) {
+            let held = super::waiting::held_by(&h, &pauses);
+            let mut f = super::waiting::base_facts(svc, &h, now, &workers, held).await?;
+            // (The queue's depth only changes the numbers of these two causes.)
+            if matches!(on, WaitingOn::Backlog | WaitingOn::Worker) && super::waiting::needs_depth(&h, &f) {
                 if !depths.contains_key(&h.queue) {
                     let d = svc.publisher.queue_depth(h.queue.as_deref()).await;
                     depths.insert(h.queue.clone(), d);

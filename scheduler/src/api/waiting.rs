@@ -49,24 +49,18 @@ pub(crate) fn servers<'a>(h: &RunHeader, f: &WaitFacts<'a>) -> Vec<&'a WorkerInf
 }
 
 /// The cause alone, where the header decides it without reading the line, the queue or the
-/// fleet: what a list filters on before it reads anything more (`None`: running, ended, or
-/// it takes the facts). It cannot see the pauses of workflows, versions and queues: a list
+/// fleet: what a list filters on before it reads anything more (`None`: pending or sleeping,
+/// which take the facts). It cannot see the pauses of workflows, versions and queues: a list
 /// uses it only while none is in force.
 pub(crate) fn quick_cause(h: &RunHeader, now: u64) -> Option<WaitingOn> {
-    if h.pause.is_some() && h.status != RunStatus::Paused {
-        // Its own pause holds it until its next claim stops it.
-        return (!h.status.is_final() && h.status != RunStatus::Blocked).then_some(WaitingOn::Paused);
-    }
+    let f = WaitFacts {
+        now,
+        held_by: held_by(h, &[]),
+        ..WaitFacts::default()
+    };
     match h.status {
-        RunStatus::Paused => Some(WaitingOn::Paused),
-        RunStatus::Blocked => Some(WaitingOn::Blocked),
-        RunStatus::Waiting => Some(match h.wait.as_ref().map(|w| w.kind.as_str()) {
-            Some("interrupt") => WaitingOn::Human,
-            Some("child") => WaitingOn::Child,
-            _ => WaitingOn::Signal,
-        }),
-        RunStatus::Running => h.retry_backoff.filter(|b| b.until > now).map(|_| WaitingOn::BackingOff),
-        _ => None,
+        RunStatus::Pending | RunStatus::Sleeping if f.held_by.is_none() => None,
+        _ => waiting(h, &f).map(|w| w.on),
     }
 }
 
@@ -408,30 +402,41 @@ fn line_estimate(turns: u64, rank: u64, l: &LineFacts, now: u64) -> Estimate {
     }
 }
 
-/// The facts for run `h`'s waiting cause, read as its cause needs them: the line of a pending
-/// flow-controlled run, the queue depth and the fleet of a runnable one.
-pub(crate) async fn facts_for<'a>(
+/// A pause in force that holds run `h` and has not stopped it yet (its next claim does).
+pub(crate) fn held_by(h: &RunHeader, pauses: &[savepoint_store::Pause]) -> Option<super::model::PauseView> {
+    super::pause::run_pause_view(h, pauses)
+        .filter(|p| !p.stopped)
+        .map(|p| p.pause)
+}
+
+/// The facts every reader of a cause gathers alike: the clock, the fleet, the default queue,
+/// the run's flow line (read) and the pause holding it. The queue depth and the timer's name
+/// are the caller's: each has its own source of them.
+pub(crate) async fn base_facts<'a>(
     svc: &'a Services,
     h: &RunHeader,
     now: u64,
     workers: &'a [WorkerInfo],
+    held_by: Option<super::model::PauseView>,
 ) -> Result<WaitFacts<'a>, ApiError> {
-    let mut f = WaitFacts {
+    Ok(WaitFacts {
         now,
         workers,
         home_queue: svc.publisher.home_queue().unwrap_or_default(),
+        line: line_of(&svc.store, h).await?,
+        held_by,
         ..WaitFacts::default()
-    };
-    f.line = line_of(&svc.store, h).await?;
-    let runnable = match h.status {
+    })
+}
+
+/// True when the run's cause is its queue's backlog or a missing worker, so the queue's depth
+/// counts: a runnable run (pending and not in a flow line, or a sleeping one whose time is up).
+pub(crate) fn needs_depth(h: &RunHeader, f: &WaitFacts<'_>) -> bool {
+    match h.status {
         RunStatus::Pending => f.line.as_ref().is_none_or(|l| l.rank.is_none()),
-        RunStatus::Sleeping => h.wait_effect.is_none() && h.due.is_none_or(|d| d <= now),
+        RunStatus::Sleeping => h.wait_effect.is_none() && h.due.is_none_or(|d| d <= f.now),
         _ => false,
-    };
-    if runnable {
-        f.depth = svc.publisher.queue_depth(h.queue.as_deref()).await;
     }
-    Ok(f)
 }
 
 /// The line of a pending run of a flow-control key.

@@ -81,21 +81,14 @@ async fn waiting(svc: &Services, h: &RunHeader, f: &Facts) -> Result<Option<crat
     if h.status.is_final() {
         return Ok(None);
     }
-    let w = crate::api::waiting::WaitFacts {
-        now: f.now,
-        workers: &f.workers,
-        home_queue: svc.publisher.home_queue().unwrap_or_default(),
-        line: crate::api::waiting::line_of(&svc.store, h).await?,
-        depth: f.queue_depth,
-        held_by: crate::api::pause::run_pause_view(h, &f.pauses)
-            .filter(|p| !p.stopped)
-            .map(|p| p.pause),
-        timer: f
-            .last
-            .as_ref()
-            .filter(|e| e.kind == savepoint_core::journal::EntryKind::Sleep)
-            .map(|e| e.name.clone()),
-    };
+    let held = crate::api::waiting::held_by(h, &f.pauses);
+    let mut w = crate::api::waiting::base_facts(svc, h, f.now, &f.workers, held).await?;
+    w.depth = f.queue_depth;
+    w.timer = f
+        .last
+        .as_ref()
+        .filter(|e| e.kind == savepoint_core::journal::EntryKind::Sleep)
+        .map(|e| e.name.clone());
     Ok(crate::api::waiting::waiting(h, &w))
 }
 
