@@ -11,7 +11,14 @@ use serde_json::Value;
 /// `class | nil, retryable`. Version 2 is the same array without the trailing elements (about
 /// half the bytes of version 1's named map, which keeps small runs in Redis's compact hash
 /// encoding); versions 2 and 1 are still read, their failures with no [`Failure`].
-pub const ENTRY_VERSION: u8 = 3;
+///
+/// Version 4 is version 3's array with all ten elements (`class` and `retryable` nil for a
+/// success) and an eleventh: the version of the recorded value's type as the code that wrote
+/// it declared it ([`Entry::tv`]). It is written only for an entry that carries one (the code
+/// declared its type at a version above 1); every other entry is written as version 3, so a
+/// build that reads 1 to 3 reads what it can and refuses, by its version, a value whose shape
+/// it cannot know.
+pub const ENTRY_VERSION: u8 = 4;
 
 /// What kind of call produced an entry. Replay checks kind and name at each index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,6 +132,12 @@ pub struct Entry {
     /// that was not an error of the call's own function. Encoded only with `Outcome::Err`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<Failure>,
+    /// The version of the recorded value's type as the code that wrote it declared it
+    /// (`savepoint::workflow::Versioned`); `None`: version 1 (a type with no declaration, or
+    /// an entry written before version 4). A replay upgrades an older value through the
+    /// declared migrations before the code sees it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tv: Option<u32>,
 }
 
 /// An entry that could not be read.
@@ -134,12 +147,13 @@ pub enum EntryDecodeError {
     #[error("malformed journal entry: {0}")]
     Malformed(String),
     /// A version this build does not read.
-    #[error("unsupported journal entry version {0} (this build reads 1 to 3)")]
+    #[error("unsupported journal entry version {0} (this build reads 1 to 4)")]
     Version(u8),
 }
 
-/// A version 2 or 3 entry as the positional array holds it; the two failure elements are
-/// absent unless the call failed (and always absent in version 2).
+/// A version 2, 3 or 4 entry as the positional array holds it; the two failure elements are
+/// absent unless the call failed (and always absent in version 2), the value version present
+/// only in version 4.
 #[derive(Deserialize)]
 struct Positional {
     v: u8,
@@ -154,6 +168,8 @@ struct Positional {
     class: Option<String>,
     #[serde(default)]
     retryable: Option<bool>,
+    #[serde(default)]
+    tv: Option<u32>,
 }
 
 impl Entry {
@@ -168,7 +184,15 @@ impl Entry {
             attempts,
             key: None,
             failure: None,
+            tv: None,
         }
+    }
+
+    /// This entry with the version of its value's type (`None` or `Some(1)`: version 1, not
+    /// written; a failure has no value, so no version).
+    pub fn with_value_version(mut self, tv: Option<u32>) -> Self {
+        self.tv = tv.filter(|v| *v > 1 && matches!(self.outcome, Outcome::Ok(_)));
+        self
     }
 
     /// A new entry for a call that failed for good with `message`, keeping the error's class
@@ -192,32 +216,21 @@ impl Entry {
         }
     }
 
-    /// Version 3 wire bytes (positional MessagePack array; 8 elements, or 10 for a failure
-    /// with a [`Failure`]).
+    /// Wire bytes: version 3 (positional MessagePack array; 8 elements, or 10 for a failure
+    /// with a [`Failure`]), or version 4 (11 elements) for an entry with a value version.
     pub fn encode(&self) -> Vec<u8> {
         let (ok, err) = match &self.outcome {
             Outcome::Ok(v) => (Some(v), None),
             Outcome::Err(e) => (None, Some(e.as_str())),
         };
         let (name, kind, key) = (&self.name, self.kind.code(), self.key.as_deref());
-        let encoded = match self.failure_to_write() {
-            None => rmp_serde::to_vec(&(3u8, name, kind, ok, err, self.at, self.attempts, key)),
-            Some(f) => {
-                let class = f.class.as_deref();
-                let wire = (
-                    3u8,
-                    name,
-                    kind,
-                    ok,
-                    err,
-                    self.at,
-                    self.attempts,
-                    key,
-                    class,
-                    f.retryable,
-                );
-                rmp_serde::to_vec(&wire)
-            }
+        let (at, attempts) = (self.at, self.attempts);
+        let f = self.failure_to_write();
+        let (class, retryable) = (f.and_then(|f| f.class.as_deref()), f.map(|f| f.retryable));
+        let encoded = match (self.tv.filter(|v| *v > 1), retryable) {
+            (Some(tv), _) => rmp_serde::to_vec(&(4u8, name, kind, ok, err, at, attempts, key, class, retryable, tv)),
+            (None, None) => rmp_serde::to_vec(&(3u8, name, kind, ok, err, at, attempts, key)),
+            (None, Some(r)) => rmp_serde::to_vec(&(3u8, name, kind, ok, err, at, attempts, key, class, r)),
         };
         encoded.unwrap_or_default()
     }
@@ -257,11 +270,22 @@ impl Entry {
         Ok(e)
     }
 
-    /// Checks and converts a positional (version 2 or 3) entry.
+    /// Checks and converts a positional (version 2, 3 or 4) entry.
     fn from_positional(p: Positional) -> Result<Self, EntryDecodeError> {
         let has_failure = p.class.is_some() || p.retryable.is_some();
         match p.v {
-            3 => {}
+            4 if p.tv.is_some() => {}
+            4 => {
+                return Err(EntryDecodeError::Malformed(
+                    "a version 4 entry without its value version".into(),
+                ))
+            }
+            3 if p.tv.is_none() => {}
+            3 => {
+                return Err(EntryDecodeError::Malformed(
+                    "a value version in a version 3 entry".into(),
+                ))
+            }
             2 if !has_failure => {}
             2 => {
                 return Err(EntryDecodeError::Malformed(
@@ -291,6 +315,7 @@ impl Entry {
             attempts: p.attempts,
             key: p.key,
             failure,
+            tv: p.tv.filter(|v| *v > 1),
         })
     }
 }
@@ -321,6 +346,7 @@ mod tests {
             attempts: 1,
             key: None,
             failure: None,
+            tv: None,
         }
     }
 
@@ -400,6 +426,42 @@ mod tests {
         assert_eq!(bytes.len(), plain.len() + "card_declined".len() + 2);
     }
 
+    /// Version 4: an entry whose value's type is at a version above 1 carries it as an
+    /// eleventh element; every other entry stays version 3, byte for byte, so a build that
+    /// reads 1 to 3 reads it, and refuses (by version, never by guessing) a versioned value.
+    #[test]
+    fn value_versions_are_written_as_version_4_only_when_above_1() {
+        assert_eq!(sample().with_value_version(Some(1)).encode(), sample().encode());
+        assert_eq!(sample().with_value_version(None).encode(), sample().encode());
+        let v2 = sample().with_value_version(Some(2));
+        let bytes = v2.encode();
+        assert_eq!(
+            hex(&bytes),
+            "9b04ae657874726163745f746f74616c730081a5746f74616c2ac0cf0000018bcfe5680001c0c0c002"
+        );
+        let back = Entry::decode(&bytes).unwrap();
+        assert_eq!((back.tv, back.v), (Some(2), ENTRY_VERSION));
+        assert_eq!(back, v2);
+        // A failure keeps its class and retryability beside the version; a failure has no
+        // value, so it is never versioned.
+        let f = Failure::new(Some("card_declined".into()), false);
+        assert_eq!(failed_sample(Some(f)).with_value_version(Some(3)).tv, None);
+        // What an older build (1 to 3) says of it: its version, not a misread.
+        let mut older = bytes.clone();
+        older[1] = 5;
+        assert!(matches!(Entry::decode(&older), Err(EntryDecodeError::Version(5))));
+        // A version 4 entry without its value version, or a version 3 one with it, is malformed.
+        let mut no_tv = bytes.clone();
+        *no_tv.last_mut().unwrap() = 0xc0;
+        assert!(matches!(Entry::decode(&no_tv), Err(EntryDecodeError::Malformed(_))));
+        let mut v3_with_tv = bytes;
+        v3_with_tv[1] = 3;
+        assert!(matches!(
+            Entry::decode(&v3_with_tv),
+            Err(EntryDecodeError::Malformed(_))
+        ));
+    }
+
     #[test]
     fn failed_builds_a_failure_entry_and_success_drops_failure_details() {
         let f = Failure::new(Some("timeout".into()), true);
@@ -450,11 +512,11 @@ mod tests {
     #[test]
     fn rejects_unknown_versions() {
         let mut e = sample();
-        e.v = 4;
+        e.v = 5;
         let named = rmp_serde::to_vec_named(&e).unwrap();
-        assert!(matches!(Entry::decode(&named), Err(EntryDecodeError::Version(4))));
+        assert!(matches!(Entry::decode(&named), Err(EntryDecodeError::Version(5))));
         let wire = (
-            4u8,
+            5u8,
             "x",
             0u8,
             Some(json!(1)),
@@ -465,7 +527,7 @@ mod tests {
         );
         assert!(matches!(
             Entry::decode(&rmp_serde::to_vec(&wire).unwrap()),
-            Err(EntryDecodeError::Version(4))
+            Err(EntryDecodeError::Version(5))
         ));
         assert!(Entry::decode(b"\x00\x01").is_err());
     }

@@ -96,6 +96,9 @@ pub enum BlockKind {
     Panic,
     /// A value did not decode: a delivered answer, a recorded result, the run's journal.
     Undecodable,
+    /// A recorded value is at a version of its type the code cannot upgrade from (no
+    /// migration declared, a migration that failed, or a newer version than the code knows).
+    Migration,
     /// Another block (a misused API: an invalid effect key, an effect raced in a select, one
     /// key used twice at once).
     Other,
@@ -103,12 +106,13 @@ pub enum BlockKind {
 
 impl BlockKind {
     /// All kinds.
-    pub const ALL: [BlockKind; 6] = [
+    pub const ALL: [BlockKind; 7] = [
         BlockKind::InDoubt,
         BlockKind::NonDeterminism,
         BlockKind::Poison,
         BlockKind::Panic,
         BlockKind::Undecodable,
+        BlockKind::Migration,
         BlockKind::Other,
     ];
 
@@ -120,6 +124,7 @@ impl BlockKind {
             BlockKind::Poison => "poison",
             BlockKind::Panic => "panic",
             BlockKind::Undecodable => "undecodable",
+            BlockKind::Migration => "migration",
             BlockKind::Other => "other",
         }
     }
@@ -223,6 +228,10 @@ pub struct RunHeader {
     pub priority: u8,
     /// The run features a worker must know to claim it (`needs`, see [`FEATURES`]).
     pub needs: Vec<String>,
+    /// The version of the input's type as the code that started the run declared it (`iv`;
+    /// `None`: version 1): a worker upgrades an older input through the workflow's declared
+    /// migrations before the code sees it.
+    pub input_version: Option<u32>,
     /// Takeovers at the current journal position (the worker died or stalled each time).
     pub crashes: u32,
     /// The workers that held the run when it crashed there.
@@ -361,6 +370,7 @@ impl RunHeader {
                 (text(map, "pzw").unwrap_or_default(), r, from)
             }),
             retry_backoff: text(map, "rb").and_then(|s| RetryBackoff::parse(&s)),
+            input_version: num(map, "iv").filter(|v: &u32| *v > 1),
         })
     }
 }
@@ -392,7 +402,15 @@ pub fn journal_fields_from(
 /// worker does not know is given back to wait for one that does (as a workflow version no
 /// worker serves is), never run without it. A new feature that changes how a run must be
 /// executed gets a name here and in [`CreateOptions::needs`].
-pub const FEATURES: &[&str] = &["child", "deadline", "flow", "flow_rate", "priority", "queue"];
+pub const FEATURES: &[&str] = &[
+    "child",
+    "deadline",
+    "flow",
+    "flow_rate",
+    "input_version",
+    "priority",
+    "queue",
+];
 
 /// The `needs` field of a run: feature names joined by `\x1f` (empty: none).
 pub fn needs_field<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
@@ -416,6 +434,9 @@ pub struct CreateOptions {
     pub flow: Option<Flow>,
     /// Its priority in a flow key's waiting line (0–9, higher first).
     pub priority: u8,
+    /// The version of the input's type as the starting code declares it (`None` or 1: version
+    /// 1, not written); a run with one above 1 needs a worker that upgrades inputs.
+    pub input_version: Option<u32>,
 }
 
 impl CreateOptions {
@@ -432,6 +453,7 @@ impl CreateOptions {
         need(self.flow.is_some(), "flow");
         need(self.flow.as_ref().is_some_and(|f| f.rate.is_some()), "flow_rate");
         need(self.priority > 0, "priority");
+        need(self.input_version.is_some_and(|v| v > 1), "input_version");
         need(self.queue.is_some(), "queue");
         n
     }

@@ -191,7 +191,7 @@ pub fn child_signal(index: u32) -> String {
 }
 
 /// A workflow as served: its name and version range.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CatalogEntry {
     /// Workflow name.
     pub name: String,
@@ -199,4 +199,8 @@ pub struct CatalogEntry {
     pub version: u32,
     /// Oldest version still served.
     pub min_version: u32,
+    /// The version of its input's type the serving code declares (`Versioned`; `None`: 1): a
+    /// run started with an input checked against this build's schema is stamped with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_version: Option<u32>,
 }

@@ -173,6 +173,17 @@ impl TestEnv {
         Ok(())
     }
 
+    /// Deploys another build: stops the worker (gracefully, as a rolling deploy does) and
+    /// starts one serving the registry `make` builds, on the same store and queue, so the runs
+    /// the old code left waiting, sleeping or pending resume under the new code. For testing a
+    /// change against runs in flight: a renamed step, a migration of a recorded value
+    /// (`Versioned`), a new workflow version.
+    pub async fn deploy(&mut self, make: impl FnOnce(&Setup) -> Registry) -> Result<(), TestError> {
+        self.stop_worker().await;
+        self.registry = make(&Setup::new(self.cfg.clone(), self.store.clone()));
+        self.start_worker(None)
+    }
+
     async fn stop_worker(&mut self) {
         if let Some(w) = self.worker.take() {
             w.stop.cancel();
@@ -244,16 +255,21 @@ impl TestEnv {
     /// Starts a run with this thread id (idempotent for the same workflow and input).
     pub async fn start_as(&mut self, thread: &ThreadId, workflow: &str, input: Value) -> Result<(), TestError> {
         self.drive().await?;
-        let version = self
+        let entry = self
             .registry
             .catalog()
             .into_iter()
             .find(|c| c.name == workflow)
-            .map(|c| c.version)
             .ok_or_else(|| TestError::UnknownWorkflow(workflow.to_owned()))?;
+        // As the API does: the input is stamped with the version of its type the serving code
+        // declares.
+        let opts = savepoint_store::CreateOptions {
+            input_version: entry.input_version,
+            ..Default::default()
+        };
         match self
             .store
-            .create(thread, workflow, version, &input.to_string(), "")
+            .create_with(thread, workflow, entry.version, &input.to_string(), "", &opts)
             .await?
         {
             CreateOutcome::Created | CreateOutcome::Exists(_) => {}
@@ -281,6 +297,22 @@ impl TestEnv {
     /// for it yet.
     pub async fn signal(&mut self, thread: &ThreadId, name: &str, value: Value) -> Result<(), TestError> {
         self.deliver(thread, "signal", name, value).await
+    }
+
+    /// Runs a blocked run again from where it stopped (as `savepoint retry`), e.g. after
+    /// [`TestEnv::deploy`] brought the fix: a migration it lacked, a code path it needs.
+    pub async fn retry(&mut self, thread: &ThreadId) -> Result<(), TestError> {
+        self.drive().await?;
+        match self.store.retry(thread, "test kit").await? {
+            savepoint_store::RetryOutcome::Queued(r) => {
+                self.publish(thread, None, TaskReason::Due).await?;
+                self.store.mark_queued(&[(thread.clone(), r.rv)]).await?;
+                Ok(())
+            }
+            other => Err(TestError::NotDelivered(format!(
+                "run {thread} was not retried: {other:?}"
+            ))),
+        }
     }
 
     async fn deliver(&mut self, thread: &ThreadId, kind: &str, name: &str, value: Value) -> Result<(), TestError> {

@@ -176,9 +176,17 @@ pub async fn replay_export(registry: &Registry, export: &Value) -> Result<Replay
         _ => ThreadId::new(savepoint_worker::replay::REPLAY_THREAD)
             .map_err(|e| TestError::NotDelivered(e.to_string()))?,
     };
-    let report =
-        savepoint_worker::replay::replay_as(&store, registry, &thread, 0, workflow, export["input"].clone(), journal)
-            .await;
+    // (An export from a run whose input was stamped with its type's version carries it.)
+    let input_version = export["input_version"].as_u64().and_then(|v| u32::try_from(v).ok());
+    let run = savepoint_worker::replay::RunToReplay {
+        thread: &thread,
+        version: 0,
+        workflow,
+        input: export["input"].clone(),
+        input_version,
+        journal,
+    };
+    let (report, _) = savepoint_worker::replay::replay_counted(&store, registry, run).await;
     forget_instance(&cfg.redis_url);
     Ok(report)
 }

@@ -5,7 +5,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use tokio_util::sync::CancellationToken;
 
-use savepoint::workflow::engine::{CtxParts, SliceExit};
+use savepoint::workflow::engine::{CtxParts, DynWorkflow, SliceExit};
 use savepoint::workflow::{Ctx, Registry, SliceLimits};
 use savepoint_core::failpoints::Failpoints;
 use savepoint_core::ids::ThreadId;
@@ -27,19 +27,27 @@ pub enum ReplayReport {
 
 /// Replays the run `thread` against its journal with the registered code.
 pub async fn replay(store: &ScriptStore, registry: &Registry, thread: &ThreadId) -> Result<ReplayReport, StoreError> {
+    Ok(replay_stored(store, registry, thread).await?.0)
+}
+
+/// [`replay`], with how many migrations the replay applied to recorded values.
+pub(crate) async fn replay_stored(
+    store: &ScriptStore,
+    registry: &Registry,
+    thread: &ThreadId,
+) -> Result<(ReplayReport, u32), StoreError> {
     let Some((header, journal)) = store.get(thread).await? else {
         return Err(StoreError::Missing(thread.to_string()));
     };
-    Ok(replay_as(
-        store,
-        registry,
+    let run = RunToReplay {
         thread,
-        header.version,
-        &header.workflow,
-        header.input,
+        version: header.version,
+        workflow: &header.workflow,
+        input: header.input,
+        input_version: header.input_version,
         journal,
-    )
-    .await)
+    };
+    Ok(replay_counted(store, registry, run).await)
 }
 
 /// Replays `journal` (e.g. rebuilt from an export with [`journal_from_export`]) against the
@@ -114,7 +122,7 @@ pub enum EntryProblem {
 }
 
 /// Rebuilds a journal from an export (`GET /v1/runs/{thread_id}/export`): its `journal`
-/// array of `{index, name, kind, outcome, result, error?, key?, attempts, at}`, in index order.
+/// array of `{index, name, kind, outcome, result, error?, key?, value_version?, attempts, at}`, in index order.
 pub fn journal_from_export(export: &Value) -> Result<Vec<Entry>, ExportError> {
     let entries = export
         .get("journal")
@@ -166,6 +174,16 @@ fn entry_from_export(position: usize, e: &Value) -> Result<Entry, EntryProblem> 
         )),
         _ => None,
     };
+    // A result recorded at a version of its type above 1 is upgraded by the migrations the
+    // replayed code declares, as the run's own replay would.
+    let tv = match e.get("value_version") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_u64()
+                .and_then(|v| u32::try_from(v).ok())
+                .ok_or(EntryProblem::NotNumber("value_version"))?,
+        ),
+    };
     Ok(Entry {
         v: ENTRY_VERSION,
         name: text("name")?,
@@ -175,6 +193,7 @@ fn entry_from_export(position: usize, e: &Value) -> Result<Entry, EntryProblem> 
         attempts,
         key,
         failure,
+        tv,
     })
 }
 
@@ -188,9 +207,60 @@ pub async fn replay_as(
     input: Value,
     journal: Vec<Entry>,
 ) -> ReplayReport {
-    let Some(wf) = registry.get(workflow) else {
-        return ReplayReport::Unavailable(format!("unknown workflow {workflow}"));
+    let run = RunToReplay {
+        thread,
+        version,
+        workflow,
+        input,
+        input_version: None,
+        journal,
     };
+    replay_counted(store, registry, run).await.0
+}
+
+#[doc(hidden)] // the test kit's replay of an export; not a stable API
+/// A run's recorded facts, as a replay takes them.
+pub struct RunToReplay<'a> {
+    /// Its thread id.
+    pub thread: &'a ThreadId,
+    /// Its version (the lease's).
+    pub version: u64,
+    /// Its workflow.
+    pub workflow: &'a str,
+    /// Its input.
+    pub input: Value,
+    /// The version of its input's type (`None`: 1).
+    pub input_version: Option<u32>,
+    /// Its journal.
+    pub journal: Vec<Entry>,
+}
+
+#[doc(hidden)] // the test kit's replay of an export; not a stable API
+/// [`replay_as`], with how many migrations the replay applied to recorded values.
+pub async fn replay_counted(store: &ScriptStore, registry: &Registry, run: RunToReplay<'_>) -> (ReplayReport, u32) {
+    let RunToReplay {
+        thread,
+        version,
+        workflow,
+        input,
+        input_version,
+        journal,
+    } = run;
+    let Some(wf) = registry.get(workflow) else {
+        return (ReplayReport::Unavailable(format!("unknown workflow {workflow}")), 0);
+    };
+    let ctx = replay_context(store, &*wf, (thread, version, workflow), journal, input_version);
+    replay_body(&*wf, ctx, input).await
+}
+
+/// A replay-only context over `journal` (no lease, no writes, no budget).
+fn replay_context(
+    store: &ScriptStore,
+    wf: &dyn DynWorkflow,
+    (thread, version, workflow): (&ThreadId, u64, &str),
+    journal: Vec<Entry>,
+    input_version: Option<u32>,
+) -> Ctx {
     let lease = Lease {
         thread: thread.clone(),
         keys: store.keys().run(thread),
@@ -203,7 +273,7 @@ pub async fn replay_as(
         max_time: std::time::Duration::MAX,
         ..SliceLimits::default()
     };
-    let mut ctx = Ctx::new(CtxParts {
+    Ctx::new(CtxParts {
         store: std::sync::Arc::new(store.clone()),
         lease,
         journal,
@@ -230,7 +300,13 @@ pub async fn replay_as(
         routing: None,
         server_clock: savepoint_core::lease::ServerClock::fixed(savepoint_core::journal::now_ms()),
         traceparent: || None,
-    });
+        versions: wf.versions(),
+        input_version,
+    })
+}
+
+/// Ends a replay: what it found, and how many migrations it applied.
+async fn replay_body(wf: &dyn DynWorkflow, mut ctx: Ctx, input: Value) -> (ReplayReport, u32) {
     let stopped = ctx.exit_signal();
     let result = {
         let body = wf.run(&ctx, input);
@@ -241,7 +317,8 @@ pub async fn replay_as(
         }
     };
     let (at, recorded) = (ctx.next_index() as usize, ctx.journal().len());
-    match result {
+    let migrated = ctx.migrations_applied();
+    let report = match result {
         Some(_) if at < recorded => {
             let e = &ctx.journal()[at];
             ReplayReport::Diverged(format!(
@@ -256,7 +333,8 @@ pub async fn replay_as(
             Some(SliceExit::Blocked(reason)) => ReplayReport::Diverged(reason),
             other => ReplayReport::Unavailable(format!("{other:?}")),
         },
-    }
+    };
+    (report, migrated)
 }
 
 #[cfg(test)]

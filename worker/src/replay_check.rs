@@ -12,7 +12,7 @@ use savepoint::workflow::Registry;
 use savepoint_core::ids::ThreadId;
 use savepoint_store::{RunHeader, RunStatus, ScriptStore, StoreError};
 
-use crate::replay::{replay, ReplayReport};
+use crate::replay::{replay_stored, ReplayReport};
 
 /// The statuses of a live run: what a deploy meets.
 pub const LIVE: [RunStatus; 6] = [
@@ -51,6 +51,9 @@ impl Default for CheckOptions {
 pub enum Verdict {
     /// The new code replays it: its recorded calls are the ones it makes.
     Clean,
+    /// The new code replays it once recorded values are upgraded through the migrations it
+    /// declares (`Versioned::upgrade`): it takes the run on.
+    Migrated,
     /// The new code makes another call than the one recorded (or returns where calls remain):
     /// the run would block with non-determinism.
     NonDeterministic,
@@ -126,11 +129,16 @@ impl CheckReport {
             }
         }
         out.push_str(&format!(
-            "checked {} live run(s) in {:.1} s ({:.0}/s): {} clean, {} would block\n",
+            "checked {} live run(s) in {:.1} s ({:.0}/s): {} clean, {} through migrations, {} would block\n",
             self.checked,
             self.elapsed.as_secs_f64(),
             self.rate(),
             self.clean,
+            self.findings
+                .iter()
+                .filter(|f| f.verdict == Verdict::Migrated)
+                .map(|f| f.runs)
+                .sum::<usize>(),
             self.findings
                 .iter()
                 .filter(|f| matches!(f.verdict, Verdict::NonDeterministic | Verdict::WouldBlock))
@@ -214,7 +222,7 @@ async fn check_one(
         }
         Some(_) => {}
     }
-    let report = match replay(store, registry, thread).await {
+    let (report, migrated) = match replay_stored(store, registry, thread).await {
         Ok(r) => r,
         // (A run that went away since it was listed is not live any more.)
         Err(StoreError::Missing(_)) => return Ok((Verdict::Clean, String::new())),
@@ -224,6 +232,10 @@ async fn check_one(
         // A recorded value the new type does not read: the worker blocks such a run
         // (`WorkflowError::Decode`, shown as "value of \"name\" does not decode: …").
         ReplayReport::Finished(Err(e)) if e.contains(" does not decode: ") => (Verdict::WouldBlock, e),
+        ReplayReport::Finished(_) | ReplayReport::WouldRunLive(_) if migrated > 0 => (
+            Verdict::Migrated,
+            "replays once its recorded values are upgraded through the declared migrations".to_owned(),
+        ),
         ReplayReport::Finished(_) | ReplayReport::WouldRunLive(_) => (Verdict::Clean, String::new()),
         ReplayReport::Diverged(d) if d.starts_with("non-determinism") => (Verdict::NonDeterministic, d),
         ReplayReport::Diverged(d) | ReplayReport::Unavailable(d) => (Verdict::WouldBlock, d),
@@ -245,6 +257,12 @@ fn hint(verdict: Verdict, h: &RunHeader, detail: &str, served: &BTreeMap<String,
                  of the old build serving {wf} v{v} until these runs end (new runs start at v{next})"
             )
         }
+        Verdict::WouldBlock if detail.contains(" cannot be read: ") => format!(
+            "a recorded value is at a version of its type this build cannot upgrade: declare the missing step in \
+             the type's `Versioned::upgrade` (from the recorded version to the next, up to VERSION) and list the \
+             type in the workflow's `versions()`, or keep a worker of the build that wrote it serving {wf} v{v} \
+             until these runs end"
+        ),
         Verdict::WouldBlock => format!(
             "a recorded value no longer reads into the new code's type: keep the old shape readable \
              (#[serde(default)] or #[serde(alias = \"…\")] on the field), or keep a worker of the old build \
@@ -253,7 +271,7 @@ fn hint(verdict: Verdict, h: &RunHeader, detail: &str, served: &BTreeMap<String,
         Verdict::NotServed => {
             format!("deploy the new build beside a worker that still serves {wf} v{v}, or lower MIN_VERSION to {v}")
         }
-        Verdict::Clean => String::new(),
+        Verdict::Clean | Verdict::Migrated => String::new(),
     }
 }
 

@@ -488,6 +488,8 @@ fn context(shared: &Shared, c: &Claimed, wf: &dyn DynWorkflow, s: Session) -> Ct
         }),
         server_clock: c.server_clock(),
         traceparent: savepoint_runtime::telemetry::current_traceparent,
+        versions: wf.versions(),
+        input_version: c.header.input_version,
     })
 }
 

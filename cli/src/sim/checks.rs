@@ -1,7 +1,7 @@
 use savepoint_core::ids::ThreadId;
 use savepoint_core::journal::Entry;
 use savepoint_store::{BlockKind, ChildLink, ParentCancel, RunHeader, RunStatus};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -247,6 +247,44 @@ pub(super) async fn feature_checks(
         child_word_checks(w, t, &h, bad).await;
     }
     sealed_checks(w, bad).await;
+    migration_checks(w, runs, kinds, bad).await;
+}
+
+/// Invariant 16, values that outlive their code: at the key rotation every worker restarts on
+/// the second build, whose `approve` records its `ask` step as a versioned `Question` (2) and
+/// upgrades the text the first build recorded (1). No `approve` run blocks on a value (a
+/// migration refused, or a value that does not decode); every `ask` entry is at version 1 or
+/// 2; a completed run's output holds the question its id asks, whichever build recorded it and
+/// whichever finished it (and invariant 4 replays every completed run on the second build,
+/// through the migration, to its recorded output).
+async fn migration_checks(w: &World, runs: &[(ThreadId, Value, u64)], kinds: &[Kind], bad: &mut Vec<String>) {
+    for (i, (t, body, _)) in runs.iter().enumerate() {
+        if kinds[i] != Kind::Approve {
+            continue;
+        }
+        let Some((h, journal)) = w.read(t).await else { continue };
+        if matches!(h.block_kind, Some(BlockKind::Migration | BlockKind::Undecodable)) {
+            bad.push(format!("approve run {t} blocked on a value: {:?}", h.reason));
+        }
+        let Some(ask) = journal.first() else { continue };
+        match ask.tv {
+            None => w.trace.count("approve.ask.recorded_v1"),
+            Some(2) => w.trace.count("approve.ask.recorded_v2"),
+            Some(v) => bad.push(format!("approve run {t}: `ask` recorded at version {v}")),
+        }
+        let asked = format!("approve order {}?", body["input"]["id"].as_u64().unwrap_or(0));
+        if let Some(out) = h.output.as_ref().filter(|_| h.status == RunStatus::Completed) {
+            if out["asked"] != json!(asked) {
+                bad.push(format!(
+                    "approve run {t} completed asking {}, not {asked:?}",
+                    out["asked"]
+                ));
+            }
+            if ask.tv.is_none() && w.deployed {
+                w.trace.count("approve.completed_with_v1_value");
+            }
+        }
+    }
 }
 
 /// Invariant 1: a block effect's function is called at most once, and once more after the

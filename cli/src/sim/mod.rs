@@ -23,7 +23,8 @@
 //! and forgotten, with parents cancelled mid-way (`parent`, `kid`), a parallel group of
 //! effects and an effect whose attempts time out (`batch`), three schedules (`skip` and
 //! `buffer_one` every second, `allow_all` every two) starting `tock` runs, all with sealed payloads and a
-//! payload-key rotation mid-chaos (every worker restarted with the new sealing key).
+//! payload-key rotation mid-chaos (every worker restarted with the new sealing key and the
+//! second build of the workload, whose `approve` changed the type of a recorded value).
 //!
 //! Invariants (checked after a heal phase in which faults stop and every worker is back):
 //! 1. no effect key is applied twice at the provider (counted outside the engine; block and
@@ -84,6 +85,11 @@
 //!     held run can have, `GET /v1/runs?waiting_on=paused&status=S` lists every run of `order`
 //!     that had that status before and after the listing, each saying it waits on the pause,
 //!     and no run of another workflow.
+//! 16. values that outlive their code (`checks.rs`): the key rotation is also a deploy (every
+//!     worker restarts on the second build, whose `approve` records its `ask` step as a
+//!     versioned value and upgrades the first build's); no `approve` run blocks on a value,
+//!     every `ask` entry is at version 1 or 2, a completed run asks the question its id asks,
+//!     and invariant 4 replays every completed run on the second build, through the migration.
 
 mod checks;
 mod faults;

@@ -166,6 +166,7 @@ async fn assemble(seed: u64, args: &SimArgs, name: &str) -> Result<Sim, SetupErr
         workers: (0..args.workers).map(|_| None).collect(),
         started,
         unguarded: args.unguarded,
+        deployed: false,
         exits: Arc::default(),
         witnessed: Arc::default(),
         queue: publisher.broker().mem_queue().cloned(),
@@ -472,11 +473,16 @@ fn crash_a_worker_now_and_then(w: &mut World, args: &SimArgs) {
     }
 }
 
-/// Key rotation: every worker restarts sealing with k2 (k1 still opens).
+/// Key rotation and a deploy: every worker restarts sealing with k2 (k1 still opens), running
+/// the second build (`approve` records a versioned value and upgrades the first build's).
 fn rotate_keys(w: &mut World, p: &mut Progress, now: u64, args: &SimArgs) {
     p.rotated = true;
     w.cfg.security.payload_keys = Redacted(format!("{KEY_K2},{KEY_K1}"));
-    w.trace.line(now, "rotate: workers restart sealing with k2".into());
+    w.deployed = true;
+    w.trace.line(
+        now,
+        "rotate: workers restart sealing with k2, on the second build".into(),
+    );
     for i in 0..args.workers {
         let down = w.rng.random_range(10..300u64);
         w.crash_worker(i, down);
@@ -642,7 +648,7 @@ async fn drive_schedules(w: &World, p: &mut Progress, now: u64) {
 /// Every invariant, once every run has ended: each run's end, then each feature's contract,
 /// the operator's actions, the scanners, and the provider's count of applied effects.
 async fn final_checks(sim: &mut Sim, load: &Workload, p: &mut Progress, operated: &Operated, args: &SimArgs) {
-    let registry = workload::registry(Arc::clone(&sim.provider), args.unguarded);
+    let registry = workload::registry(Arc::clone(&sim.provider), args.unguarded, sim.w.deployed);
     for (i, (t, _, _)) in load.runs.iter().enumerate() {
         check_run_end(sim, &registry, t, &mut p.seen[i], operated, &mut p.violations).await;
     }

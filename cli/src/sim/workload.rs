@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use savepoint::workflow::{
-    Ctx, EffectCtx, EffectOptions, EffectPolicy, Registry, RetryPolicy, StepError, Workflow, WorkflowError,
+    Ctx, EffectCtx, EffectOptions, EffectPolicy, Migration, Registry, RetryPolicy, StepError, Versioned, Versions,
+    Workflow, WorkflowError,
 };
 use savepoint_store::{BlockKind, RunHeader};
 
@@ -340,16 +341,69 @@ impl Workflow for Approve {
         let asked: String = ctx
             .step("ask", || async move { Ok(format!("approve order {id}?")) })
             .await?;
-        let ok: bool = ctx.interrupt("gate", json!({"question": asked})).await?;
-        let thread = ctx.thread_id().to_string();
-        let notified: Value = ctx
-            .effect(
-                "notify",
-                format!("notify:{thread}"),
-                |fx| async move { p.apply(&fx).await },
-            )
+        gate_then_notify(ctx, p, asked).await
+    }
+}
+
+/// `approve`'s calls after its question, in both builds: the human's answer, then the
+/// `notify` effect (block) under the run's thread id.
+async fn gate_then_notify(ctx: &Ctx, p: &Provider, asked: String) -> Result<Value, WorkflowError> {
+    let ok: bool = ctx.interrupt("gate", json!({"question": asked})).await?;
+    let thread = ctx.thread_id().to_string();
+    let notified: Value = ctx
+        .effect(
+            "notify",
+            format!("notify:{thread}"),
+            |fx| async move { p.apply(&fx).await },
+        )
+        .await?;
+    Ok(json!({"approved": ok, "notified": notified, "asked": asked}))
+}
+
+/// What the second build of `approve` (deployed at the key rotation, when every worker
+/// restarts) records for its `ask` step: the first build recorded the text itself (version
+/// 1); this build records `{"text"}` (version 2) and upgrades a recorded text on replay.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Question {
+    text: String,
+}
+
+impl Versioned for Question {
+    const VERSION: u32 = 2;
+    fn upgrade(from: u32, v: Value) -> Result<Value, Migration> {
+        match (from, v) {
+            (1, Value::String(text)) => Ok(json!({ "text": text })),
+            (1, other) => Err(Migration::failed(format!("version 1 is text, not {other}"))),
+            _ => Err(Migration::Missing),
+        }
+    }
+}
+
+/// `approve` as the second build has it: the same calls and output, the `ask` step's value a
+/// [`Question`].
+struct ApproveV2(Arc<Provider>);
+
+impl Workflow for ApproveV2 {
+    const NAME: &'static str = "approve";
+    type Input = Value;
+    type Output = Value;
+
+    fn versions() -> Versions {
+        Versions::new().of::<Question>()
+    }
+
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
+        let id = input["id"].as_u64().unwrap_or(0);
+        let p = &self.0;
+        let asked: Question = ctx
+            .step("ask", || async move {
+                Ok(Question {
+                    text: format!("approve order {id}?"),
+                })
+            })
             .await?;
-        Ok(json!({"approved": ok, "notified": notified}))
+        gate_then_notify(ctx, p, asked.text).await
     }
 }
 
@@ -478,12 +532,17 @@ impl Workflow for Batch {
     }
 }
 
-/// The simulated workers' registry.
-pub(crate) fn registry(provider: Arc<Provider>, unguarded: bool) -> Registry {
+/// The simulated workers' registry: the first build, or the second (`deployed`), whose
+/// `approve` records its question as a versioned [`Question`].
+pub(crate) fn registry(provider: Arc<Provider>, unguarded: bool, deployed: bool) -> Registry {
     let mut r = Registry::new();
-    r.register(Order(Arc::clone(&provider), unguarded))
-        .register(Approve(Arc::clone(&provider)))
-        .register(Metered(Arc::clone(&provider)))
+    r.register(Order(Arc::clone(&provider), unguarded));
+    if deployed {
+        r.register(ApproveV2(Arc::clone(&provider)));
+    } else {
+        r.register(Approve(Arc::clone(&provider)));
+    }
+    r.register(Metered(Arc::clone(&provider)))
         .register(Parent)
         .register(Kid(Arc::clone(&provider)))
         .register(Batch(Arc::clone(&provider)))

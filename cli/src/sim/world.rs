@@ -38,6 +38,8 @@ pub(super) struct World {
     pub(super) workers: Vec<Option<SimWorker>>,
     pub(super) started: tokio::time::Instant,
     pub(super) unguarded: bool,
+    /// Workers started from now on run the second build (`workload::registry`).
+    pub(super) deployed: bool,
     /// Workers that stopped with an error (each one a violation).
     pub(super) exits: Arc<Mutex<Vec<String>>>,
     /// What the checkpoint barrier's witness saw go wrong (each one a violation).
@@ -93,7 +95,7 @@ impl World {
         let crash = CancellationToken::new();
         let stop = self.stop.child_token();
         let opts = WorkerOptions {
-            registry: workload::registry(Arc::clone(&self.provider), self.unguarded),
+            registry: workload::registry(Arc::clone(&self.provider), self.unguarded, self.deployed),
             failpoints: Some(Failpoints::default()),
             crash: crash.clone(),
             serve_http: false,

@@ -39,6 +39,9 @@ pub enum Case {
     BlockedNonDeterminism,
     /// Blocked: a poison run, taken over too often at one journal position.
     BlockedPoison,
+    /// Blocked: a recorded value is at a version of its type the code cannot upgrade from (no
+    /// migration declared, a migration that failed, or a version newer than the code knows).
+    BlockedMigration,
     /// Blocked for another reason (a panic in workflow code, an answer that did not decode,
     /// an unreadable checkpoint).
     Blocked,

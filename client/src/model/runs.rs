@@ -473,6 +473,11 @@ pub struct EntryView {
     /// An effect's idempotency key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// The version of the result's type as the code that recorded it declared it
+    /// (`Versioned::VERSION`); absent: version 1. A replay upgrades an older result through
+    /// the workflow's declared migrations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_version: Option<u32>,
     /// Attempts it took.
     pub attempts: u32,
     /// When it was recorded (ms).
@@ -532,6 +537,10 @@ pub struct ExportView {
     pub pending: Vec<String>,
     /// The input.
     pub input: Value,
+    /// The version of the input's type as the starting code declared it (`Versioned`;
+    /// absent: 1): a replay upgrades the input through the workflow's migrations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_version: Option<u32>,
     /// The output (null until completed).
     pub output: Option<Value>,
     /// The journal.

@@ -114,6 +114,11 @@ pub struct ScheduleSpec {
     /// The timeout of each run (s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_secs: Option<f64>,
+    /// The version of the input's type the input was checked at (the serving code's,
+    /// `Versioned`; absent: 1): each run it starts is stamped with it, so a worker upgrades the
+    /// input through the workflow's migrations after the type changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_version: Option<u32>,
 }
 
 impl ScheduleBody {
@@ -129,6 +134,7 @@ impl ScheduleBody {
             catchup_limit: self.catchup_limit,
             catchup_window_secs: self.catchup_window_secs,
             timeout_secs: self.timeout_secs,
+            input_version: None,
         }
     }
 }

@@ -18,6 +18,7 @@
 //! | "3. The worker": `fn main` | compiled, not run (`no_run`: it would start a worker) |
 //! | "6. Call it from Rust" | compiled: an `async fn` over the typed client |
 //! | "7. Where a run is": the fencing token | compiled: an `async fn` with the effect |
+//! | "10. When a recorded value's type changes" | compiled: a versioned type and its `impl Workflow` |
 //! | "Child workflows" | compiled: an `async fn` with the calls |
 //! | "Task queues" | compiled: an `async fn` with the three steps |
 //! | "Testing your workflows" | compiled as a test crate, not run (`no_run test_harness`); `testing/tests/testkit.rs` runs the same tests. Its `include_str!("fixtures/…")` finds `src/fixtures`, a link to `testing/tests/fixtures`. |

@@ -741,6 +741,7 @@ async fn a_run_that_needs_a_feature_the_worker_does_not_know_is_given_back_untou
         name: "wf".into(),
         version: 1,
         min_version: 1,
+        input_version: None,
     }];
     let older = ServedSpec::new(&entries).knowing(&["child", "deadline", "queue"]);
     match s.claim(&t, "old-worker", None, &older).await.unwrap() {

@@ -17,6 +17,7 @@ pub mod fleet_api;
 pub mod hazards;
 pub mod held_journal;
 pub mod http_api;
+pub mod migrations;
 pub mod pause;
 pub mod pipeline;
 pub mod replay_check;

@@ -231,6 +231,7 @@ mod tests {
                 name: "invoice".into(),
                 version,
                 min_version: version,
+                input_version: None,
             }],
             until: 20_000,
             ttl_ms: 10_000,
@@ -254,10 +255,42 @@ mod tests {
         assert_eq!(block_case(&h, 3), Case::BlockedPoison);
         h.block_kind = Some(BlockKind::InDoubt);
         assert_eq!(block_case(&h, 3), Case::BlockedInDoubt);
+        h.block_kind = Some(BlockKind::Migration);
+        assert_eq!(block_case(&h, 3), Case::BlockedMigration);
         for kind in [BlockKind::Undecodable, BlockKind::Other] {
             h.block_kind = Some(kind);
             assert_eq!(block_case(&h, 3), Case::Blocked, "{kind}");
         }
+    }
+
+    /// A run blocked on a recorded value its code cannot upgrade: the verdict says what
+    /// settles it (a build with the migration, then a retry), and a cancel.
+    #[test]
+    fn a_missing_migration_is_settled_by_a_build_that_has_it_then_a_retry() {
+        let mut h = header(RunStatus::Blocked);
+        h.block_kind = Some(BlockKind::Migration);
+        h.reason = Some(
+            "the value recorded by step \"parse\" (entry 0) cannot be read: it was recorded at version 1 of Invoice \
+             and this code reads version 3: upgrading it from version 2 to 3: no migration declared"
+                .into(),
+        );
+        let d = diagnose(&h, &Facts::default());
+        assert_eq!(d.case, Case::BlockedMigration);
+        assert!(
+            d.summary.contains("cannot upgrade") && d.summary.contains("from version 2 to 3"),
+            "{}",
+            d.summary
+        );
+        let commands: Vec<&str> = d.actions.iter().map(|a| a.command.as_str()).collect();
+        assert!(d.actions[0].label.contains("Versioned::VERSION"), "{:?}", d.actions[0]);
+        assert!(
+            commands.iter().any(|c| c.starts_with("savepoint retry ")),
+            "{commands:?}"
+        );
+        assert!(
+            commands.iter().any(|c| c.starts_with("savepoint cancel ")),
+            "{commands:?}"
+        );
     }
 
     #[test]

@@ -179,6 +179,7 @@ mod tests {
                     name: (*n).into(),
                     version: *hi,
                     min_version: *lo,
+                    input_version: None,
                 })
                 .collect(),
             queue: queue.into(),

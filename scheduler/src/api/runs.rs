@@ -104,8 +104,11 @@ pub(crate) async fn start(
         let names = catalog_names(&svc.store).await?;
         return Err(unknown_workflow(&req.workflow, &names));
     };
-    let (opts, input) = start_options(&req, st.max_body)?;
+    let (mut opts, input) = start_options(&req, st.max_body)?;
     check_input(svc, &req, entry.version).await?;
+    // The input was checked against the newest code's schema: it is at that code's version of
+    // the input's type.
+    opts.input_version = entry.input_version;
     // The run's trace starts at this request's span when traces are exported.
     let trace = savepoint_runtime::telemetry::current_traceparent().unwrap_or_else(new_traceparent);
     let outcome = svc
@@ -177,6 +180,7 @@ fn start_options(req: &StartRequest, max_body: usize) -> Result<(CreateOptions, 
         queue: req.queue.clone(),
         flow,
         priority,
+        input_version: None,
     };
     Ok((opts, input))
 }

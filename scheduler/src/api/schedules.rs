@@ -203,7 +203,7 @@ async fn record(svc: &Services, id: &str) -> Result<ScheduleRecord, ApiError> {
 pub(crate) async fn create(State(st): State<ApiState>, ApiJson(body): ApiJson<ScheduleBody>) -> Reply<ScheduleView> {
     let svc = st.services()?;
     let id = schedule_id(body.id.clone())?;
-    let spec = body.spec();
+    let mut spec = body.spec();
     let timing = Timing::of(&spec).map_err(|e| ApiError::unprocessable(e.to_string()))?;
     if !(1..=1000).contains(&spec.catchup_limit) || !(1..=31_536_000).contains(&spec.catchup_window_secs) {
         return Err(ApiError::unprocessable(
@@ -222,6 +222,7 @@ pub(crate) async fn create(State(st): State<ApiState>, ApiJson(body): ApiJson<Sc
     let what = super::checks::Expects::Input;
     let schema = super::checks::schema_for(svc, &body.workflow, entry.version, what).await?;
     super::checks::check_value(schema.as_ref(), &body.input, what, &body.workflow)?;
+    spec.input_version = entry.input_version;
     let now = svc.store.server_time().await?;
     let first = timing
         .after(now)
@@ -424,6 +425,7 @@ async fn start(svc: &Services, spec: &ScheduleSpec, input: &Value, thread: &str)
         queue: None,
         flow: None,
         priority: 0,
+        input_version: spec.input_version,
     };
     match svc
         .store
@@ -879,6 +881,7 @@ mod tests {
             catchup_limit: 10,
             catchup_window_secs: 60,
             timeout_secs: None,
+            input_version: None,
         }
     }
 

@@ -296,6 +296,7 @@ pub(crate) fn entry_view(index: usize, e: &Entry) -> EntryView {
         error_class: failure.and_then(|f| f.class.clone()),
         retryable: failure.map(|f| f.retryable),
         key: e.key.clone(),
+        value_version: e.tv,
         attempts: e.attempts,
         at: e.at,
     }
@@ -338,6 +339,7 @@ pub(crate) fn export_view(h: &RunHeader, journal: &[Entry]) -> ExportView {
         completed: journal.iter().map(|e| e.name.clone()).collect(),
         pending: next_names(h),
         input: shown(&h.input),
+        input_version: h.input_version,
         output: h.output.as_ref().map(shown),
         journal: entries(journal),
     }
@@ -400,6 +402,7 @@ mod tests {
             flow: None,
             priority: 0,
             needs: Vec::new(),
+            input_version: None,
             crashes: 0,
             crashed_by: None,
             wait: Some(Wait {

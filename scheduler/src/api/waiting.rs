@@ -473,6 +473,7 @@ mod tests {
                 name: "order".into(),
                 version: 1,
                 min_version: 1,
+                input_version: None,
             }],
             queue: queue.into(),
             until: 100_000,

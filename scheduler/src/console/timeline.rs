@@ -360,6 +360,7 @@ mod tests {
             attempts: 1,
             key: key.map(str::to_owned),
             failure: None,
+            tv: None,
         }
     }
 

@@ -225,7 +225,7 @@ impl<'c, T> WaitCall<'c, T> {
 
 impl<'c, T> Future for WaitCall<'c, T>
 where
-    T: DeserializeOwned + Send + 'c,
+    T: DeserializeOwned + Send + 'static,
 {
     type Output = Result<T, WorkflowError>;
 
@@ -258,7 +258,7 @@ pub struct WaitWithin<'c, T> {
 
 impl<'c, T> Future for WaitWithin<'c, T>
 where
-    T: DeserializeOwned + Send + 'c,
+    T: DeserializeOwned + Send + 'static,
 {
     type Output = Result<Option<T>, WorkflowError>;
 

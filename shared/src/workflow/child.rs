@@ -17,7 +17,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use std::time::Duration;
 
-use super::ctx::{decode_outcome, Core, SliceExit};
+use super::ctx::{decode_outcome, Core, Reader, SliceExit};
 use super::Ctx;
 use super::{Workflow, WorkflowError};
 use crate::ids::{stable_hash, ThreadId, MAX_THREAD_ID_LEN};
@@ -42,12 +42,17 @@ pub struct ChildSpec {
     on_parent_cancel: ParentCancel,
     timeout: Option<Duration>,
     queue: Option<String>,
+    input_version: Option<u32>,
 }
 
 impl ChildSpec {
-    /// A run of `W` (at `W::VERSION`) with this input.
+    /// A run of `W` (at `W::VERSION`) with this input (stamped with the version `W` declares
+    /// for its input's type, [`Workflow::versions`]).
     pub fn of<W: Workflow>(input: impl Serialize) -> Self {
-        Self::named(W::NAME, W::VERSION, input)
+        Self {
+            input_version: W::versions().version_of::<W::Input>(),
+            ..Self::named(W::NAME, W::VERSION, input)
+        }
     }
 
     /// A run of the workflow registered as `workflow` at `version`, with this input (a
@@ -61,7 +66,15 @@ impl ChildSpec {
             on_parent_cancel: ParentCancel::Cancel,
             timeout: None,
             queue: None,
+            input_version: None,
         }
+    }
+
+    /// The version of the input's type this input is at (by [`ChildSpec::of`], the one the
+    /// child's workflow declares; by [`ChildSpec::named`], 1 unless given here).
+    pub fn input_version(mut self, v: u32) -> Self {
+        self.input_version = Some(v);
+        self
     }
 
     /// Its own thread id instead of the derived one (`<parent>.c<index>`). Keep it unique to
@@ -115,14 +128,22 @@ impl Ctx {
     where
         W: Workflow,
         W::Input: Serialize,
-        W::Output: DeserializeOwned,
+        W::Output: DeserializeOwned + 'static,
     {
         self.child_with(name, ChildSpec::of::<W>(input)).await
     }
 
     /// [`Ctx::child`] by workflow name, version and options.
-    pub async fn child_with<T: DeserializeOwned>(&self, name: &str, spec: ChildSpec) -> Result<T, WorkflowError> {
-        let o = self.exclusive(name).await.child_call(name, spec, true).await;
+    pub async fn child_with<T: DeserializeOwned + 'static>(
+        &self,
+        name: &str,
+        spec: ChildSpec,
+    ) -> Result<T, WorkflowError> {
+        let o = self
+            .exclusive(name)
+            .await
+            .child_call(name, spec, true, Reader::of::<T>())
+            .await;
         decode_outcome(EntryKind::Child.as_str(), name, o)
     }
 
@@ -139,7 +160,11 @@ impl Ctx {
 
     /// [`Ctx::start_child`] by workflow name, version and options.
     pub async fn start_child_with(&self, name: &str, spec: ChildSpec) -> Result<ThreadId, WorkflowError> {
-        let o = self.exclusive(name).await.child_call(name, spec, false).await;
+        let o = self
+            .exclusive(name)
+            .await
+            .child_call(name, spec, false, Reader::of::<Value>())
+            .await;
         let v: Value = decode_outcome(EntryKind::Child.as_str(), name, o)?;
         let t = v["thread_id"].as_str().unwrap_or_default();
         ThreadId::new(t).map_err(|e| WorkflowError::Decode {
@@ -151,9 +176,10 @@ impl Ctx {
 
 impl Core {
     /// Starts or awaits a child run (what [`Ctx::child_with`] and [`Ctx::start_child_with`] do).
-    pub(super) async fn child_call(&mut self, name: &str, spec: ChildSpec, awaited: bool) -> Outcome {
-        if let Some(e) = self.replayed(name, EntryKind::Child).await {
-            return e.outcome;
+    /// `reader`: how the child's output type is versioned here.
+    pub(super) async fn child_call(&mut self, name: &str, spec: ChildSpec, awaited: bool, reader: Reader) -> Outcome {
+        if let Some(o) = self.replayed_child(name, reader).await {
+            return o;
         }
         self.before_live(name).await;
         // Outside the run: every entry before the child's start is durable first.
@@ -168,7 +194,7 @@ impl Core {
             Ok(v) => v.to_string(),
             Err(e) => {
                 let o = Outcome::Err(format!("the child's input does not encode as JSON: {e}"));
-                return self.record_child(name, &child, o, "").await;
+                return self.record_child(name, &child, o, ("", None)).await;
             }
         };
         self.failpoint("child.before_start").await;
@@ -195,6 +221,7 @@ impl Core {
             queue: queue.clone(),
             flow: None,
             priority: 0,
+            input_version: spec.input_version,
         };
         let trace = (self.p.traceparent)().unwrap_or_default();
         let created = self
@@ -215,23 +242,41 @@ impl Core {
                 let o = Outcome::Err(format!(
                     "child thread id {child} is taken by another run (workflow {wf:?}, another input)"
                 ));
-                return self.record_child(name, &child, o, "child_returned").await;
+                return self.record_child(name, &child, o, ("child_returned", None)).await;
             }
             Err(e) => return self.store_failed(e).await,
         };
         self.failpoint("child.after_start").await;
         if !awaited {
             let o = Outcome::Ok(json!({ "thread_id": child }));
-            return self.record_child(name, &child, o, "").await;
+            return self.record_child(name, &child, o, ("", None)).await;
         }
-        self.await_child(name, index, &child, &spec.workflow, fresh).await
+        let tv = self.value_version(reader);
+        self.await_child(name, (index, &child), &spec.workflow, fresh, tv).await
     }
 
-    /// Journals the outcome of the child call at the cursor (key = the child's thread id).
-    async fn record_child(&mut self, name: &str, child: &ThreadId, o: Outcome, event: &str) -> Outcome {
+    /// The recorded outcome of the child call `name`, its value upgraded to this code's version
+    /// of its type, if the journal has it.
+    async fn replayed_child(&mut self, name: &str, reader: Reader) -> Option<Outcome> {
+        let e = self.replayed(name, EntryKind::Child).await?;
+        Some(match e.outcome {
+            Outcome::Ok(v) => Outcome::Ok(self.upgraded(reader, (EntryKind::Child, name), e.tv, v).await),
+            err => err,
+        })
+    }
+
+    /// Journals the outcome of the child call at the cursor (key = the child's thread id),
+    /// with the event and the version of its value's type.
+    async fn record_child(
+        &mut self,
+        name: &str,
+        child: &ThreadId,
+        o: Outcome,
+        (event, tv): (&str, Option<u32>),
+    ) -> Outcome {
         let entry = Entry {
             key: Some(child.to_string()),
-            ..Entry::new(name, EntryKind::Child, o.clone(), 1)
+            ..Entry::new(name, EntryKind::Child, o.clone(), 1).with_value_version(tv)
         };
         // The child's word for this call, whether or not this slice saw it arrive: a word
         // that came after the claim is its one field (signal.lua), dropped with the entry.
@@ -257,7 +302,14 @@ impl Core {
 
     /// Records the child's outcome if it ended, else waits for it. `fresh`: this slice just
     /// created it, so it has not ended and its record need not be read.
-    async fn await_child(&mut self, name: &str, index: u32, child: &ThreadId, workflow: &str, fresh: bool) -> Outcome {
+    async fn await_child(
+        &mut self,
+        name: &str,
+        (index, child): (u32, &ThreadId),
+        workflow: &str,
+        fresh: bool,
+        tv: Option<u32>,
+    ) -> Outcome {
         let told = self.child_word(index).and_then(|(_, v)| ChildResult::from_value(&v));
         let result = match told {
             Some(r) => Some(r),
@@ -277,7 +329,7 @@ impl Core {
                 ChildResult::Failed(e) => Outcome::Err(format!("child run {child} failed: {e}")),
                 ChildResult::Cancelled(e) => Outcome::Err(format!("child run {child} was cancelled: {e}")),
             };
-            return self.record_child(name, child, o, "child_returned").await;
+            return self.record_child(name, child, o, ("child_returned", tv)).await;
         }
         let wait = Wait {
             kind: "child".into(),

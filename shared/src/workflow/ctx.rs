@@ -120,6 +120,29 @@ pub struct CtxParts {
     /// The W3C `traceparent` of the current span, if tracing exports (a child run's start
     /// carries it); the process runtime hands its telemetry's, the test kit `|| None`.
     pub traceparent: fn() -> Option<String>,
+    /// The workflow's versioned value types ([`Workflow::versions`](super::Workflow::versions)):
+    /// what a recorded value is stamped with and upgraded by.
+    pub versions: Arc<super::Versions>,
+    /// The version of the run's input's type as the starting code stamped it (`None`: 1).
+    pub input_version: Option<u32>,
+}
+
+/// How a call reads and stamps the recorded values of its type `T`, without being generic
+/// over it ([`Versions::upgrade`](super::Versions::upgrade) and `version_of` for `T`).
+#[derive(Clone, Copy)]
+pub(super) struct Reader {
+    upgrade: fn(&super::Versions, Option<u32>, Value) -> super::versions::Upgrade,
+    version_of: fn(&super::Versions) -> Option<u32>,
+}
+
+impl Reader {
+    /// The reader of `T`'s values.
+    pub(super) fn of<T: 'static>() -> Self {
+        Self {
+            upgrade: super::Versions::upgrade::<T>,
+            version_of: super::Versions::version_of::<T>,
+        }
+    }
 }
 
 /// What a worker serves and where a run belongs, for routing calls to task queues.
@@ -170,6 +193,8 @@ pub(super) struct Core {
     pub(super) in_function: Arc<std::sync::atomic::AtomicU32>,
     /// Step checkpoints sent without waiting (see `pipeline.rs`).
     pub(super) pipeline: Pipeline,
+    /// Migrations applied to recorded values in this slice (see `versions.rs`).
+    pub(super) migrated: u32,
 }
 
 pub use super::seq::Ctx;
@@ -197,7 +222,60 @@ impl Core {
             unjournaled: Vec::new(),
             in_function: Arc::default(),
             pipeline: Pipeline::default(),
+            migrated: 0,
         }
+    }
+
+    /// The version this code records values of `reader`'s type at (`None`: 1, not written).
+    pub(super) fn value_version(&self, reader: Reader) -> Option<u32> {
+        (reader.version_of)(&self.p.versions)
+    }
+
+    /// A value of `reader`'s type recorded at `tv` by the call `name`, as this code's version
+    /// of the type reads it: upgraded through the declared migrations. A value that cannot be
+    /// (newer than the code, or no migration) blocks the run with the reason.
+    pub(super) async fn upgraded(
+        &mut self,
+        reader: Reader,
+        (kind, name): (EntryKind, &str),
+        tv: Option<u32>,
+        value: Value,
+    ) -> Value {
+        let what = format!(
+            "the value recorded by {} {name:?} (entry {})",
+            kind.as_str(),
+            self.cursor.saturating_sub(1)
+        );
+        self.upgraded_as(reader, &what, tv, value).await
+    }
+
+    /// [`Core::upgraded`] for `what` (a recorded value, the run's input).
+    pub(super) async fn upgraded_as(&mut self, reader: Reader, what: &str, tv: Option<u32>, value: Value) -> Value {
+        match (reader.upgrade)(&self.p.versions, tv, value) {
+            super::versions::Upgrade::Done(v, n) => {
+                self.migrated += n;
+                v
+            }
+            super::versions::Upgrade::Refused(why) => {
+                let reason = format!(
+                    "{what} cannot be read: {why}; after deploying the fix, `savepoint retry {}` runs it again",
+                    self.p.lease.thread
+                );
+                self.block(BlockKind::Migration, &reason, None).await
+            }
+        }
+    }
+
+    /// A replayed entry with its value (if it has one) upgraded to this code's version of
+    /// `reader`'s type ([`Core::upgraded`]).
+    pub(super) async fn upgraded_entry(&mut self, reader: Reader, mut e: Entry) -> Entry {
+        if let Outcome::Ok(v) = &mut e.outcome {
+            let v = std::mem::take(v);
+            let up = self.upgraded(reader, (e.kind, &e.name), e.tv, v).await;
+            e.outcome = Outcome::Ok(up);
+            e.tv = self.value_version(reader);
+        }
+        e
     }
 
     /// Server time now (ms), never behind the server's clock: the claim's server time plus
@@ -686,6 +764,10 @@ fn block_class(how: &Finish<'_>) -> &'static str {
             kind: BlockKind::NonDeterminism,
             ..
         } => "non_determinism",
+        Finish::Blocked {
+            kind: BlockKind::Migration,
+            ..
+        } => "migration",
         _ => "other",
     }
 }

@@ -6,7 +6,7 @@ use std::future::Future;
 
 #[cfg(doc)]
 use super::Registry;
-use super::{Ctx, Declared, RetryPolicy, Schemas, WorkflowError};
+use super::{Ctx, Declared, RetryPolicy, Schemas, Versions, WorkflowError};
 
 /// A durable workflow. Register it with a [`Registry`]; the worker runs it.
 ///
@@ -31,7 +31,7 @@ pub trait Workflow: Send + Sync + 'static {
     /// The oldest recorded version this code can still replay (use `ctx.patched` to branch).
     const MIN_VERSION: u32 = 1;
     /// Input, decoded from the run's JSON input.
-    type Input: DeserializeOwned + Send;
+    type Input: DeserializeOwned + Send + 'static;
     /// Output, encoded to JSON when the run completes.
     type Output: Serialize + Send;
 
@@ -55,5 +55,14 @@ pub trait Workflow: Send + Sync + 'static {
     /// resolve whose value does not match, before anything changes. None by default.
     fn schemas(&self) -> Schemas {
         Schemas::default()
+    }
+
+    /// The value types whose recorded shape changed and that declare their version and
+    /// upgrades ([`Versioned`](super::Versioned)): `Versions::new().of::<Invoice>()`. Every
+    /// value of such a type the workflow records (a step's or effect's result, an interrupt's
+    /// or signal's answer, a child's output) is journaled with its version, and a replay
+    /// upgrades an older one before the code sees it. None by default: every type is version 1.
+    fn versions() -> Versions {
+        Versions::new()
     }
 }

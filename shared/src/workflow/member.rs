@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::calls::StepOptions;
-use super::ctx::{attempts, decode_entry, decode_outcome, watched, Attempted, Cut, SliceExit};
+use super::ctx::{attempts, decode_entry, decode_outcome, watched, Attempted, Cut, Reader, SliceExit};
 use super::effect::effect_entry;
 use super::seq::{in_function, Locked, Reserved};
 use super::{Ctx, EffectCtx, EffectOptions, RetryPolicy, StepError, WorkflowError};
@@ -24,7 +24,7 @@ impl Ctx {
     /// side under `futures::join!` and `join_all`, journaled in the order written.
     pub fn step<'c, T, F, Fut>(&'c self, name: &str, f: F) -> super::StepCall<'c, T>
     where
-        T: Serialize + DeserializeOwned + Send + 'c,
+        T: Serialize + DeserializeOwned + Send + 'static,
         F: FnMut() -> Fut + Send + 'c,
         Fut: Future<Output = Result<T, StepError>> + Send + 'c,
     {
@@ -51,7 +51,7 @@ impl Ctx {
         f: F,
     ) -> super::EffectCall<'c, T>
     where
-        T: Serialize + DeserializeOwned + Send + 'c,
+        T: Serialize + DeserializeOwned + Send + 'static,
         F: FnMut(EffectCtx) -> Fut + Send + 'c,
         Fut: Future<Output = Result<T, StepError>> + Send + 'c,
     {
@@ -65,16 +65,19 @@ impl Ctx {
     /// own retry policy, the task queue it is routed to, a synchronous checkpoint.
     pub(super) async fn run_step<T, F, Fut>(&self, name: &str, opts: StepOptions, f: F) -> Result<T, WorkflowError>
     where
-        T: Serialize + DeserializeOwned,
+        T: Serialize + DeserializeOwned + 'static,
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, StepError>>,
     {
         let (mut core, index) = self.reserve(name).await;
         let claim = Reserved::new(self, index, name);
+        let reader = Reader::of::<T>();
         if let Some(e) = replayed_at(&mut core, name, EntryKind::Step, index).await {
+            let e = core.upgraded_entry(reader, e).await;
             claim.journaled();
             return decode_entry("step", e);
         }
+        let tv = core.value_version(reader);
         let span = tracing::debug_span!("step", step.name = name, step.index = index);
         let StepOptions { retry, queue, durable } = opts;
         let entry = async {
@@ -116,7 +119,7 @@ impl Ctx {
                 .observe(started.elapsed().as_secs_f64());
             let entry = match r {
                 Ok(v) => match serde_json::to_value(&v) {
-                    Ok(j) => Entry::new(name, EntryKind::Step, Outcome::Ok(j), attempts),
+                    Ok(j) => Entry::new(name, EntryKind::Step, Outcome::Ok(j), attempts).with_value_version(tv),
                     Err(e) => {
                         let message = format!("result does not encode as JSON: {e}");
                         Entry::new(name, EntryKind::Step, Outcome::Err(message), attempts)
@@ -180,16 +183,19 @@ impl Ctx {
         f: F,
     ) -> Result<T, WorkflowError>
     where
-        T: Serialize + DeserializeOwned,
+        T: Serialize + DeserializeOwned + 'static,
         F: FnMut(EffectCtx) -> Fut,
         Fut: Future<Output = Result<T, StepError>>,
     {
         let (mut core, index) = self.reserve(name).await;
         let mut claim = Reserved::new(self, index, name);
+        let reader = Reader::of::<T>();
         if let Some(e) = replayed_at(&mut core, name, EntryKind::Effect, index).await {
+            let e = core.upgraded_entry(reader, e).await;
             claim.journaled();
             return decode_entry("effect", e);
         }
+        let tv = core.value_version(reader);
         let in_flight = core.cursor < index;
         core.before_live_at(name, index, in_flight).await;
         // Outside the run: every entry before the effect's intent is durable first, so its key
@@ -213,13 +219,16 @@ impl Ctx {
             // Until its turn, the key's record is the only proof the effect happened.
             core.unjournaled.push(key.clone());
             drop(core);
-            let entry = effect_entry(name, &key, Outcome::Ok(recorded.clone()), 0);
+            // (An effect's record keeps no version: a result it holds is taken as this code's,
+            // after the decode check above.)
+            let entry = effect_entry(name, &key, Outcome::Ok(recorded.clone()), 0).with_value_version(tv);
             self.journal_in_turn(index, entry, "effect_skipped").await;
             claim.journaled();
             return decode_outcome("effect", name, Outcome::Ok(recorded));
         }
         claim.called(true);
         let (entry, event) = self.call_effect(core, name, &key, index, opts, f).await;
+        let entry = entry.with_value_version(tv);
         claim.called(false);
         self.journal_in_turn(index, entry.clone(), event).await;
         claim.journaled();

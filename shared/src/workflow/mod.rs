@@ -18,6 +18,7 @@ mod retry;
 mod seq;
 mod stubs;
 mod unused;
+mod versions;
 mod wait;
 
 pub use calls::{EffectCall, StepCall, WaitCall, WaitWithin};
@@ -35,6 +36,7 @@ pub use savepoint_core::schemas::{self as schema, Schemas};
 pub use stubs::{StubFn, Stubs};
 /// What `ctx.uuid()` returns.
 pub use uuid::Uuid;
+pub use versions::{Migration, Versioned, Versions};
 
 /// What the worker runtime needs from the SDK to build and drive a [`Ctx`]: not for workflow
 /// code, and not a stable interface (it changes with the worker).

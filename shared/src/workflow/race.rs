@@ -16,7 +16,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use super::ctx::{attempts, decode_outcome, Attempted, CallTools, Core, Cut};
+use super::ctx::{attempts, decode_outcome, Attempted, CallTools, Core, Cut, Reader};
 use super::{Ctx, EffectCtx, RetryPolicy, StepError, WorkflowError};
 use crate::journal::{Entry, EntryKind, Outcome};
 
@@ -97,7 +97,7 @@ impl Ctx {
         timeout: Duration,
     ) -> Result<Selected<T>, WorkflowError>
     where
-        T: Serialize + DeserializeOwned,
+        T: Serialize + DeserializeOwned + 'static,
     {
         let outcome = self.exclusive(name).await.race(name, calls, timeout).await;
         match decode_outcome::<Value>("step", name, outcome)? {
@@ -113,7 +113,7 @@ impl Ctx {
 
 impl Core {
     /// [`Ctx::select`]'s work: the deadline, then the recorded outcome or the race run live.
-    async fn race<T>(&mut self, name: &str, calls: Vec<Call<'_, T>>, timeout: Duration) -> Outcome {
+    async fn race<T: 'static>(&mut self, name: &str, calls: Vec<Call<'_, T>>, timeout: Duration) -> Outcome {
         let deadline_name = format!("{name}.deadline");
         let now = self.server_now_ms();
         let deadline = self
@@ -121,14 +121,34 @@ impl Core {
             .await
             .as_u64()
             .unwrap_or(0);
+        let reader = Reader::of::<T>();
         match self.replayed(name, EntryKind::Step).await {
+            // The winner's result is `{"first", "value"}`'s value.
+            Some(Entry {
+                outcome: Outcome::Ok(mut v),
+                tv,
+                ..
+            }) => {
+                if let Some(value) = v.get_mut("value") {
+                    *value = self.upgraded(reader, (EntryKind::Step, name), tv, value.take()).await;
+                }
+                Outcome::Ok(v)
+            }
             Some(e) => e.outcome,
-            None => self.race_live(name, calls, deadline).await,
+            None => {
+                let tv = self.value_version(reader);
+                self.race_live(name, calls, (deadline, tv)).await
+            }
         }
     }
 
     /// Runs the race and journals its outcome.
-    async fn race_live<T>(&mut self, name: &str, calls: Vec<Call<'_, T>>, deadline: u64) -> Outcome {
+    async fn race_live<T>(
+        &mut self,
+        name: &str,
+        calls: Vec<Call<'_, T>>,
+        (deadline, tv): (u64, Option<u32>),
+    ) -> Outcome {
         self.before_live(name).await;
         let tools = self.call_tools();
         let default = self.default_retry();
@@ -164,8 +184,9 @@ impl Core {
                 (err, n) => (err, n),
             },
         };
-        self.commit(Entry::new(name, EntryKind::Step, outcome.clone(), attempts), "", None)
-            .await;
+        let won = matches!(&outcome, Outcome::Ok(v) if v.get("value").is_some());
+        let entry = Entry::new(name, EntryKind::Step, outcome.clone(), attempts).with_value_version(tv.filter(|_| won));
+        self.commit(entry, "", None).await;
         outcome
     }
 }

@@ -34,6 +34,10 @@ pub trait DynWorkflow: Send + Sync {
     fn retry_policy(&self) -> RetryPolicy;
     /// Schemas of the values it takes from outside.
     fn schemas(&self) -> super::Schemas;
+    /// Its versioned value types (computed once, at registration).
+    fn versions(&self) -> Arc<super::Versions>;
+    /// The version of its input's type (`None`: 1).
+    fn input_version(&self) -> Option<u32>;
     /// Runs the body on JSON input.
     fn run<'a>(&'a self, ctx: &'a Ctx, input: Value) -> BoxFuture<'a, Result<Value, RunError>>;
 }
@@ -42,6 +46,7 @@ struct Erased<W> {
     w: W,
     version: u32,
     min_version: u32,
+    versions: Arc<super::Versions>,
 }
 
 impl<W: Workflow> DynWorkflow for Erased<W> {
@@ -60,8 +65,17 @@ impl<W: Workflow> DynWorkflow for Erased<W> {
     fn schemas(&self) -> super::Schemas {
         W::DECLARED.iter().fold(self.w.schemas(), |s, handle| handle.declare(s))
     }
+    fn versions(&self) -> Arc<super::Versions> {
+        self.versions.clone()
+    }
+    fn input_version(&self) -> Option<u32> {
+        self.versions.version_of::<W::Input>()
+    }
     fn run<'a>(&'a self, ctx: &'a Ctx, input: Value) -> BoxFuture<'a, Result<Value, RunError>> {
         Box::pin(async move {
+            // An input the starting code stamped with an older version of its type is
+            // upgraded first (a run blocks on one it cannot upgrade).
+            let input = ctx.upgraded_input::<W::Input>(input).await;
             let input: W::Input = serde_json::from_value(input).map_err(|e| RunError::Input(e.to_string()))?;
             let out = self.w.run(ctx, input).await;
             // Calls the workflow dropped unfinished are dealt with before its end is taken
@@ -95,6 +109,7 @@ impl Registry {
     /// builds of one workflow).
     pub fn register_versions<W: Workflow>(&mut self, w: W, version: u32, min_version: u32) -> &mut Self {
         let e = Erased {
+            versions: Arc::new(W::versions()),
             w,
             version,
             min_version: min_version.min(version),
@@ -142,6 +157,7 @@ impl Registry {
                 name: w.name().to_owned(),
                 version: w.version(),
                 min_version: w.min_version(),
+                input_version: w.input_version(),
             })
             .collect()
     }

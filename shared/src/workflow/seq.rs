@@ -183,6 +183,24 @@ impl Ctx {
         self.core.get_mut().take_exit()
     }
 
+    #[doc(hidden)] // the registry's, not workflow code's
+    /// The run's input as this code's version of `T` reads it: upgraded through the declared
+    /// migrations from the version the starting code stamped (a run blocks on one it cannot
+    /// upgrade).
+    pub async fn upgraded_input<T: 'static>(&self, input: serde_json::Value) -> serde_json::Value {
+        let mut core = self.core.lock().await;
+        let tv = core.p.input_version;
+        core.upgraded_as(super::ctx::Reader::of::<T>(), "the run's input", tv, input)
+            .await
+    }
+
+    #[doc(hidden)] // the worker runtime's, not workflow code's
+    /// How many migrations this slice applied to recorded values (`replay-check` reports the
+    /// runs that need one).
+    pub fn migrations_applied(&mut self) -> u32 {
+        self.core.get_mut().migrated
+    }
+
     #[doc(hidden)] // the worker runtime's, not workflow code's
     /// Signalled when the slice stops without the workflow returning.
     pub fn exit_signal(&self) -> Arc<Notify> {

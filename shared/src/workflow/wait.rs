@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use uuid::Uuid;
 
-use super::ctx::{decode_outcome, Core, SliceExit};
+use super::ctx::{decode_outcome, Core, Reader, SliceExit};
 use super::Ctx;
 use super::{Interrupt, Signal, WaitCall, WorkflowError};
 use crate::journal::{Entry, EntryKind, Outcome};
@@ -101,7 +101,7 @@ impl Core {
 
     /// Waits for an interrupt's answer or a signal with no deadline (what awaiting a
     /// [`WaitCall`] does).
-    pub(super) async fn await_answer<T: DeserializeOwned>(
+    pub(super) async fn await_answer<T: DeserializeOwned + 'static>(
         &mut self,
         kind: EntryKind,
         name: &str,
@@ -116,7 +116,7 @@ impl Core {
     /// deadline is journaled first (the value `<name>.deadline`), so a run resumed later keeps
     /// it; the run waits in Redis with the deadline as its due time, and the scanner hands it
     /// to a worker when it passes (no worker holds it meanwhile).
-    pub(super) async fn await_answer_within<T: DeserializeOwned>(
+    pub(super) async fn await_answer_within<T: DeserializeOwned + 'static>(
         &mut self,
         kind: EntryKind,
         name: &str,
@@ -127,7 +127,7 @@ impl Core {
         self.await_within(kind, name, field, payload, timeout).await
     }
 
-    async fn await_within<T: DeserializeOwned>(
+    async fn await_within<T: DeserializeOwned + 'static>(
         &mut self,
         kind: EntryKind,
         name: &str,
@@ -154,7 +154,7 @@ impl Core {
 
     /// Waits for a value (an interrupt's answer or a signal) and returns its journaled
     /// outcome; with a `deadline` (server ms), the outcome is the timed form.
-    async fn await_value<T: DeserializeOwned>(
+    async fn await_value<T: DeserializeOwned + 'static>(
         &mut self,
         kind: EntryKind,
         name: &str,
@@ -163,7 +163,18 @@ impl Core {
         deadline: Option<u64>,
     ) -> Outcome {
         if let Some(e) = self.replayed(name, kind).await {
-            return e.outcome;
+            let reader = Reader::of::<T>();
+            return match e.outcome {
+                // A timed wait journals `{"answer": value}`: the answer is the typed value.
+                Outcome::Ok(mut v) if deadline.is_some() => {
+                    if let Some(answer) = v.get_mut("answer") {
+                        *answer = self.upgraded(reader, (kind, name), e.tv, answer.take()).await;
+                    }
+                    Outcome::Ok(v)
+                }
+                Outcome::Ok(v) => Outcome::Ok(self.upgraded(reader, (kind, name), e.tv, v).await),
+                err => err,
+            };
         }
         self.before_live(name).await;
         if let Some(sent) = self.take_sent(kind, &field) {
@@ -193,7 +204,7 @@ impl Core {
 
     /// Journals the value sent to the wait (consuming its buffered field), or blocks the run
     /// if it does not decode into `T`.
-    async fn receive<T: DeserializeOwned>(
+    async fn receive<T: DeserializeOwned + 'static>(
         &mut self,
         kind: EntryKind,
         name: &str,
@@ -227,8 +238,9 @@ impl Core {
             "signal_received"
         };
         let v = if deadline.is_some() { json!({ "answer": v }) } else { v };
-        self.commit(Entry::new(name, kind, Outcome::Ok(v.clone()), 1), event, Some(&f))
-            .await;
+        let tv = self.value_version(Reader::of::<T>());
+        let entry = Entry::new(name, kind, Outcome::Ok(v.clone()), 1).with_value_version(tv);
+        self.commit(entry, event, Some(&f)).await;
         Outcome::Ok(v)
     }
 

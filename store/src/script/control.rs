@@ -328,6 +328,8 @@ impl ScriptStore {
         // less its deadline, which the fork does not inherit.
         let needs = h.needs.iter().map(String::as_str).filter(|n| *n != "deadline");
         inv.arg(h.priority).arg(needs_field(needs));
+        // The input is the source's, at the source's version of its type.
+        inv.arg(h.input_version.map(|v| v.to_string()).unwrap_or_default());
         for (i, e) in journal.iter().take(from as usize).enumerate() {
             inv.arg(self.seal_entry(to, i as u32, e));
         }

@@ -73,6 +73,12 @@ impl ScriptStore {
             None => inv.arg("").arg("").arg(""),
         };
         inv.arg(opts.priority).arg(needs_field(opts.needs()));
+        inv.arg(
+            opts.input_version
+                .filter(|v| *v > 1)
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+        );
         let r = self.invoke(&inv).await?;
         match r.tag().as_str() {
             "created" => Ok(CreateOutcome::Created),

@@ -207,6 +207,11 @@ impl ScriptStore {
             for e in w.workflows {
                 out.entry(e.name.clone())
                     .and_modify(|c| {
+                        // The input version is the newest code's (the newest version's
+                        // schema is the one a start's input is checked against).
+                        if (e.version, e.input_version) > (c.version, c.input_version) {
+                            c.input_version = e.input_version;
+                        }
                         c.version = c.version.max(e.version);
                         c.min_version = c.min_version.min(e.min_version);
                     })

@@ -83,7 +83,7 @@ impl std::fmt::Display for PageCursor {
 }
 
 /// Every field of the run hash except the journal (`j:<i>`).
-const HEADER_FIELDS: [&str; 49] = [
+const HEADER_FIELDS: [&str; 50] = [
     "wf",
     "wfv",
     "schema",
@@ -133,6 +133,7 @@ const HEADER_FIELDS: [&str; 49] = [
     "pzr",
     "ps",
     "rb",
+    "iv",
 ];
 
 /// A header from the values of `HMGET <run> HEADER_FIELDS…` (`None`: no such run).

@@ -125,6 +125,7 @@ pub(super) fn block_class(kind: BlockKind) -> &'static str {
         BlockKind::Panic => "panic",
         BlockKind::NonDeterminism => "non_determinism",
         BlockKind::Undecodable => "bad_value",
+        BlockKind::Migration => "migration",
         BlockKind::InDoubt => "effect_in_doubt",
         BlockKind::Poison => "poison",
         BlockKind::Other => "other",

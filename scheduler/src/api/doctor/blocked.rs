@@ -12,6 +12,7 @@ fn case_of(kind: BlockKind) -> Case {
         BlockKind::InDoubt => Case::BlockedInDoubt,
         BlockKind::NonDeterminism => Case::BlockedNonDeterminism,
         BlockKind::Poison => Case::BlockedPoison,
+        BlockKind::Migration => Case::BlockedMigration,
         BlockKind::Panic | BlockKind::Undecodable | BlockKind::Other => Case::Blocked,
     }
 }
@@ -56,6 +57,18 @@ fn block_actions(h: &RunHeader, case: Case, reason: &str) -> Vec<Action> {
             )),
             retry_action(thread, "Check the run again from the top once fixed code serves it"),
         ],
+        (Case::BlockedMigration, _) => vec![
+            deploy_action(format!(
+                "Deploy a build of {} whose value type declares the missing step (Versioned::VERSION and \
+                 upgrade, the type listed in the workflow's versions()), or, for a value a newer build wrote, \
+                 a worker of that build; then retry",
+                h.workflow
+            )),
+            retry_action(
+                thread,
+                "Replay it through the declared migrations once the fix is deployed",
+            ),
+        ],
         (Case::BlockedPoison, _) => vec![
             deploy_action(format!(
                 "Fix what kills the worker at this step ({reason}), deploy it, then retry"
@@ -75,6 +88,10 @@ fn block_meaning(case: Case) -> &'static str {
         }
         Case::BlockedNonDeterminism => "the workflow code no longer takes the path its journal recorded",
         Case::BlockedPoison => "it is a poison run: every worker that ran this step died there",
+        Case::BlockedMigration => {
+            "a value it recorded is at a version of its type this code cannot upgrade (no migration \
+             declared, a migration that failed, or a newer version than the code knows)"
+        }
         _ => "the worker stopped it",
     }
 }

@@ -13,7 +13,8 @@
 --       15 flow-control key ('' = none), 16 its limit, 17 its starts per second ('' = none),
 --       18 priority (0-9) in the key's waiting line,
 --       19 the run features it needs, joined by \31 ('' = none): a worker whose claim does not
---          name one of them gives the run back to wait for one that does (claim.lua)
+--          name one of them gives the run back to wait for one that does (claim.lua),
+--       20 the version of the input's type ('' = 1, not written)
 -- The caller publishes the start task next. Its due score is already the one for a queued
 -- task (a confirm then costs one ZREM of the `unconfirmed` entry, not a script); until the
 -- confirm, the `unconfirmed` entry (due after redeliver_ms) is the net for a publisher that
@@ -36,6 +37,7 @@ if ARGV[15] ~= '' then redis.call('HSET', KEYS[1], 'fck', ARGV[15], 'fcl', ARGV[
 if ARGV[17] ~= '' then redis.call('HSET', KEYS[1], 'fcr', ARGV[17]) end
 if ARGV[18] ~= '0' then redis.call('HSET', KEYS[1], 'prio', ARGV[18]) end
 if ARGV[19] ~= '' then redis.call('HSET', KEYS[1], 'needs', ARGV[19]) end
+if (ARGV[20] or '') ~= '' then redis.call('HSET', KEYS[1], 'iv', ARGV[20]) end
 redis.call('ZADD', KEYS[2], t + tonumber(ARGV[10]), ARGV[1])
 redis.call('ZADD', KEYS[5], t + tonumber(ARGV[6]), ARGV[1])
 redis.call('ZADD', KEYS[4], t, ARGV[1])

@@ -11,7 +11,8 @@
 --       13 the source's home task queue ('' = the default: the fork runs where it ran),
 --       14 the source's flow-control key ('' = none; sealed for the new run), 15 its limit,
 --       16 its start rate ('' = none), 17 the source's priority (0-9),
---       18 the run features it needs ('' = none; see create.lua), 19.. entries 0..N-1
+--       18 the run features it needs ('' = none; see create.lua), 19 the version of the
+--       input's type ('' = 1), 20.. entries 0..N-1
 -- (The fork shares the source's flow limit and priority; it does not inherit its deadline,
 -- an absolute time that may have passed: a fork runs without one.)
 -- Returns: {'created'} | {'exists', status} (a fork of the same run and entry under this id)
@@ -32,7 +33,8 @@ if ARGV[14] ~= '' then redis.call('HSET', KEYS[1], 'fck', ARGV[14], 'fcl', ARGV[
 if ARGV[16] ~= '' then redis.call('HSET', KEYS[1], 'fcr', ARGV[16]) end
 if ARGV[17] ~= '0' then redis.call('HSET', KEYS[1], 'prio', ARGV[17]) end
 if ARGV[18] ~= '' then redis.call('HSET', KEYS[1], 'needs', ARGV[18]) end
-for i = 0, n - 1 do redis.call('HSET', KEYS[1], 'j:' .. i, ARGV[19 + i]) end
+if ARGV[19] ~= '' then redis.call('HSET', KEYS[1], 'iv', ARGV[19]) end
+for i = 0, n - 1 do redis.call('HSET', KEYS[1], 'j:' .. i, ARGV[20 + i]) end
 redis.call('ZADD', KEYS[2], t + tonumber(ARGV[10]), ARGV[1])
 redis.call('ZADD', KEYS[5], t + tonumber(ARGV[6]), ARGV[1])
 redis.call('ZADD', KEYS[4], t, ARGV[1])

@@ -1,0 +1,235 @@
+//! Versioned recorded values through the whole system (issue 28 §1): runs started through the
+//! API by one build are taken over by a build whose types changed. The API stamps a start's
+//! input with the serving code's version of the input's type; the export shows every value's
+//! version; the deploy gate says which runs need a migration; a run whose value has no
+//! migration blocks, the doctor says what settles it, and a retry after the fix completes it.
+//! Run on whichever backend the tier uses.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+use savepoint::workflow::{Ctx, Migration, Registry, Versioned, Versions, Workflow, WorkflowError};
+use savepoint_integration_tests::inproc::InProc;
+use savepoint_integration_tests::scenario::World;
+use savepoint_worker::replay_check::{replay_check, CheckOptions, Verdict};
+
+const LONG: Duration = Duration::from_secs(60);
+const NAME: &str = "migrating";
+
+#[derive(Serialize, Deserialize)]
+struct OrderV1 {
+    customer: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct PriceV1 {
+    euros: String,
+}
+
+/// The first build: prices an order, then waits for a human.
+struct First;
+
+impl Workflow for First {
+    const NAME: &'static str = NAME;
+    type Input = OrderV1;
+    type Output = Value;
+    async fn run(&self, ctx: &Ctx, o: OrderV1) -> Result<Value, WorkflowError> {
+        let p: PriceV1 = ctx
+            .step("price", || async { Ok(PriceV1 { euros: "2.50".into() }) })
+            .await?;
+        let _: Value = ctx.interrupt("approve", json!({"customer": o.customer})).await?;
+        Ok(json!([o.customer, p.euros]))
+    }
+}
+
+/// `customer` renamed `client` (2).
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Order {
+    client: String,
+}
+
+impl Versioned for Order {
+    const VERSION: u32 = 2;
+    fn upgrade(from: u32, v: Value) -> Result<Value, Migration> {
+        match (from, v) {
+            (1, Value::Object(mut o)) => {
+                let c = o.remove("customer").ok_or_else(|| Migration::failed("no customer"))?;
+                Ok(json!({ "client": c }))
+            }
+            _ => Err(Migration::Missing),
+        }
+    }
+}
+
+/// Euros as text became cents (2).
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Price {
+    cents: u64,
+}
+
+impl Versioned for Price {
+    const VERSION: u32 = 2;
+    fn upgrade(from: u32, v: Value) -> Result<Value, Migration> {
+        match from {
+            1 => {
+                let euros: f64 = v["euros"]
+                    .as_str()
+                    .ok_or_else(|| Migration::failed("euros is not text"))?
+                    .parse()
+                    .map_err(Migration::failed)?;
+                Ok(json!({ "cents": (euros * 100.0).round() as u64 }))
+            }
+            _ => Err(Migration::Missing),
+        }
+    }
+}
+
+/// The second build, with the migrations.
+struct Second;
+
+impl Workflow for Second {
+    const NAME: &'static str = NAME;
+    type Input = Order;
+    type Output = Value;
+    fn versions() -> Versions {
+        Versions::new().of::<Order>().of::<Price>()
+    }
+    async fn run(&self, ctx: &Ctx, o: Order) -> Result<Value, WorkflowError> {
+        let p: Price = ctx.step("price", || async { Ok(Price { cents: 250 }) }).await?;
+        let _: Value = ctx.interrupt("approve", json!({"client": o.client})).await?;
+        Ok(json!([o.client, p.cents]))
+    }
+}
+
+/// A second build that declares the new price type but forgot its migration.
+struct Forgot;
+
+#[derive(Serialize, Deserialize)]
+struct PriceNoWayUp {
+    cents: u64,
+}
+
+impl Versioned for PriceNoWayUp {
+    const VERSION: u32 = 2;
+    fn upgrade(_from: u32, _v: Value) -> Result<Value, Migration> {
+        Err(Migration::Missing)
+    }
+}
+
+impl Workflow for Forgot {
+    const NAME: &'static str = NAME;
+    type Input = Value;
+    type Output = Value;
+    fn versions() -> Versions {
+        Versions::new().of::<PriceNoWayUp>()
+    }
+    async fn run(&self, ctx: &Ctx, _: Value) -> Result<Value, WorkflowError> {
+        let p: PriceNoWayUp = ctx.step("price", || async { Ok(PriceNoWayUp { cents: 250 }) }).await?;
+        Ok(json!(p.cents))
+    }
+}
+
+fn registry<W: Workflow>(w: W) -> Registry {
+    let mut r = Registry::new();
+    r.register(w);
+    r
+}
+
+async fn export(w: &World, t: &savepoint::ids::ThreadId) -> Value {
+    let (status, body) = w.get(&format!("/v1/runs/{t}/export")).await;
+    assert!(matches!(status, 200 | 202), "{status} {body}");
+    body
+}
+
+#[tokio::test]
+async fn runs_of_the_old_build_migrate_block_without_a_migration_and_complete_after_the_fix() {
+    let w = World::new("migrate", |_| {}).await;
+    let first = InProc::start(&w.cfg, registry(First));
+    w.wait_registered(NAME).await;
+    let mut runs = Vec::new();
+    for c in ["a", "b", "c"] {
+        runs.push(w.start(NAME, json!({"customer": c})).await);
+    }
+    for t in &runs {
+        w.wait_status(t, &["waiting"], LONG).await;
+    }
+    first.stop().await;
+    let old = export(&w, &runs[0]).await;
+    assert_eq!(
+        (old.get("input_version"), old["journal"][0].get("value_version")),
+        (None, None),
+        "{old}"
+    );
+
+    // The gate: the second build takes all three on through its migrations; the one that
+    // forgot a migration would block them, and says what to declare.
+    let opts = CheckOptions {
+        workflow: Some(NAME.into()),
+        ..CheckOptions::default()
+    };
+    let gate = replay_check(&w.store, &registry(Second), &opts).await.unwrap();
+    assert!(!gate.blocks(), "{}", gate.render());
+    assert_eq!(
+        (gate.findings.len(), gate.findings[0].verdict, gate.findings[0].runs),
+        (1, Verdict::Migrated, 3),
+        "{}",
+        gate.render()
+    );
+    let forgot = replay_check(&w.store, &registry(Forgot), &opts).await.unwrap();
+    assert!(forgot.blocks(), "{}", forgot.render());
+    assert!(
+        forgot.findings[0].detail.contains("from version 1 to 2"),
+        "{}",
+        forgot.render()
+    );
+
+    // The forgetful build meets one run: it blocks, and the doctor says what settles it.
+    let forgetful = InProc::start(&w.cfg, registry(Forgot));
+    w.wait_registered(NAME).await;
+    let (status, body) = w
+        .post(&format!("/v1/runs/{}/resume", runs[0]), json!({"value": true}))
+        .await;
+    assert!(matches!(status, 200 | 202), "{status} {body}");
+    w.wait_status(&runs[0], &["blocked"], LONG).await;
+    forgetful.stop().await;
+    let (_, d) = w.get(&format!("/v1/runs/{}/diagnosis", runs[0])).await;
+    assert_eq!(d["case"], json!("blocked_migration"), "{d}");
+    let commands: Vec<&str> = d["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["command"].as_str())
+        .collect();
+    assert!(commands.iter().any(|c| c.starts_with("savepoint retry ")), "{d}");
+
+    // The second build: the blocked run retried, the others resumed, every value upgraded.
+    let second = InProc::start(&w.cfg, registry(Second));
+    w.wait_registered(NAME).await;
+    let (status, body) = w.post(&format!("/v1/runs/{}/retry", runs[0]), json!({})).await;
+    assert!(matches!(status, 200 | 202), "{status} {body}");
+    for t in &runs[1..] {
+        let (status, body) = w.post(&format!("/v1/runs/{t}/resume"), json!({"value": true})).await;
+        assert!(matches!(status, 200 | 202), "{status} {body}");
+    }
+    for (t, c) in runs.iter().zip(["a", "b", "c"]) {
+        let done = w.wait_status(t, &["completed"], LONG).await;
+        assert_eq!(done["output"], json!([c, 250]), "{done}");
+    }
+
+    // A run this build starts: the API stamped its input with the version the serving code
+    // declares (after the catalog the API reads has seen the new worker), and its step's value
+    // carries its version.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let new = w.start(NAME, json!({"client": "d"})).await;
+    w.wait_status(&new, &["waiting"], LONG).await;
+    let e = export(&w, &new).await;
+    assert_eq!(
+        (&e["input_version"], &e["journal"][0]["value_version"]),
+        (&json!(2), &json!(2)),
+        "{e}"
+    );
+    second.stop().await;
+}

@@ -1,0 +1,498 @@
+//! Values that outlive their code: a run started by one build records values of its types;
+//! a later build with changed types (a field added, renamed, retyped, removed) takes the run
+//! over. The new build declares each type's version and upgrades (`Versioned`), and the
+//! replay upgrades every older value before the code sees it; a value with no way up, or one
+//! newer than the code knows, blocks the run, never a silent default.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use savepoint::workflow::{Ctx, Migration, Registry, Versioned, Versions, Workflow, WorkflowError};
+use savepoint_testing::{replay_check, replay_export, CheckOptions, ReplayReport, RunStatus, TestEnv, Verdict};
+
+/// The first build: what runs in flight recorded.
+mod v1 {
+    use super::*;
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub(crate) struct Invoice {
+        pub id: String,
+        pub customer: String,
+        /// Euros, as text.
+        pub amount: String,
+        pub note: String,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub(crate) struct Approval {
+        pub ok: bool,
+    }
+
+    pub(crate) struct Flow;
+
+    impl Workflow for Flow {
+        const NAME: &'static str = "invoice";
+        type Input = String;
+        type Output = Value;
+
+        async fn run(&self, ctx: &Ctx, id: String) -> Result<Value, WorkflowError> {
+            let inv: Invoice = ctx
+                .step("parse", || async {
+                    Ok(Invoice {
+                        id: id.clone(),
+                        customer: "ACME".into(),
+                        amount: "12.50".into(),
+                        note: "rush".into(),
+                    })
+                })
+                .await?;
+            let a: Approval = ctx.interrupt("approve", json!({"invoice": inv.id})).await?;
+            let _: Value = ctx.interrupt("confirm", json!({})).await?;
+            Ok(json!({"ok": a.ok}))
+        }
+    }
+}
+
+/// The new build's types. `Invoice` went through three changes after version 1: `customer`
+/// renamed `client` (2), `amount` retyped from euros as text to cents (3), `note` removed (4,
+/// needed because the type refuses unknown fields); `currency` was added with a default,
+/// which needs no version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Invoice {
+    id: String,
+    client: String,
+    /// Cents.
+    amount: u64,
+    #[serde(default)]
+    currency: Option<String>,
+}
+
+fn object(v: &mut Value) -> Result<&mut serde_json::Map<String, Value>, Migration> {
+    v.as_object_mut().ok_or_else(|| Migration::failed("not an object"))
+}
+
+impl Versioned for Invoice {
+    const VERSION: u32 = 4;
+
+    fn upgrade(from: u32, mut v: Value) -> Result<Value, Migration> {
+        let o = object(&mut v)?;
+        match from {
+            1 => {
+                let c = o.remove("customer").ok_or_else(|| Migration::failed("no customer"))?;
+                o.insert("client".into(), c);
+            }
+            2 => {
+                let euros: f64 = o["amount"]
+                    .as_str()
+                    .ok_or_else(|| Migration::failed("amount is not text"))?
+                    .parse()
+                    .map_err(Migration::failed)?;
+                o.insert("amount".into(), json!((euros * 100.0).round() as u64));
+            }
+            3 => {
+                o.remove("note");
+            }
+            _ => return Err(Migration::Missing),
+        }
+        Ok(v)
+    }
+}
+
+/// `ok` renamed `approved` (2).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Approval {
+    approved: bool,
+}
+
+impl Versioned for Approval {
+    const VERSION: u32 = 2;
+
+    fn upgrade(from: u32, mut v: Value) -> Result<Value, Migration> {
+        match from {
+            1 => {
+                let o = object(&mut v)?;
+                let ok = o.remove("ok").ok_or_else(|| Migration::failed("no ok"))?;
+                o.insert("approved".into(), ok);
+                Ok(v)
+            }
+            _ => Err(Migration::Missing),
+        }
+    }
+}
+
+/// The new build: the same calls, the new types, one more step at the end.
+struct Flow;
+
+impl Workflow for Flow {
+    const NAME: &'static str = "invoice";
+    type Input = String;
+    type Output = Value;
+
+    fn versions() -> Versions {
+        Versions::new().of::<Invoice>().of::<Approval>()
+    }
+
+    async fn run(&self, ctx: &Ctx, id: String) -> Result<Value, WorkflowError> {
+        let inv: Invoice = ctx
+            .step("parse", || async {
+                Ok(Invoice {
+                    id: id.clone(),
+                    client: "ACME".into(),
+                    amount: 1250,
+                    currency: Some("EUR".into()),
+                })
+            })
+            .await?;
+        let a: Approval = ctx.interrupt("approve", json!({"invoice": inv.id})).await?;
+        let _: Value = ctx.interrupt("confirm", json!({})).await?;
+        let total: Invoice = ctx.step("total", || async { Ok(inv.clone()) }).await?;
+        Ok(json!({"client": total.client, "cents": total.amount, "currency": total.currency, "approved": a.approved}))
+    }
+}
+
+/// The new build with the 2 → 3 migration forgotten.
+struct Forgot;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct InvoiceWithoutRetype {
+    id: String,
+    client: String,
+    amount: u64,
+}
+
+impl Versioned for InvoiceWithoutRetype {
+    const VERSION: u32 = 3;
+
+    fn upgrade(from: u32, v: Value) -> Result<Value, Migration> {
+        match from {
+            1 => Invoice::upgrade(1, v),
+            _ => Err(Migration::Missing),
+        }
+    }
+}
+
+impl Workflow for Forgot {
+    const NAME: &'static str = "invoice";
+    type Input = String;
+    type Output = Value;
+
+    fn versions() -> Versions {
+        Versions::new().of::<InvoiceWithoutRetype>()
+    }
+
+    async fn run(&self, ctx: &Ctx, _id: String) -> Result<Value, WorkflowError> {
+        let inv: InvoiceWithoutRetype = ctx
+            .step("parse", || async {
+                Err(savepoint::workflow::StepError::fatal("never runs live"))
+            })
+            .await?;
+        Ok(json!({"cents": inv.amount}))
+    }
+}
+
+fn build<W: Workflow>(w: W) -> Registry {
+    let mut r = Registry::new();
+    r.register(w);
+    r
+}
+
+#[tokio::test(start_paused = true)]
+async fn values_recorded_by_the_old_build_are_upgraded_before_the_new_code_sees_them() {
+    let mut env = TestEnv::new(|_| build(v1::Flow)).await.unwrap();
+    // One run approved under the old build (its answer recorded at version 1), waiting for
+    // its confirmation; one still waiting for its approval.
+    let answered = env.start::<v1::Flow>(&"INV-1".to_owned()).await.unwrap();
+    assert_eq!(env.settle(&answered).await.unwrap().header.status, RunStatus::Waiting);
+    env.resume(&answered, json!({"ok": true})).await.unwrap();
+    let at_confirm = env.settle(&answered).await.unwrap();
+    assert_eq!(
+        (at_confirm.header.status, at_confirm.journal.len()),
+        (RunStatus::Waiting, 2)
+    );
+    let waiting = env.start::<v1::Flow>(&"INV-2".to_owned()).await.unwrap();
+    assert_eq!(env.settle(&waiting).await.unwrap().header.status, RunStatus::Waiting);
+
+    // The deploy gate says the new build takes both runs on through its migrations, and that
+    // the build that forgot one would block them.
+    let check = replay_check(env.store(), &build(Flow), &CheckOptions::default())
+        .await
+        .unwrap();
+    assert!(!check.blocks(), "{}", check.render());
+    let migrated: usize = check
+        .findings
+        .iter()
+        .filter(|f| f.verdict == Verdict::Migrated)
+        .map(|f| f.runs)
+        .sum();
+    assert_eq!(migrated, 2, "{}", check.render());
+    let forgot = replay_check(env.store(), &build(Forgot), &CheckOptions::default())
+        .await
+        .unwrap();
+    assert!(forgot.blocks(), "{}", forgot.render());
+    assert!(forgot.render().contains("Versioned::upgrade"), "{}", forgot.render());
+
+    env.deploy(|_| build(Flow)).await.unwrap();
+    env.resume(&waiting, json!({"approved": true})).await.unwrap();
+    assert_eq!(env.settle(&waiting).await.unwrap().header.status, RunStatus::Waiting);
+    for run in [&answered, &waiting] {
+        env.resume(run, json!("confirmed")).await.unwrap();
+        let done = env.settle(run).await.unwrap();
+        assert_eq!(done.header.status, RunStatus::Completed, "{:?}", done.header);
+        assert_eq!(
+            done.output(),
+            Some(&json!({"client": "ACME", "cents": 1250, "currency": null, "approved": true}))
+        );
+        // The journal keeps what the old build wrote; what the new one writes carries its
+        // version (the step `total`, and the answer the new build received).
+        let tv = |name: &str| done.journal.iter().find(|e| e.name == name).map(|e| e.tv);
+        assert_eq!(tv("parse"), Some(None));
+        assert_eq!(tv("total"), Some(Some(4)));
+        let answer = if run == &waiting { Some(2) } else { None };
+        assert_eq!(tv("approve"), Some(answer));
+    }
+    // The recorded step ran once per run, under the old build, never again.
+    assert_eq!(env.stubs().calls("parse"), 2);
+    env.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_value_with_no_migration_blocks_the_run_until_a_build_that_has_it() {
+    let mut env = TestEnv::new(|_| build(v1::Flow)).await.unwrap();
+    let run = env.start::<v1::Flow>(&"INV-3".to_owned()).await.unwrap();
+    assert_eq!(env.settle(&run).await.unwrap().header.status, RunStatus::Waiting);
+    env.deploy(|_| build(Forgot)).await.unwrap();
+    // The answer wakes the run: the new build replays it and meets the old value.
+    env.resume(&run, json!({"approved": true})).await.unwrap();
+    let blocked = env.settle(&run).await.unwrap();
+    assert_eq!(blocked.header.status, RunStatus::Blocked);
+    assert_eq!(
+        blocked.header.block_kind,
+        Some(savepoint::core::model::BlockKind::Migration)
+    );
+    let reason = blocked.header.reason.clone().unwrap_or_default();
+    for says in [
+        "step \"parse\"",
+        "recorded at version 1 of",
+        "InvoiceWithoutRetype",
+        "reads version 3",
+        "from version 2 to 3: no migration declared",
+        "savepoint retry",
+    ] {
+        assert!(reason.contains(says), "{says:?} is not in {reason:?}");
+    }
+    // The fix deployed, a retry takes the run on from where it stopped.
+    env.deploy(|_| build(Flow)).await.unwrap();
+    env.retry(&run).await.unwrap();
+    // (The answer stayed buffered: the blocked build never took it.)
+    assert_eq!(env.settle(&run).await.unwrap().header.status, RunStatus::Waiting);
+    env.resume(&run, json!("confirmed")).await.unwrap();
+    let done = env.settle(&run).await.unwrap();
+    assert_eq!(done.header.status, RunStatus::Completed, "{:?}", done.header);
+    assert_eq!(done.output().unwrap()["cents"], json!(1250));
+    env.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_value_newer_than_the_code_blocks_instead_of_being_misread() {
+    // Written by the new build, then the old build comes back (a rollback).
+    let mut env = TestEnv::new(|_| build(Flow)).await.unwrap();
+    let run = env.start::<Flow>(&"INV-4".to_owned()).await.unwrap();
+    assert_eq!(env.settle(&run).await.unwrap().header.status, RunStatus::Waiting);
+    env.deploy(|_| build(v1::Flow)).await.unwrap();
+    env.resume(&run, json!({"approved": true})).await.unwrap();
+    let blocked = env.settle(&run).await.unwrap();
+    assert_eq!(blocked.header.status, RunStatus::Blocked, "{:?}", blocked.header);
+    assert_eq!(
+        blocked.header.block_kind,
+        Some(savepoint::core::model::BlockKind::Migration)
+    );
+    let reason = blocked.header.reason.unwrap_or_default();
+    assert!(
+        reason.contains("recorded at version 4") && reason.contains("a newer build wrote it"),
+        "{reason}"
+    );
+    env.shutdown().await;
+}
+
+/// A field added with a default needs no version: the old value decodes as it is.
+#[tokio::test(start_paused = true)]
+async fn an_added_field_with_a_default_needs_nothing() {
+    #[derive(Serialize, Deserialize)]
+    struct Old {
+        n: u32,
+    }
+    #[derive(Serialize, Deserialize)]
+    struct New {
+        n: u32,
+        #[serde(default)]
+        label: String,
+    }
+    struct Before;
+    impl Workflow for Before {
+        const NAME: &'static str = "count";
+        type Input = Value;
+        type Output = Value;
+        async fn run(&self, ctx: &Ctx, _: Value) -> Result<Value, WorkflowError> {
+            let o: Old = ctx.step("count", || async { Ok(Old { n: 7 }) }).await?;
+            let _: Value = ctx.interrupt("go", json!({})).await?;
+            Ok(json!(o.n))
+        }
+    }
+    struct After;
+    impl Workflow for After {
+        const NAME: &'static str = "count";
+        type Input = Value;
+        type Output = Value;
+        async fn run(&self, ctx: &Ctx, _: Value) -> Result<Value, WorkflowError> {
+            let o: New = ctx
+                .step("count", || async {
+                    Ok(New {
+                        n: 0,
+                        label: "x".into(),
+                    })
+                })
+                .await?;
+            let _: Value = ctx.interrupt("go", json!({})).await?;
+            Ok(json!([o.n, o.label]))
+        }
+    }
+    let mut env = TestEnv::new(|_| build(Before)).await.unwrap();
+    let run = env.start::<Before>(&json!({})).await.unwrap();
+    assert_eq!(env.settle(&run).await.unwrap().header.status, RunStatus::Waiting);
+    env.deploy(|_| build(After)).await.unwrap();
+    env.resume(&run, json!(true)).await.unwrap();
+    let done = env.settle(&run).await.unwrap();
+    assert_eq!(done.output(), Some(&json!([7, ""])));
+    assert_eq!(done.journal[0].tv, None);
+    env.shutdown().await;
+}
+
+/// The history a `savepoint export` of a run the old build answered holds.
+fn old_export(value_version: Option<u32>) -> Value {
+    let mut parse = json!({"index": 0, "name": "parse", "kind": "step", "outcome": "ok",
+        "result": {"id": "INV-9", "customer": "ACME", "amount": "0.99", "note": ""}, "attempts": 1, "at": 1});
+    if let Some(v) = value_version {
+        parse["value_version"] = json!(v);
+    }
+    json!({"workflow": "invoice", "thread_id": "inv-9", "input": "INV-9", "journal": [
+        parse,
+        {"index": 1, "name": "approve", "kind": "interrupt", "outcome": "ok", "result": {"ok": false},
+         "attempts": 1, "at": 2},
+        {"index": 2, "name": "confirm", "kind": "interrupt", "outcome": "ok", "result": "yes", "attempts": 1, "at": 3},
+        {"index": 3, "name": "total", "kind": "step", "outcome": "ok",
+         "result": {"id": "INV-9", "client": "ACME", "amount": 99, "currency": null}, "value_version": 4,
+         "attempts": 1, "at": 4},
+    ]})
+}
+
+#[tokio::test]
+async fn replay_export_goes_through_the_migrations() {
+    match replay_export(&build(Flow), &old_export(None)).await.unwrap() {
+        ReplayReport::Finished(Ok(out)) => {
+            assert_eq!(
+                out,
+                json!({"client": "ACME", "cents": 99, "currency": null, "approved": false})
+            );
+        }
+        other => panic!("expected the export to replay through the migrations, got {other:?}"),
+    }
+    // A build that lacks a migration is told so, naming the call and the versions.
+    match replay_export(&build(Forgot), &old_export(Some(2))).await.unwrap() {
+        ReplayReport::Diverged(why) => assert!(why.contains("from version 2 to 3"), "{why}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// The run's input is a recorded value too: stamped at its start with the version of its type
+/// the starting code declares, and upgraded before the new code sees it.
+mod input {
+    use super::*;
+
+    #[derive(Serialize, Deserialize)]
+    pub(crate) struct OrderV1 {
+        customer: String,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(crate) struct Order {
+        client: String,
+    }
+
+    impl Versioned for Order {
+        const VERSION: u32 = 2;
+        fn upgrade(from: u32, mut v: Value) -> Result<Value, Migration> {
+            match from {
+                1 => {
+                    let o = object(&mut v)?;
+                    let c = o.remove("customer").ok_or_else(|| Migration::failed("no customer"))?;
+                    o.insert("client".into(), c);
+                    Ok(v)
+                }
+                _ => Err(Migration::Missing),
+            }
+        }
+    }
+
+    pub(crate) struct Before;
+    impl Workflow for Before {
+        const NAME: &'static str = "order";
+        type Input = OrderV1;
+        type Output = Value;
+        async fn run(&self, ctx: &Ctx, o: OrderV1) -> Result<Value, WorkflowError> {
+            let _: Value = ctx.interrupt("go", json!({})).await?;
+            Ok(json!(o.customer))
+        }
+    }
+
+    pub(crate) struct After;
+    impl Workflow for After {
+        const NAME: &'static str = "order";
+        type Input = Order;
+        type Output = Value;
+        fn versions() -> Versions {
+            Versions::new().of::<Order>()
+        }
+        async fn run(&self, ctx: &Ctx, o: Order) -> Result<Value, WorkflowError> {
+            let _: Value = ctx.interrupt("go", json!({})).await?;
+            Ok(json!(o.client))
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_runs_input_is_upgraded_from_the_version_it_was_started_with() {
+    let mut env = TestEnv::new(|_| build(input::Before)).await.unwrap();
+    let old = env.start_named("order", json!({"customer": "ACME"})).await.unwrap();
+    assert_eq!(env.settle(&old).await.unwrap().header.input_version, None);
+    env.deploy(|_| build(input::After)).await.unwrap();
+    // A run the new build starts is stamped with the new version and read as it is.
+    let new = env.start_named("order", json!({"client": "Initech"})).await.unwrap();
+    let settled = env.settle(&new).await.unwrap();
+    assert_eq!(settled.header.input_version, Some(2));
+    assert!(
+        settled.header.needs.contains(&"input_version".to_owned()),
+        "{:?}",
+        settled.header.needs
+    );
+    for (run, client) in [(&old, "ACME"), (&new, "Initech")] {
+        env.resume(run, json!(true)).await.unwrap();
+        let done = env.settle(run).await.unwrap();
+        assert_eq!(done.output(), Some(&json!(client)), "{:?}", done.header);
+    }
+    // The old build meets an input of a version it does not know: it blocks, never misreads.
+    let newer = env.start_named("order", json!({"client": "Globex"})).await.unwrap();
+    assert_eq!(env.settle(&newer).await.unwrap().header.status, RunStatus::Waiting);
+    env.deploy(|_| build(input::Before)).await.unwrap();
+    env.resume(&newer, json!(true)).await.unwrap();
+    let blocked = env.settle(&newer).await.unwrap();
+    assert_eq!(blocked.header.status, RunStatus::Blocked, "{:?}", blocked.header);
+    let reason = blocked.header.reason.unwrap_or_default();
+    assert!(
+        reason.starts_with("the run's input cannot be read: it was recorded at version 2"),
+        "{reason}"
+    );
+    env.shutdown().await;
+}
