@@ -410,6 +410,7 @@ pub const FEATURES: &[&str] = &[
     "input_version",
     "priority",
     "queue",
+    "value_versions",
 ];
 
 /// The `needs` field of a run: feature names joined by `\x1f` (empty: none).

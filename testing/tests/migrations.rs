@@ -251,6 +251,12 @@ async fn values_recorded_by_the_old_build_are_upgraded_before_the_new_code_sees_
         assert_eq!(tv("total"), Some(Some(4)));
         let answer = if run == &waiting { Some(2) } else { None };
         assert_eq!(tv("approve"), Some(answer));
+        // Versioned entries in its journal: only a worker that reads them may claim it.
+        assert!(
+            done.header.needs.contains(&"value_versions".to_owned()),
+            "{:?}",
+            done.header.needs
+        );
     }
     // The recorded step ran once per run, under the old build, never again.
     assert_eq!(env.stubs().calls("parse"), 2);

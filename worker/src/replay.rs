@@ -302,6 +302,7 @@ fn replay_context(
         traceparent: || None,
         versions: wf.versions(),
         input_version,
+        needs: Vec::new(),
     })
 }
 

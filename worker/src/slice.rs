@@ -490,6 +490,7 @@ fn context(shared: &Shared, c: &Claimed, wf: &dyn DynWorkflow, s: Session) -> Ct
         traceparent: savepoint_runtime::telemetry::current_traceparent,
         versions: wf.versions(),
         input_version: c.header.input_version,
+        needs: c.header.needs.clone(),
     })
 }
 

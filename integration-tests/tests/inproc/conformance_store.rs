@@ -757,6 +757,25 @@ async fn a_run_that_needs_a_feature_the_worker_does_not_know_is_given_back_untou
         h.waiting_for.as_deref().is_some_and(|w| w.contains("feature flow")),
         "{h:?}"
     );
+    // A versioned input (issue 28): the build before versions (which knew these six features)
+    // gives the run back; the input's version is kept in the run.
+    let versioned = ThreadId::generate("feat-iv");
+    let opts = CreateOptions {
+        input_version: Some(2),
+        ..CreateOptions::default()
+    };
+    s.create_with(&versioned, "wf", 1, "{}", "", &opts).await.unwrap();
+    let h = s.header(&versioned).await.unwrap().unwrap();
+    assert_eq!(
+        (h.needs.clone(), h.input_version),
+        (vec!["input_version".to_owned()], Some(2))
+    );
+    let before_versions = ["child", "deadline", "flow", "flow_rate", "priority", "queue"];
+    let previous = ServedSpec::new(&entries).knowing(&before_versions);
+    match s.claim(&versioned, "previous-build", None, &previous).await.unwrap() {
+        ClaimOutcome::Unserved { reason, .. } => assert!(reason.contains("feature input_version"), "{reason}"),
+        other => panic!("the build before versions must give the run back, got {other:?}"),
+    }
     // A run of a newer build names a feature this build has never heard of.
     let future = new_run(&s, json!(1)).await;
     let run_key = s.keys().run(&future).run;

@@ -251,7 +251,7 @@ impl Core {
             let o = Outcome::Ok(json!({ "thread_id": child }));
             return self.record_child(name, &child, o, ("", None)).await;
         }
-        let tv = self.value_version(reader);
+        let tv = self.stamp(reader).await;
         self.await_child(name, (index, &child), &spec.workflow, fresh, tv).await
     }
 

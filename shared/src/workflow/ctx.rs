@@ -125,6 +125,9 @@ pub struct CtxParts {
     pub versions: Arc<super::Versions>,
     /// The version of the run's input's type as the starting code stamped it (`None`: 1).
     pub input_version: Option<u32>,
+    /// The run's `needs` (its header's): a slice that records a versioned value adds the run
+    /// feature `value_versions` first, unless it is there.
+    pub needs: Vec<String>,
 }
 
 /// How a call reads and stamps the recorded values of its type `T`, without being generic
@@ -229,6 +232,25 @@ impl Core {
     /// The version this code records values of `reader`'s type at (`None`: 1, not written).
     pub(super) fn value_version(&self, reader: Reader) -> Option<u32> {
         (reader.version_of)(&self.p.versions)
+    }
+
+    /// [`Core::value_version`] for a value this slice is about to record. The first versioned
+    /// value of a run makes it need the run feature `value_versions` first (a fenced note of
+    /// its `needs`), so a worker of a build that does not read versioned entries gives the run
+    /// back instead of claiming it (§7a); a failed note stops the slice as any write does.
+    pub(super) async fn stamp(&mut self, reader: Reader) -> Option<u32> {
+        let tv = self.value_version(reader)?;
+        const FEATURE: &str = "value_versions";
+        if !self.p.replay_only && !self.p.needs.iter().any(|n| n == FEATURE) {
+            let mut needs: Vec<&str> = self.p.needs.iter().map(String::as_str).collect();
+            needs.push(FEATURE);
+            let field = savepoint_core::model::needs_field(needs);
+            if let Err(e) = self.p.store.note(&self.p.lease, "needs", &field).await {
+                return self.store_failed(e).await;
+            }
+            self.p.needs.push(FEATURE.to_owned());
+        }
+        Some(tv)
     }
 
     /// A value of `reader`'s type recorded at `tv` by the call `name`, as this code's version

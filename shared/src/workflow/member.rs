@@ -77,7 +77,7 @@ impl Ctx {
             claim.journaled();
             return decode_entry("step", e);
         }
-        let tv = core.value_version(reader);
+        let tv = core.stamp(reader).await;
         let span = tracing::debug_span!("step", step.name = name, step.index = index);
         let StepOptions { retry, queue, durable } = opts;
         let entry = async {
@@ -195,7 +195,7 @@ impl Ctx {
             claim.journaled();
             return decode_entry("effect", e);
         }
-        let tv = core.value_version(reader);
+        let tv = core.stamp(reader).await;
         let in_flight = core.cursor < index;
         core.before_live_at(name, index, in_flight).await;
         // Outside the run: every entry before the effect's intent is durable first, so its key

@@ -136,7 +136,7 @@ impl Core {
             }
             Some(e) => e.outcome,
             None => {
-                let tv = self.value_version(reader);
+                let tv = self.stamp(reader).await;
                 self.race_live(name, calls, (deadline, tv)).await
             }
         }

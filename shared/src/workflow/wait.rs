@@ -238,7 +238,7 @@ impl Core {
             "signal_received"
         };
         let v = if deadline.is_some() { json!({ "answer": v }) } else { v };
-        let tv = self.value_version(Reader::of::<T>());
+        let tv = self.stamp(Reader::of::<T>()).await;
         let entry = Entry::new(name, kind, Outcome::Ok(v.clone()), 1).with_value_version(tv);
         self.commit(entry, event, Some(&f)).await;
         Outcome::Ok(v)
