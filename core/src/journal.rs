@@ -227,7 +227,8 @@ impl Entry {
         let (at, attempts) = (self.at, self.attempts);
         let f = self.failure_to_write();
         let (class, retryable) = (f.and_then(|f| f.class.as_deref()), f.map(|f| f.retryable));
-        let encoded = match (self.tv.filter(|v| *v > 1), retryable) {
+        let tv = self.tv.filter(|v| *v > 1 && matches!(self.outcome, Outcome::Ok(_)));
+        let encoded = match (tv, retryable) {
             (Some(tv), _) => rmp_serde::to_vec(&(4u8, name, kind, ok, err, at, attempts, key, class, retryable, tv)),
             (None, None) => rmp_serde::to_vec(&(3u8, name, kind, ok, err, at, attempts, key)),
             (None, Some(r)) => rmp_serde::to_vec(&(3u8, name, kind, ok, err, at, attempts, key, class, r)),
@@ -266,6 +267,8 @@ impl Entry {
                 "failure details on a successful entry".into(),
             ));
         }
+        // (A value version is carried only by a value, and only above 1, as `encode` writes it.)
+        e.tv = e.tv.filter(|v| *v > 1 && matches!(e.outcome, Outcome::Ok(_)));
         e.v = ENTRY_VERSION;
         Ok(e)
     }
@@ -305,6 +308,9 @@ impl Entry {
             }
             (v, None) => Outcome::Ok(v.unwrap_or(Value::Null)),
         };
+        if p.tv.is_some() && matches!(outcome, Outcome::Err(_)) {
+            return Err(EntryDecodeError::Malformed("a value version on a failure".into()));
+        }
         let failure = has_failure.then(|| Failure::new(p.class, p.retryable.unwrap_or(false)));
         Ok(Self {
             v: ENTRY_VERSION,
@@ -460,6 +466,35 @@ mod tests {
             Entry::decode(&v3_with_tv),
             Err(EntryDecodeError::Malformed(_))
         ));
+        // A failure never carries one: refused in version 4, dropped from a named map (as
+        // a version of 1 is), so every entry decode accepts encodes back to itself.
+        let wire = (
+            4u8,
+            "x",
+            0u8,
+            None::<Value>,
+            Some("boom"),
+            0u64,
+            1u32,
+            None::<String>,
+            None::<String>,
+            None::<bool>,
+            2u32,
+        );
+        assert!(matches!(
+            Entry::decode(&rmp_serde::to_vec(&wire).unwrap()),
+            Err(EntryDecodeError::Malformed(_))
+        ));
+        for (outcome, tv) in [(Outcome::Ok(json!(1)), 1), (Outcome::Err("boom".into()), 2)] {
+            let e = Entry {
+                outcome,
+                tv: Some(tv),
+                ..sample()
+            };
+            let back = Entry::decode(&e.encode_v1()).unwrap();
+            assert_eq!(back.tv, None);
+            assert_eq!(Entry::decode(&back.encode()).unwrap(), back);
+        }
     }
 
     #[test]

@@ -189,7 +189,8 @@ chaos_start_workers() { # N
 chaos_wait_registered() { # WORKFLOW [SECS]
   local wf=$1 secs=${2:-60} end=$((SECONDS + ${2:-60}))
   while ((SECONDS < end)); do
-    [[ $(chaos_redis hexists "$NS:workflows" "$wf" 2>/dev/null) == 1 ]] && return 0
+    # (Live registrations: incarnation -> JSON naming the workflows it serves.)
+    chaos_redis hgetall "$NS:workers" 2>/dev/null | grep -q "\"name\":\"$wf\"" && return 0
     sleep 0.2
   done
   chaos_die "no worker registered workflow $wf within ${secs}s (see $CHAOS_TMP/worker-*.log)"

@@ -51,8 +51,9 @@ pub(crate) async fn replay_stored(
 }
 
 /// Replays `journal` (e.g. rebuilt from an export with [`journal_from_export`]) against the
-/// registered code of `workflow` with this `input`, in replay-only mode: nothing is executed
-/// or written. The run need not exist in the store; workflow code that asks for its thread
+/// registered code of `workflow` with this `input` (taken at version 1 of its type; the test
+/// kit's `replay_export` passes an export's `input_version`), in replay-only mode: nothing is
+/// executed or written. The run need not exist in the store; workflow code that asks for its thread
 /// id sees [`REPLAY_THREAD`].
 pub async fn replay_journal(
     store: &ScriptStore,

@@ -128,21 +128,20 @@ impl Ctx {
     where
         W: Workflow,
         W::Input: Serialize,
-        W::Output: DeserializeOwned + 'static,
+        W::Output: DeserializeOwned,
     {
         self.child_with(name, ChildSpec::of::<W>(input)).await
     }
 
     /// [`Ctx::child`] by workflow name, version and options.
-    pub async fn child_with<T: DeserializeOwned + 'static>(
-        &self,
-        name: &str,
-        spec: ChildSpec,
-    ) -> Result<T, WorkflowError> {
+    pub async fn child_with<T: DeserializeOwned>(&self, name: &str, spec: ChildSpec) -> Result<T, WorkflowError> {
         let o = self
             .exclusive(name)
             .await
-            .child_call(name, spec, true, Reader::of::<T>())
+            // A child's output is written by the child's code, at a version of its type this
+            // run cannot know: it is not versioned (read as it is; a shape the code cannot
+            // read blocks the run as undecodable).
+            .child_call(name, spec, true, Reader::unversioned())
             .await;
         decode_outcome(EntryKind::Child.as_str(), name, o)
     }
@@ -163,7 +162,7 @@ impl Ctx {
         let o = self
             .exclusive(name)
             .await
-            .child_call(name, spec, false, Reader::of::<Value>())
+            .child_call(name, spec, false, Reader::unversioned())
             .await;
         let v: Value = decode_outcome(EntryKind::Child.as_str(), name, o)?;
         let t = v["thread_id"].as_str().unwrap_or_default();

@@ -146,7 +146,16 @@ impl Reader {
             version_of: super::Versions::version_of::<T>,
         }
     }
+
+    /// The reader of values that carry no version (version 1: recorded as they are, never
+    /// upgraded), whatever type the code reads them into.
+    pub(super) fn unversioned() -> Self {
+        Self::of::<Unversioned>()
+    }
 }
+
+/// The type no workflow declares ([`Reader::unversioned`]).
+struct Unversioned;
 
 /// What a worker serves and where a run belongs, for routing calls to task queues.
 #[derive(Debug, Clone)]

@@ -228,7 +228,12 @@ impl Ctx {
         }
         claim.called(true);
         let (entry, event) = self.call_effect(core, name, &key, index, opts, f).await;
-        let entry = entry.with_value_version(tv);
+        // A result this call's function returned is at this code's version; one found in the
+        // key's record (another attempt's, an operator's) only if it reads as this code's type
+        // (else the decode below blocks the run).
+        let own = event == "effect_done"
+            || matches!(&entry.outcome, Outcome::Ok(v) if serde_json::from_value::<T>(v.clone()).is_ok());
+        let entry = entry.with_value_version(tv.filter(|_| own));
         claim.called(false);
         self.journal_in_turn(index, entry.clone(), event).await;
         claim.journaled();

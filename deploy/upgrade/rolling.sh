@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# rolling.sh: upgrade a live fleet from the previous build to this one, one process at a
+# time, under load; then roll it back the same way. Every run must end, no effect twice.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+Usage: deploy/upgrade/rolling.sh [--from-ref REF | --from-bin DIR] [--runs N]
+
+Builds the previous build (REF, default the `PREVIOUS` line below: the last build before
+this one's engine formats changed) in a git worktree with its own target directory
+(release; about 6 minutes on 2 cores the first time), unless --from-bin names a directory
+holding its savepoint, savepoint-worker and savepoint-scheduler. This build's binaries are
+target/release (SAVEPOINT_BIN_DIR), built if missing.
+
+Upgrade: two schedulers and two workers of the previous build run a fresh namespace on the
+local RabbitMQ and Redis. Runs are left in every state the demo workflows reach: waiting
+for a human (`approval`), in a flow-control line holding its one slot (`metered`, a key of
+limit 1), under a run deadline (`metered`, timeout 600 s), a parent (`family`) waiting for
+children that wait for a signal, fired by a schedule every second, and `webhook` load from the load generator (runs pending and running, an effect each,
+delivered to the load generator's receiver, which counts every delivery). Then each
+process is replaced by this build's, one at a time (SIGTERM: a worker yields its runs),
+while the load goes on. The approvals are answered, the schedule deleted, and the script
+waits for every run to end.
+
+Rollback: the same with this build's fleet first and the previous build's after.
+
+Checks, outside the engine: the load generator lost no run and its receiver saw no
+delivery twice; every run the script started completed, with the output it expects; no run
+of the namespace is left in any other state (the schedule's included); no task was
+dead-lettered; a witness outside the engine saw at most one run of the flow key inside a step
+at once. Exit status 0 when all hold. Not covered: sleeping and blocked runs (no demo
+workflow sleeps or blocks on its own).
+
+Options:
+  --from-ref REF    the previous build's commit (default: PREVIOUS below)
+  --from-bin DIR    its prebuilt binaries instead
+  --runs N          webhook runs from the load generator per phase (default 300)
+  -h, --help        this text
+EOF
+}
+
+# The previous build: main before versioned values (issue 28 §1) changed the entry, run
+# hash and catalog formats.
+PREVIOUS=a5bb795
+FROM_REF=$PREVIOUS FROM_BIN='' RUNS=300
+while (($#)); do
+  case $1 in
+    --from-ref) FROM_REF=$2; shift 2 ;;
+    --from-bin) FROM_BIN=$2; shift 2 ;;
+    --runs) RUNS=$2; shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+[[ $RUNS =~ ^[0-9]+$ && $RUNS -gt 0 ]] || { echo "--runs must be a positive integer" >&2; exit 2; }
+
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+NEW_BIN=${SAVEPOINT_BIN_DIR:-$REPO/target/release}
+if [[ ! -x $NEW_BIN/savepoint-worker || ! -x $NEW_BIN/savepoint-scheduler || ! -x $NEW_BIN/savepoint ]]; then
+  (cd "$REPO" && cargo build --release --bin savepoint --bin savepoint-worker --bin savepoint-scheduler)
+fi
+if [[ -z $FROM_BIN ]]; then
+  FROM_BIN=/tmp/savepoint-prev-$FROM_REF/bin
+  if [[ ! -x $FROM_BIN/savepoint-worker ]]; then
+    wt=/tmp/savepoint-prev-$FROM_REF/src
+    [[ -d $wt ]] || git -C "$REPO" worktree add --detach "$wt" "$FROM_REF" >/dev/null
+    (cd "$wt" && CARGO_TARGET_DIR=/tmp/savepoint-prev-$FROM_REF/target \
+      cargo build --release --bin savepoint --bin savepoint-worker --bin savepoint-scheduler)
+    mkdir -p "$FROM_BIN"
+    cp "/tmp/savepoint-prev-$FROM_REF/target/release/"{savepoint,savepoint-worker,savepoint-scheduler} "$FROM_BIN/"
+  fi
+fi
+OLD_BIN=$FROM_BIN
+
+export SAVEPOINT_BIN_DIR=$NEW_BIN
+# shellcheck source=deploy/chaos/lib.sh
+source "$REPO/deploy/chaos/lib.sh"
+chaos_init upgrade
+
+use_build() { # DIR: the binaries the next process starts from (lib.sh's SP_WORKER, SP_SCHED)
+  # shellcheck disable=SC2034
+  SP_WORKER=$1/savepoint-worker SP_SCHED=$1/savepoint-scheduler
+}
+
+api() { # METHOD PATH [BODY] -> body on stdout; fails on a status >= 400
+  local out code
+  out=$(curl -sS -X "$1" "$API_A$2" -H 'content-type: application/json' ${3:+-d "$3"} -w '\n%{http_code}')
+  code=${out##*$'\n'}
+  ((code < 400)) || chaos_die "$1 $2 answered $code: ${out%$'\n'*}"
+  printf '%s' "${out%$'\n'*}"
+}
+
+declare -A EXPECT=() # thread id -> what its output must be (a jq filter that is true)
+
+start_run() { # WORKFLOW INPUT EXTRA(json object merged into the body) CHECK
+  local id
+  id=$(api POST /v1/runs "$(jq -nc --arg w "$1" --argjson i "$2" --argjson x "$3" '{workflow: $w, input: $i} + $x')" |
+    jq -r .thread_id)
+  EXPECT[$id]=$4
+}
+
+# A fleet of two schedulers (A serves the script's calls, B the load generator's starts) and
+# two workers, all of one build.
+start_fleet() { # DIR
+  use_build "$1"
+  chaos_start_scheduler "$PORT_A"; PID_A=$CHAOS_SCHED_PID
+  chaos_start_scheduler "$PORT_B"; PID_B=$CHAOS_SCHED_PID
+  chaos_start_worker w1; PID_W1=$CHAOS_LAST_PID
+  chaos_start_worker w2; PID_W2=$CHAOS_LAST_PID
+  chaos_wait_registered approval
+}
+
+# Runs in every state the demo workflows reach (the load generator adds pending and running
+# webhook runs with effects): waiting for a human, in a flow-control line and holding its
+# slot (`metered`: 20 steps of 200 ms, a witness outside the engine counts the runs of the
+# key inside a step at once), under a run deadline, a parent waiting for children that wait
+# for a signal, and a schedule's runs.
+leave_runs() { # TAG
+  local i
+  for i in 1 2 3 4 5 6; do
+    start_run approval '{}' '{}' '.log == ["first", "gate=yes"]'
+  done
+  for i in 1 2 3 4; do
+    start_run metered "{\"customer\": \"line-$1\", \"steps\": 20, \"step_ms\": 200}" \
+      '{"flow": {"key_from": "/customer", "limit": 1}}' '(.together | max) == 1'
+  done
+  for i in 1 2; do
+    start_run metered "{\"customer\": \"late-$1-$i\", \"steps\": 30, \"step_ms\": 200}" '{"timeout_secs": 600}' \
+      '(.together | length) == 30'
+  done
+  for i in 1 2; do
+    start_run family '{"kids": 2, "hold": true, "detached": 1}' '{}' \
+      '(.children | map(.doubled)) == [0, 2] and (.detached | length) == 1'
+  done
+  api POST /v1/schedules "$(jq -nc --arg id "tick-$1" '{id: $id, workflow: "chain", input: {steps: 3}, every_secs: 1}')" >/dev/null
+  chaos_log "$1: ${#EXPECT[@]} runs started, schedule tick-$1 firing every second"
+}
+
+# Answers what the namespace's runs wait for: a human's approval, and the signal `go` every
+# held child (awaited or detached) waits for. Children appear one after another, so this is
+# called until every run has ended.
+answer_waits() {
+  local id wf
+  while read -r id wf; do
+    case $wf in
+      approval) api POST "/v1/runs/$id/resume" '{"value": "yes"}' >/dev/null ;;
+      kid) api POST "/v1/runs/$id/signals/go" '{"value": true}' >/dev/null ;;
+    esac
+  done < <(api GET "/v1/runs?status=waiting&limit=1000" | jq -r '.runs[] | "\(.thread_id) \(.workflow)"')
+}
+
+replace() { # NAME PID DIR -> new pid in REPLACED
+  use_build "$3"
+  case $1 in
+    A) chaos_stop "$2" "$OLD_SCHED_EXE"; chaos_stop "$2" "$NEW_SCHED_EXE"; chaos_start_scheduler "$PORT_A"; REPLACED=$CHAOS_SCHED_PID ;;
+    B) chaos_stop "$2" "$OLD_SCHED_EXE"; chaos_stop "$2" "$NEW_SCHED_EXE"; chaos_start_scheduler "$PORT_B"; REPLACED=$CHAOS_SCHED_PID ;;
+    *) chaos_stop "$2" "$OLD_WORKER_EXE"; chaos_stop "$2" "$NEW_WORKER_EXE"; chaos_start_worker "$1"; REPLACED=$CHAOS_LAST_PID ;;
+  esac
+  chaos_log "replaced $1 with $(basename "$(dirname "$3")")/$(basename "$3") build (pid $REPLACED)"
+  sleep 3
+}
+
+# Rolls the fleet from build FROM to build TO under load; answers, waits, checks.
+phase() { # NAME FROM TO
+  local name=$1 from=$2 to=$3 id status out bad=0 left
+  EXPECT=()
+  start_fleet "$from"
+  CHAOS_API=http://127.0.0.1:$PORT_B chaos_start_loadgen --workflow webhook --runs "$RUNS" --steps 10 --rate 15 --timeout 240
+  # shellcheck disable=SC2034 # (lib.sh's: the API the helpers call)
+  CHAOS_API=$API_A
+  sleep 2
+  leave_runs "$name"
+  sleep 2
+  replace w1 "$PID_W1" "$to"; PID_W1=$REPLACED
+  replace A "$PID_A" "$to"; PID_A=$REPLACED
+  replace w2 "$PID_W2" "$to"; PID_W2=$REPLACED
+  answer_waits
+  chaos_wait_loadgen 300
+  replace B "$PID_B" "$to"; PID_B=$REPLACED
+  api DELETE "/v1/schedules/tick-$name" >/dev/null
+  chaos_print_loadgen
+  ((CHAOS_LG_RC == 0)) || { chaos_log "$name: the load generator failed (status $CHAOS_LG_RC)"; bad=1; }
+  for id in "${!EXPECT[@]}"; do
+    for _ in $(seq 1 240); do
+      answer_waits
+      status=$(api GET "/v1/runs/$id" | jq -r .status)
+      [[ $status == completed || $status == failed || $status == cancelled || $status == blocked ]] && break
+      sleep 0.5
+    done
+    out=$(api GET "/v1/runs/$id" | jq -c .output)
+    if [[ $status != completed ]] || ! jq -e "${EXPECT[$id]}" <<<"$out" >/dev/null; then
+      chaos_log "$name: run $id ended $status with $out (expected ${EXPECT[$id]})"
+      bad=1
+    fi
+  done
+  # Nothing of the namespace is left anywhere but completed (the schedule's runs included).
+  for _ in $(seq 1 60); do
+    answer_waits
+    left=0
+    for status in pending running sleeping waiting blocked paused failed cancelled; do
+      left=$((left + $(api GET "/v1/runs?status=$status&limit=1000" | jq '.runs | length')))
+    done
+    ((left == 0)) && break
+    sleep 1
+  done
+  ((left == 0)) || { chaos_log "$name: $left run(s) of the namespace not completed"; bad=1; }
+  # The flow-control witness: never two runs of one customer inside a step at once.
+  local most
+  most=$(chaos_redis hvals "$NS:demo:witness_max" | sort -n | tail -1)
+  [[ ${most:-0} -le 1 ]] || { chaos_log "$name: $most runs of one flow key were inside a step at once"; bad=1; }
+  local dlq
+  dlq=$(timeout 30 rabbitmqctl -q list_queues name messages 2>/dev/null | awk -v q="$NS.dlq" '$1 == q { print $2 }')
+  [[ ${dlq:-0} == 0 ]] || { chaos_log "$name: $dlq task(s) dead-lettered"; bad=1; }
+  local completed
+  completed=$(api GET "/v1/runs?status=completed&limit=1000" | jq '.runs | length')
+  echo "$name: ${#EXPECT[@]} scripted runs and the load generator's $RUNS, $completed completed runs listed (at most 1000), at most ${most:-?} run(s) of a flow key inside a step at once, $((bad == 0 ? 0 : 1)) failure(s)"
+  for p in "$PID_A" "$PID_B" "$PID_W1" "$PID_W2"; do
+    chaos_stop "$p" "$OLD_WORKER_EXE"; chaos_stop "$p" "$NEW_WORKER_EXE"
+    chaos_stop "$p" "$OLD_SCHED_EXE"; chaos_stop "$p" "$NEW_SCHED_EXE"
+  done
+  return "$bad"
+}
+
+OLD_WORKER_EXE=$OLD_BIN/savepoint-worker NEW_WORKER_EXE=$NEW_BIN/savepoint-worker
+OLD_SCHED_EXE=$OLD_BIN/savepoint-scheduler NEW_SCHED_EXE=$NEW_BIN/savepoint-scheduler
+PORT_A=$(chaos_free_port) PORT_B=$(chaos_free_port)
+API_A=http://127.0.0.1:$PORT_A
+failed=0
+phase upgrade "$OLD_BIN" "$NEW_BIN" || failed=1
+phase rollback "$NEW_BIN" "$OLD_BIN" || failed=1
+((failed == 0)) && echo "rolling upgrade and rollback: every run completed, nothing lost, no effect twice"
+exit "$failed"
