@@ -45,7 +45,7 @@ async fn a_worker_binary_checks_the_live_runs_before_a_deploy() {
     let (code, out) = replay_check(&w, &[]);
     assert_eq!(code, 0, "{out}");
     assert!(
-        out.contains("checked 2 live run(s)") && out.contains("2 clean, 0 would block"),
+        out.contains("checked 2 live run(s)") && out.contains("2 clean, 0 through migrations, 0 would block"),
         "{out}"
     );
     // A build that serves approval from v2 only: the v1 runs wait for a worker of the old one.
