@@ -154,6 +154,15 @@ impl Reader {
     }
 }
 
+/// What a value being upgraded is, for the reason of a refusal.
+#[derive(Clone, Copy)]
+pub(super) enum Subject<'a> {
+    /// The value a call recorded (its kind and name).
+    Entry(EntryKind, &'a str),
+    /// The run's input.
+    Input,
+}
+
 /// The type no workflow declares ([`Reader::unversioned`]).
 struct Unversioned;
 
@@ -272,22 +281,36 @@ impl Core {
         tv: Option<u32>,
         value: Value,
     ) -> Value {
-        let what = format!(
-            "the value recorded by {} {name:?} (entry {})",
-            kind.as_str(),
-            self.cursor.saturating_sub(1)
-        );
-        self.upgraded_as(reader, &what, tv, value).await
+        self.upgraded_as(reader, Subject::Entry(kind, name), tv, value).await
     }
 
-    /// [`Core::upgraded`] for `what` (a recorded value, the run's input).
-    pub(super) async fn upgraded_as(&mut self, reader: Reader, what: &str, tv: Option<u32>, value: Value) -> Value {
+    /// [`Core::upgraded`] for a recorded value or the run's input. A value with no version in a
+    /// workflow that declares none is returned at once (what every replayed call of code that
+    /// does not use versions takes); the reason is written only for a refusal.
+    pub(super) async fn upgraded_as(
+        &mut self,
+        reader: Reader,
+        what: Subject<'_>,
+        tv: Option<u32>,
+        value: Value,
+    ) -> Value {
+        if tv.is_none() && self.p.versions.is_empty() {
+            return value;
+        }
         match (reader.upgrade)(&self.p.versions, tv, value) {
             super::versions::Upgrade::Done(v, n) => {
                 self.migrated += n;
                 v
             }
             super::versions::Upgrade::Refused(why) => {
+                let what = match what {
+                    Subject::Entry(kind, name) => format!(
+                        "the value recorded by {} {name:?} (entry {})",
+                        kind.as_str(),
+                        self.cursor.saturating_sub(1)
+                    ),
+                    Subject::Input => "the run's input".to_owned(),
+                };
                 let reason = format!(
                     "{what} cannot be read: {why}; after deploying the fix, `savepoint retry {}` runs it again",
                     self.p.lease.thread
@@ -300,6 +323,9 @@ impl Core {
     /// A replayed entry with its value (if it has one) upgraded to this code's version of
     /// `reader`'s type ([`Core::upgraded`]).
     pub(super) async fn upgraded_entry(&mut self, reader: Reader, mut e: Entry) -> Entry {
+        if e.tv.is_none() && self.p.versions.is_empty() {
+            return e;
+        }
         if let Outcome::Ok(v) = &mut e.outcome {
             let v = std::mem::take(v);
             let up = self.upgraded(reader, (e.kind, &e.name), e.tv, v).await;

@@ -190,7 +190,7 @@ impl Ctx {
     pub async fn upgraded_input<T: 'static>(&self, input: serde_json::Value) -> serde_json::Value {
         let mut core = self.core.lock().await;
         let tv = core.p.input_version;
-        core.upgraded_as(super::ctx::Reader::of::<T>(), "the run's input", tv, input)
+        core.upgraded_as(super::ctx::Reader::of::<T>(), super::ctx::Subject::Input, tv, input)
             .await
     }
 
