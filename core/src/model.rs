@@ -413,6 +413,15 @@ pub const FEATURES: &[&str] = &[
     "value_versions",
 ];
 
+/// The run feature a value of the type named `type_name` recorded at `version` (above 1)
+/// needs: `value:<type>@<version>`. A worker knows it when its build declares the type at
+/// that version or a later one (the SDK's `Versions::features`), so in a rolling deploy that
+/// raises a type's version a run holding a value of the new version is given back by a worker
+/// of the old build, untouched, instead of blocking there.
+pub fn value_feature(type_name: &str, version: u32) -> String {
+    format!("value:{type_name}@{version}")
+}
+
 /// The `needs` field of a run: feature names joined by `\x1f` (empty: none).
 pub fn needs_field<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
     let set: std::collections::BTreeSet<&str> = names.into_iter().collect();
@@ -438,15 +447,20 @@ pub struct CreateOptions {
     /// The version of the input's type as the starting code declares it (`None` or 1: version
     /// 1, not written); a run with one above 1 needs a worker that upgrades inputs.
     pub input_version: Option<u32>,
+    /// The name of the input's type, when the starting code declares its version: a run with
+    /// an input version above 1 also needs a worker that knows that version of the type
+    /// ([`value_feature`]).
+    pub input_type: Option<String>,
 }
 
 impl CreateOptions {
-    /// The run features (of [`FEATURES`]) a run started with these options uses.
-    pub fn needs(&self) -> Vec<&'static str> {
+    /// The run features (of [`FEATURES`], and the input's [`value_feature`]) a run started
+    /// with these options uses.
+    pub fn needs(&self) -> Vec<String> {
         let mut n = Vec::new();
-        let mut need = |on: bool, name: &'static str| {
+        let mut need = |on: bool, name: &str| {
             if on {
-                n.push(name);
+                n.push(name.to_owned());
             }
         };
         need(self.parent.is_some(), "child");
@@ -456,6 +470,9 @@ impl CreateOptions {
         need(self.priority > 0, "priority");
         need(self.input_version.is_some_and(|v| v > 1), "input_version");
         need(self.queue.is_some(), "queue");
+        if let (Some(v @ 2..), Some(t)) = (self.input_version, &self.input_type) {
+            n.push(value_feature(t, v));
+        }
         n
     }
 }

@@ -203,4 +203,9 @@ pub struct CatalogEntry {
     /// run started with an input checked against this build's schema is stamped with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_version: Option<u32>,
+    /// The name of its input's type when the serving code declares the type's version: with
+    /// `input_version`, the run feature a run started with this input needs
+    /// ([`value_feature`](crate::model::value_feature)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_type: Option<String>,
 }

@@ -29,8 +29,15 @@ Checks, outside the engine: the load generator lost no run and its receiver saw 
 delivery twice; every run the script started completed, with the output it expects; no run
 of the namespace is left in any other state (the schedule's included); no task was
 dead-lettered; a witness outside the engine saw at most one run of the flow key inside a step
-at once. Exit status 0 when all hold. Not covered: sleeping and blocked runs (no demo
-workflow sleeps or blocks on its own).
+at once; the demo's effects log has no key twice.
+
+Sleeping and blocked runs are made for real before the fleet is replaced, by workers of the
+phase's first build on task queues of their own that die (SIGABRT) right after an effect's
+call (`SAVEPOINT_FAILPOINTS=effect.after_call=abort`): an `invoice` run keeps its ledger key
+in doubt with no worker left on its queue, a second `invoice` run of the same invoice sleeps
+backing off that key, and a third is blocked with its email in doubt. Once the fleet is the
+second build, the blocked run is resolved through the API (`applied: true`) and a worker of
+the second build serves the two queues: all three complete, each effect performed once.
 
 Options:
   --from-ref REF    the previous build's commit (default: PREVIOUS below)
@@ -98,6 +105,7 @@ start_run() { # WORKFLOW INPUT EXTRA(json object merged into the body) CHECK
   id=$(api POST /v1/runs "$(jq -nc --arg w "$1" --argjson i "$2" --argjson x "$3" '{workflow: $w, input: $i} + $x')" |
     jq -r .thread_id)
   EXPECT[$id]=$4
+  LAST_RUN=$id
 }
 
 # A fleet of two schedulers (A serves the script's calls, B the load generator's starts) and
@@ -111,8 +119,8 @@ start_fleet() { # DIR
   chaos_wait_registered approval
 }
 
-# Runs in every state the demo workflows reach (the load generator adds pending and running
-# webhook runs with effects): waiting for a human, in a flow-control line and holding its
+# Runs in the states the demo workflows reach on their own (the load generator adds pending
+# and running webhook runs with effects; `leave_stuck` sleeping and blocked ones): waiting for a human, in a flow-control line and holding its
 # slot (`metered`: 20 steps of 200 ms, a witness outside the engine counts the runs of the
 # key inside a step at once), under a run deadline, a parent waiting for children that wait
 # for a signal, and a schedule's runs.
@@ -135,6 +143,76 @@ leave_runs() { # TAG
   done
   api POST /v1/schedules "$(jq -nc --arg id "tick-$1" '{id: $id, workflow: "chain", input: {steps: 3}, every_secs: 1}')" >/dev/null
   chaos_log "$1: ${#EXPECT[@]} runs started, schedule tick-$1 firing every second"
+}
+
+wait_status() { # ID STATUS SECS: until the run has STATUS, or fail naming what it has
+  local end=$((SECONDS + $3)) status=
+  while ((SECONDS < end)); do
+    status=$(api GET "/v1/runs/$1" | jq -r .status)
+    [[ $status == "$2" ]] && return 0
+    sleep 0.3
+  done
+  chaos_die "run $1 is $status, not $2, after $3 s"
+}
+
+wait_queue() { # QUEUE: until a live worker's registration names the task queue
+  local end=$((SECONDS + 60))
+  while ((SECONDS < end)); do
+    chaos_redis hgetall "$NS:workers" 2>/dev/null | grep -q "$1" && return 0
+    sleep 0.2
+  done
+  chaos_die "no worker registered task queue $1 within 60 s"
+}
+
+wait_gone() { # PID SECS: until the process has exited
+  local end=$((SECONDS + $2))
+  while ((SECONDS < end)); do
+    kill -0 "$1" 2>/dev/null || return 0
+    sleep 0.2
+  done
+  chaos_die "process $1 did not exit within $2 s"
+}
+
+# A run blocked with an effect in doubt, and one sleeping on an effect key another run holds,
+# made for real by workers of the phase's first build, each on a task queue of its own, that
+# die (SIGABRT, as under kill -9) right after an effect's call:
+# - HOLD (`invoice` hold-TAG, queue hold-TAG): its worker dies after `ledger.post`, so the run
+#   keeps the key `ledger:hold-TAG` with its outcome in doubt, and no worker serves its queue;
+# - SLEEPER (`invoice` hold-TAG as well, the fleet's queue): its `ledger.post` finds the key
+#   held by HOLD and sleeps, backing off, until the key is settled;
+# - BLOCKED (`invoice` doubt-TAG, queue doubt-TAG): its worker dies after `email.send`
+#   (policy block), and the next worker of its queue blocks the run.
+# After the fleet is replaced, `settle_stuck` resolves BLOCKED through the API and starts a
+# worker of the new build on the two queues: all three complete, every effect once.
+leave_stuck() { # TAG
+  local tag=$1 out='.total_cents == 125000 and .lines == 2'
+  chaos_start_worker "hold-$tag" SAVEPOINT_WORKER_QUEUES="hold-$tag" SAVEPOINT_FAILPOINTS=effect.after_call=abort
+  local crash=$CHAOS_LAST_PID
+  wait_queue "hold-$tag"
+  start_run invoice "{\"invoice_id\": \"hold-$tag\"}" "{\"queue\": \"hold-$tag\"}" "$out"
+  HOLD=$LAST_RUN
+  wait_gone "$crash" 30
+  start_run invoice "{\"invoice_id\": \"hold-$tag\"}" '{}' "$out"
+  SLEEPER=$LAST_RUN
+  wait_status "$SLEEPER" sleeping 30
+  chaos_start_worker "doubt-$tag" SAVEPOINT_WORKER_QUEUES="doubt-$tag" SAVEPOINT_FAILPOINTS=effect.after_call=abort@2
+  crash=$CHAOS_LAST_PID
+  wait_queue "doubt-$tag"
+  start_run invoice "{\"invoice_id\": \"doubt-$tag\"}" "{\"queue\": \"doubt-$tag\"}" "$out"
+  BLOCKED=$LAST_RUN
+  wait_gone "$crash" 30
+  chaos_start_worker "doubt-$tag-2" SAVEPOINT_WORKER_QUEUES="doubt-$tag"
+  wait_status "$BLOCKED" blocked 60
+  chaos_stop "$CHAOS_LAST_PID" "$SP_WORKER"
+  chaos_log "$tag: $HOLD holds ledger:hold-$tag in doubt, $SLEEPER sleeps on it, $BLOCKED is blocked"
+}
+
+settle_stuck() { # TAG DIR -> RESCUE_PID
+  local key=email:$BLOCKED
+  api POST "/v1/runs/$BLOCKED/effects/$key/resolve" "$(jq -nc --arg k "$key" '{applied: true, result: {sent: $k}}')" >/dev/null
+  use_build "$2"
+  chaos_start_worker "rescue-$1" SAVEPOINT_WORKER_QUEUES="hold-$1,doubt-$1"
+  RESCUE_PID=$CHAOS_LAST_PID
 }
 
 # Answers what the namespace's runs wait for: a human's approval, and the signal `go` every
@@ -171,10 +249,11 @@ phase() { # NAME FROM TO
   CHAOS_API=$API_A
   sleep 2
   leave_runs "$name"
-  sleep 2
+  leave_stuck "$name"
   replace w1 "$PID_W1" "$to"; PID_W1=$REPLACED
   replace A "$PID_A" "$to"; PID_A=$REPLACED
   replace w2 "$PID_W2" "$to"; PID_W2=$REPLACED
+  settle_stuck "$name" "$to"
   answer_waits
   chaos_wait_loadgen 300
   replace B "$PID_B" "$to"; PID_B=$REPLACED
@@ -209,13 +288,22 @@ phase() { # NAME FROM TO
   local most
   most=$(chaos_redis hvals "$NS:demo:witness_max" | sort -n | tail -1)
   [[ ${most:-0} -le 1 ]] || { chaos_log "$name: $most runs of one flow key were inside a step at once"; bad=1; }
+  # The demo's effects log, outside the engine: no key performed twice, and the three stuck
+  # runs' effects each once (HOLD's ledger post, which SLEEPER shares, and BLOCKED's email).
+  local twice once
+  twice=$(chaos_redis lrange "$NS:demo:effects" 0 -1 | jq -r .key | sort | uniq -d | head -3)
+  [[ -z $twice ]] || { chaos_log "$name: effects performed twice: $twice"; bad=1; }
+  for key in "ledger:hold-$name" "email:$BLOCKED" "email:$SLEEPER"; do
+    once=$(chaos_redis lrange "$NS:demo:effects" 0 -1 | jq -r .key | grep -cxF "$key" || true)
+    [[ $once == 1 ]] || { chaos_log "$name: effect $key performed $once time(s)"; bad=1; }
+  done
   local dlq
   dlq=$(timeout 30 rabbitmqctl -q list_queues name messages 2>/dev/null | awk -v q="$NS.dlq" '$1 == q { print $2 }')
   [[ ${dlq:-0} == 0 ]] || { chaos_log "$name: $dlq task(s) dead-lettered"; bad=1; }
   local completed
   completed=$(api GET "/v1/runs?status=completed&limit=1000" | jq '.runs | length')
   echo "$name: ${#EXPECT[@]} scripted runs and the load generator's $RUNS, $completed completed runs listed (at most 1000), at most ${most:-?} run(s) of a flow key inside a step at once, $((bad == 0 ? 0 : 1)) failure(s)"
-  for p in "$PID_A" "$PID_B" "$PID_W1" "$PID_W2"; do
+  for p in "$PID_A" "$PID_B" "$PID_W1" "$PID_W2" "$RESCUE_PID"; do
     chaos_stop "$p" "$OLD_WORKER_EXE"; chaos_stop "$p" "$NEW_WORKER_EXE"
     chaos_stop "$p" "$OLD_SCHED_EXE"; chaos_stop "$p" "$NEW_SCHED_EXE"
   done

@@ -356,6 +356,7 @@ pub async fn register_test_workflow_version(cfg: &Config, name: &str, version: u
         version,
         min_version: 1,
         input_version: None,
+        input_type: None,
     };
     // A registration that outlives any test, standing in for a live worker that serves it.
     let worker = WorkerInfo {

@@ -265,6 +265,7 @@ impl TestEnv {
         // declares.
         let opts = savepoint_store::CreateOptions {
             input_version: entry.input_version,
+            input_type: entry.input_type,
             ..Default::default()
         };
         match self

@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use savepoint::workflow::{Ctx, Migration, Registry, Versioned, Versions, Workflow, WorkflowError};
-use savepoint_testing::{replay_check, replay_export, CheckOptions, ReplayReport, RunStatus, TestEnv, Verdict};
+use savepoint_testing::{
+    replay_check, replay_export, CheckOptions, ReplayReport, RunStatus, TestEnv, TestError, Verdict,
+};
 
 /// The first build: what runs in flight recorded.
 mod v1 {
@@ -301,24 +303,37 @@ async fn a_value_with_no_migration_blocks_the_run_until_a_build_that_has_it() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_value_newer_than_the_code_blocks_instead_of_being_misread() {
-    // Written by the new build, then the old build comes back (a rollback).
+async fn a_value_newer_than_the_code_is_given_back_to_a_build_that_reads_it() {
+    // Written by the new build, then the old build comes back (a rollback): its worker does not
+    // claim the run (the run needs `value:…Invoice@4`, which it does not know), so the value
+    // is neither misread nor does the run block; the next build that knows it goes on.
     let mut env = TestEnv::new(|_| build(Flow)).await.unwrap();
     let run = env.start::<Flow>(&"INV-4".to_owned()).await.unwrap();
-    assert_eq!(env.settle(&run).await.unwrap().header.status, RunStatus::Waiting);
+    let waiting = env.settle(&run).await.unwrap();
+    assert_eq!(waiting.header.status, RunStatus::Waiting);
+    let feature = format!("value:{}@4", std::any::type_name::<Invoice>());
+    assert!(waiting.header.needs.contains(&feature), "{:?}", waiting.header.needs);
     env.deploy(|_| build(v1::Flow)).await.unwrap();
     env.resume(&run, json!({"approved": true})).await.unwrap();
-    let blocked = env.settle(&run).await.unwrap();
-    assert_eq!(blocked.header.status, RunStatus::Blocked, "{:?}", blocked.header);
+    match env.settle(&run).await {
+        Err(TestError::Stuck { status, .. }) => assert_eq!(status, "pending"),
+        other => panic!("the old build must give the run back, got {other:?}"),
+    }
+    let h = env.store().header(&run).await.unwrap().unwrap();
+    // Untouched: no claim spent a fence, nothing was journaled.
     assert_eq!(
-        blocked.header.block_kind,
-        Some(savepoint::core::model::BlockKind::Migration)
+        (h.status, h.fence, h.steps),
+        (RunStatus::Pending, waiting.header.fence, waiting.header.steps),
+        "{h:?}"
     );
-    let reason = blocked.header.reason.unwrap_or_default();
-    assert!(
-        reason.contains("recorded at version 4") && reason.contains("a newer build wrote it"),
-        "{reason}"
-    );
+    let why = h.waiting_for.unwrap_or_default();
+    assert!(why.contains(&format!("run feature {feature}")), "{why}");
+    // Rolled forward again: the run goes on where it was.
+    env.deploy(|_| build(Flow)).await.unwrap();
+    assert_eq!(env.settle(&run).await.unwrap().header.status, RunStatus::Waiting);
+    env.resume(&run, json!("confirmed")).await.unwrap();
+    let done = env.settle(&run).await.unwrap();
+    assert_eq!(done.output().unwrap()["cents"], json!(1250), "{:?}", done.header);
     env.shutdown().await;
 }
 
@@ -488,17 +503,22 @@ async fn a_runs_input_is_upgraded_from_the_version_it_was_started_with() {
         let done = env.settle(run).await.unwrap();
         assert_eq!(done.output(), Some(&json!(client)), "{:?}", done.header);
     }
-    // The old build meets an input of a version it does not know: it blocks, never misreads.
+    // The old build does not claim a run whose input is of a version it does not know (it
+    // would only block on it): the run waits for a build that reads it.
     let newer = env.start_named("order", json!({"client": "Globex"})).await.unwrap();
-    assert_eq!(env.settle(&newer).await.unwrap().header.status, RunStatus::Waiting);
+    let h = env.settle(&newer).await.unwrap().header;
+    let feature = format!("value:{}@2", std::any::type_name::<input::Order>());
+    assert!(h.needs.contains(&feature), "{:?}", h.needs);
     env.deploy(|_| build(input::Before)).await.unwrap();
     env.resume(&newer, json!(true)).await.unwrap();
-    let blocked = env.settle(&newer).await.unwrap();
-    assert_eq!(blocked.header.status, RunStatus::Blocked, "{:?}", blocked.header);
-    let reason = blocked.header.reason.unwrap_or_default();
-    assert!(
-        reason.starts_with("the run's input cannot be read: it was recorded at version 2"),
-        "{reason}"
-    );
+    match env.settle(&newer).await {
+        Err(TestError::Stuck { status, .. }) => assert_eq!(status, "pending"),
+        other => panic!("the old build must give the run back, got {other:?}"),
+    }
+    let why = env.store().header(&newer).await.unwrap().unwrap().waiting_for;
+    assert!(why.as_deref().unwrap_or_default().contains(&feature), "{why:?}");
+    env.deploy(|_| build(input::After)).await.unwrap();
+    let done = env.settle(&newer).await.unwrap();
+    assert_eq!(done.output(), Some(&json!("Globex")), "{:?}", done.header);
     env.shutdown().await;
 }

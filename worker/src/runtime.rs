@@ -313,7 +313,7 @@ async fn start(
         incarnation,
         limits: cfg.limits(),
         slices_stop: CancellationToken::new(),
-        served: ServedSpec::new(&catalog).on_queues(&served_queues),
+        served: served_spec(&catalog, &opts.registry, &served_queues),
         fleet: std::sync::RwLock::new(fleet),
         fleet_read: std::sync::Mutex::new(tokio::time::Instant::now()),
         stubs: opts.stubs.clone(),
@@ -323,6 +323,18 @@ async fn start(
         journals: crate::journals::Journals::new(cfg.worker.journal_cache_entries),
     });
     Ok((shared, info))
+}
+
+/// What the worker's claims serve: its workflows and versions, its task queues, and the run
+/// features it knows: the engine's and every version of the value types its code declares.
+fn served_spec(catalog: &[CatalogEntry], registry: &Registry, queues: &[String]) -> ServedSpec {
+    let values = registry.value_features();
+    let known: Vec<&str> = savepoint_store::FEATURES
+        .iter()
+        .copied()
+        .chain(values.iter().map(String::as_str))
+        .collect();
+    ServedSpec::new(catalog).knowing(&known).on_queues(queues)
 }
 
 /// The worker's registration as it starts.

@@ -250,10 +250,12 @@ pub(super) async fn feature_checks(
     migration_checks(w, runs, kinds, bad).await;
 }
 
-/// Invariant 16, values that outlive their code: at the key rotation every worker restarts on
-/// the second build, whose `approve` records its `ask` step as a versioned `Question` (2) and
-/// upgrades the text the first build recorded (1). No `approve` run blocks on a value (a
-/// migration refused, or a value that does not decode); every `ask` entry is at version 1 or
+/// Invariant 16, values that outlive their code: at the key rotation the workers restart on the
+/// second build, one first and the others a quarter of the chaos later (a rolling deploy), whose `approve`
+/// records its `ask` step as a versioned `Question` (2) and upgrades the text the first build
+/// recorded (1). No `approve` run blocks on a value (a migration refused, a value that does
+/// not decode, or, in the rolling window, a version-2 value met by a worker of the first build,
+/// which must give the run back instead); every `ask` entry is at version 1 or
 /// 2; a completed run's output holds the question its id asks, whichever build recorded it and
 /// whichever finished it (and invariant 4 replays every completed run on the second build,
 /// through the migration, to its recorded output).
@@ -265,6 +267,15 @@ async fn migration_checks(w: &World, runs: &[(ThreadId, Value, u64)], kinds: &[K
         let Some((h, journal)) = w.read(t).await else { continue };
         if matches!(h.block_kind, Some(BlockKind::Migration | BlockKind::Undecodable)) {
             bad.push(format!("approve run {t} blocked on a value: {:?}", h.reason));
+        }
+        // Given back by a worker of the first build during the rolling deploy (it does not
+        // know the second build's version of `Question`), never run by it.
+        let events = w.store.events(t, 10_000).await.unwrap_or_default();
+        if events
+            .iter()
+            .any(|e| e.typ == "unserved" && e.detail.contains("run feature value:"))
+        {
+            w.trace.count("approve.given_back_by_first_build");
         }
         let Some(ask) = journal.first() else { continue };
         match ask.tv {

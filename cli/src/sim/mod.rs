@@ -85,9 +85,11 @@
 //!     held run can have, `GET /v1/runs?waiting_on=paused&status=S` lists every run of `order`
 //!     that had that status before and after the listing, each saying it waits on the pause,
 //!     and no run of another workflow.
-//! 16. values that outlive their code (`checks.rs`): the key rotation is also a deploy (every
-//!     worker restarts on the second build, whose `approve` records its `ask` step as a
-//!     versioned value and upgrades the first build's); no `approve` run blocks on a value,
+//! 16. values that outlive their code (`checks.rs`): the key rotation is also a rolling
+//!     deploy (one worker restarts on the second build, the others a quarter of the chaos later; the second
+//!     build's `approve` records its `ask` step as a versioned value and upgrades the first
+//!     build's, and a worker of the first build gives back a run holding such a value); no
+//!     `approve` run blocks on a value,
 //!     every `ask` entry is at version 1 or 2, a completed run asks the question its id asks,
 //!     and invariant 4 replays every completed run on the second build, through the migration.
 

@@ -167,6 +167,7 @@ async fn assemble(seed: u64, args: &SimArgs, name: &str) -> Result<Sim, SetupErr
         started,
         unguarded: args.unguarded,
         deployed: false,
+        rolled: false,
         exits: Arc::default(),
         witnessed: Arc::default(),
         queue: publisher.broker().mem_queue().cloned(),
@@ -278,6 +279,9 @@ struct Workload {
     runs: Vec<(ThreadId, Value, u64)>,
     kinds: Vec<Kind>,
     cancel_plan: Vec<Option<u64>>,
+    /// Runs planned at or after this time (half the chaos: approvals for the rolling deploy)
+    /// start that long after the key rotation, whenever a stalled driver makes it.
+    after_rotation: u64,
 }
 
 /// Draws the seed's runs: a mix of kinds, some with deadlines, some parents to cancel.
@@ -296,6 +300,7 @@ fn plan_runs(w: &mut World, args: &SimArgs) -> Workload {
         runs,
         kinds,
         cancel_plan,
+        after_rotation: args.chaos_ms / 2,
     }
 }
 
@@ -315,7 +320,13 @@ fn plan_run(w: &mut World, args: &SimArgs, i: usize) -> (ThreadId, Value, u64, K
         Kind::Batch
     };
     let t = ThreadId::new(format!("sim-run-{i}")).unwrap_or_else(|_| ThreadId::generate("sim"));
-    let at = w.rng.random_range(0..args.chaos_ms / 2);
+    // Runs start in the first half of the chaos; half the approvals right after it, in the
+    // first half of the rolling deploy (invariant 16), where workers of both builds run.
+    let half = args.chaos_ms / 2;
+    let at = match kind {
+        Kind::Approve if w.rng.random::<bool>() => w.rng.random_range(half..half + args.chaos_ms / 8),
+        _ => w.rng.random_range(0..half),
+    };
     // Some runs have a deadline: short ones pass during the chaos (in a call, a
     // sleep, a line or a takeover); a long sleep's passes after the heal.
     let timed = kind != Kind::Parent && w.rng.random::<f64>() < 0.35;
@@ -367,6 +378,10 @@ struct Progress {
     created: Vec<bool>,
     seen: Vec<Seen>,
     rotated: bool,
+    /// When the key rotation (and the rolling deploy) began.
+    rotated_at: Option<u64>,
+    /// The rolling deploy the key rotation began, while it goes on.
+    rolling: Option<Rolling>,
     /// The schedules (created at the start, paused at the heal) and where each stands.
     sched_created: [bool; SCHEDULES.len()],
     sched_paused: [bool; SCHEDULES.len()],
@@ -386,6 +401,8 @@ impl Progress {
             created: vec![false; runs],
             seen: (0..runs).map(|_| Seen::default()).collect(),
             rotated: false,
+            rotated_at: None,
+            rolling: None,
             sched_created: [false; SCHEDULES.len()],
             sched_paused: [false; SCHEDULES.len()],
             healed: false,
@@ -419,6 +436,7 @@ async fn drive(sim: &mut Sim, load: &mut Workload, p: &mut Progress, args: &SimA
         if !p.rotated && now >= args.chaos_ms / 2 {
             rotate_keys(&mut sim.w, p, now, args);
         }
+        roll_on(&mut sim.w, p, now, args);
         cancel_due_parents(&sim.w, load, p, now).await;
         start_due_runs(&mut sim.w, load, p, now).await;
         p.pausing.drive(&sim.w, now, args.chaos_ms).await;
@@ -473,19 +491,70 @@ fn crash_a_worker_now_and_then(w: &mut World, args: &SimArgs) {
     }
 }
 
-/// Key rotation and a deploy: every worker restarts sealing with k2 (k1 still opens), running
-/// the second build (`approve` records a versioned value and upgrades the first build's).
+/// Key rotation and a rolling deploy: every worker restarts sealing with k2 (k1 still opens),
+/// running the second build (`approve` records a versioned value and upgrades the first
+/// build's). The first worker restarts now; the others go on with the first build for a
+/// quarter of the chaos (unless a crash restarts them sooner). Halfway through, the first
+/// worker goes down until the others roll, and the approvals held until then are answered, so
+/// the first build's workers alone meet the runs the second build wrote values into: they
+/// must give those back untouched (invariant 16 sees none blocked), and the second build's
+/// workers take them once they are up.
 fn rotate_keys(w: &mut World, p: &mut Progress, now: u64, args: &SimArgs) {
     p.rotated = true;
+    p.rotated_at = Some(now);
     w.cfg.security.payload_keys = Redacted(format!("{KEY_K2},{KEY_K1}"));
     w.deployed = true;
     w.trace.line(
         now,
-        "rotate: workers restart sealing with k2, on the second build".into(),
+        "rotate: workers restart sealing with k2, on the second build, one first".into(),
     );
-    for i in 0..args.workers {
-        let down = w.rng.random_range(10..300u64);
-        w.crash_worker(i, down);
+    let down = w.rng.random_range(10..300u64);
+    w.crash_worker(0, down);
+    let gap = args.chaos_ms / 4;
+    p.rolling = Some(Rolling {
+        first_down_at: now + gap / 2,
+        first_down: false,
+        rest_at: now + gap,
+    });
+}
+
+/// The rest of the rolling deploy the key rotation began.
+#[derive(Clone, Copy)]
+struct Rolling {
+    /// When the first worker (on the second build) goes down until `rest_at`. Until then the
+    /// human answers no approval (the answers a run of the second build waits for reach the
+    /// first build's workers).
+    first_down_at: u64,
+    first_down: bool,
+    /// When the workers still on the first build restart on the second.
+    rest_at: u64,
+}
+
+impl Progress {
+    /// Whether approvals wait (the first half of the rolling deploy).
+    fn holds_answers(&self, now: u64) -> bool {
+        self.rolling.is_some_and(|r| now < r.first_down_at)
+    }
+}
+
+/// Carries the rolling deploy on at `now` (see [`rotate_keys`]).
+fn roll_on(w: &mut World, p: &mut Progress, now: u64, args: &SimArgs) {
+    let Some(r) = p.rolling else { return };
+    if r.first_down_at <= now && !r.first_down {
+        w.trace
+            .line(now, "rotate: the first worker goes down until the others roll".into());
+        w.crash_worker(0, r.rest_at.saturating_sub(now));
+        p.rolling = Some(Rolling { first_down: true, ..r });
+    }
+    if r.rest_at <= now {
+        w.trace
+            .line(now, "rotate: the other workers restart on the second build".into());
+        w.rolled = true;
+        for i in 1..args.workers {
+            let down = w.rng.random_range(10..300u64);
+            w.crash_worker(i, down);
+        }
+        p.rolling = None;
     }
 }
 
@@ -527,7 +596,12 @@ async fn cancel_due_parents(w: &World, load: &mut Workload, p: &mut Progress, no
 /// Clients start their runs (retrying until the API answers, sometimes twice).
 async fn start_due_runs(w: &mut World, load: &Workload, p: &mut Progress, now: u64) {
     for (i, (t, body, at)) in load.runs.iter().enumerate() {
-        if p.created[i] || *at > now {
+        let due = match p.rotated_at {
+            _ if *at < load.after_rotation => *at,
+            Some(r) => r + (*at - load.after_rotation),
+            None => continue,
+        };
+        if p.created[i] || due > now {
             continue;
         }
         let (status, resp) = w.api(Method::POST, "/v1/runs", Some(body.clone())).await;
@@ -585,7 +659,9 @@ async fn read_runs(w: &mut World, load: &Workload, p: &mut Progress, now: u64) -
             RunStatus::Waiting if w.waits_on_blocked_child(&h).await => {}
             RunStatus::Waiting => {
                 open += 1;
-                approve(w, t, now).await;
+                if !p.holds_answers(now) {
+                    approve(w, t, now).await;
+                }
             }
             s if s.is_final() || s == RunStatus::Blocked => {}
             _ => open += 1,

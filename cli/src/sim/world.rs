@@ -38,8 +38,11 @@ pub(super) struct World {
     pub(super) workers: Vec<Option<SimWorker>>,
     pub(super) started: tokio::time::Instant,
     pub(super) unguarded: bool,
-    /// Workers started from now on run the second build (`workload::registry`).
+    /// The second build is deployed (`workload::registry`): worker 0 restarts on it, and
+    /// once the deploy has `rolled` every worker does (until then the others restart on the
+    /// first build, as the old replicas of a rolling deploy do).
     pub(super) deployed: bool,
+    pub(super) rolled: bool,
     /// Workers that stopped with an error (each one a violation).
     pub(super) exits: Arc<Mutex<Vec<String>>>,
     /// What the checkpoint barrier's witness saw go wrong (each one a violation).
@@ -95,7 +98,11 @@ impl World {
         let crash = CancellationToken::new();
         let stop = self.stop.child_token();
         let opts = WorkerOptions {
-            registry: workload::registry(Arc::clone(&self.provider), self.unguarded, self.deployed),
+            registry: workload::registry(
+                Arc::clone(&self.provider),
+                self.unguarded,
+                self.deployed && (i == 0 || self.rolled),
+            ),
             failpoints: Some(Failpoints::default()),
             crash: crash.clone(),
             serve_http: false,

@@ -13,7 +13,7 @@ use savepoint_store::mem::MemEngine;
 use savepoint_store::{Acquired, CatalogEntry, CreateOptions, Flow};
 use savepoint_store::{BlockKind, ClaimOutcome, EffectClaim, Finish, Holder, RunStatus, ScriptStore, StoreError, Wait};
 use savepoint_store::{CreateOutcome, EffectDone, EffectRelease, EffectUnused, RestartOutcome, RetryOutcome};
-use savepoint_store::{JournalHeld, ServedSpec, SignalOutcome, StoreConfig, Suspend};
+use savepoint_store::{JournalHeld, ServedSpec, SignalOutcome, StoreConfig, Suspend, FEATURES};
 use savepoint_store::{PauseRecord, PauseScope, RunPaused, RunResumed};
 
 #[cfg(feature = "services")]
@@ -742,6 +742,7 @@ async fn a_run_that_needs_a_feature_the_worker_does_not_know_is_given_back_untou
         version: 1,
         min_version: 1,
         input_version: None,
+        input_type: None,
     }];
     let older = ServedSpec::new(&entries).knowing(&["child", "deadline", "queue"]);
     match s.claim(&t, "old-worker", None, &older).await.unwrap() {
@@ -776,6 +777,40 @@ async fn a_run_that_needs_a_feature_the_worker_does_not_know_is_given_back_untou
         ClaimOutcome::Unserved { reason, .. } => assert!(reason.contains("feature input_version"), "{reason}"),
         other => panic!("the build before versions must give the run back, got {other:?}"),
     }
+    // An input at version 3 of its type: a worker whose code knows the type up to version 2
+    // gives the run back untouched (it would only block on it); one that knows version 3 runs it.
+    let typed = ThreadId::generate("feat-value");
+    let opts = CreateOptions {
+        input_version: Some(3),
+        input_type: Some("app::Order".into()),
+        ..CreateOptions::default()
+    };
+    s.create_with(&typed, "wf", 1, "{}", "", &opts).await.unwrap();
+    let h = s.header(&typed).await.unwrap().unwrap();
+    assert_eq!(
+        h.needs,
+        vec!["input_version".to_owned(), "value:app::Order@3".to_owned()]
+    );
+    let knows = |extra: &[&'static str]| {
+        let mut f = FEATURES.to_vec();
+        f.extend_from_slice(extra);
+        ServedSpec::new(&entries).knowing(&f)
+    };
+    match s
+        .claim(&typed, "v2-build", None, &knows(&["value:app::Order@2"]))
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Unserved { reason, .. } => assert!(reason.contains("feature value:app::Order@3"), "{reason}"),
+        other => panic!("a build that knows version 2 must give the run back, got {other:?}"),
+    }
+    let h = s.header(&typed).await.unwrap().unwrap();
+    assert_eq!((h.status, h.fence, h.attempt), (RunStatus::Pending, 0, 0), "untouched");
+    let both = knows(&["value:app::Order@2", "value:app::Order@3"]);
+    assert!(matches!(
+        s.claim(&typed, "v3-build", None, &both).await.unwrap(),
+        ClaimOutcome::Claimed(_)
+    ));
     // A run of a newer build names a feature this build has never heard of.
     let future = new_run(&s, json!(1)).await;
     let run_key = s.keys().run(&future).run;

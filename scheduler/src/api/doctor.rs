@@ -232,6 +232,7 @@ mod tests {
                 version,
                 min_version: version,
                 input_version: None,
+                input_type: None,
             }],
             until: 20_000,
             ttl_ms: 10_000,

@@ -180,6 +180,7 @@ mod tests {
                     version: *hi,
                     min_version: *lo,
                     input_version: None,
+                    input_type: None,
                 })
                 .collect(),
             queue: queue.into(),

@@ -109,6 +109,7 @@ pub(crate) async fn start(
     // The input was checked against the newest code's schema: it is at that code's version of
     // the input's type.
     opts.input_version = entry.input_version;
+    opts.input_type = entry.input_type.clone();
     // The run's trace starts at this request's span when traces are exported.
     let trace = savepoint_runtime::telemetry::current_traceparent().unwrap_or_else(new_traceparent);
     let outcome = svc
@@ -181,6 +182,7 @@ fn start_options(req: &StartRequest, max_body: usize) -> Result<(CreateOptions, 
         flow,
         priority,
         input_version: None,
+        input_type: None,
     };
     Ok((opts, input))
 }

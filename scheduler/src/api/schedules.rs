@@ -426,6 +426,8 @@ async fn start(svc: &Services, spec: &ScheduleSpec, input: &Value, thread: &str)
         flow: None,
         priority: 0,
         input_version: spec.input_version,
+        // The input's type is the newest code's (its name, not its version, is taken here).
+        input_type: entry.input_type.clone(),
     };
     match svc
         .store

@@ -474,6 +474,7 @@ mod tests {
                 version: 1,
                 min_version: 1,
                 input_version: None,
+                input_type: None,
             }],
             queue: queue.into(),
             until: 100_000,

@@ -43,14 +43,18 @@ pub struct ChildSpec {
     timeout: Option<Duration>,
     queue: Option<String>,
     input_version: Option<u32>,
+    /// The input's type name when `W` declares its version (its run feature).
+    input_type: Option<&'static str>,
 }
 
 impl ChildSpec {
     /// A run of `W` (at `W::VERSION`) with this input (stamped with the version `W` declares
     /// for its input's type, [`Workflow::versions`]).
     pub fn of<W: Workflow>(input: impl Serialize) -> Self {
+        let versions = W::versions();
         Self {
-            input_version: W::versions().version_of::<W::Input>(),
+            input_version: versions.version_of::<W::Input>(),
+            input_type: versions.name_of::<W::Input>(),
             ..Self::named(W::NAME, W::VERSION, input)
         }
     }
@@ -67,6 +71,7 @@ impl ChildSpec {
             timeout: None,
             queue: None,
             input_version: None,
+            input_type: None,
         }
     }
 
@@ -221,6 +226,7 @@ impl Core {
             flow: None,
             priority: 0,
             input_version: spec.input_version,
+            input_type: spec.input_type.map(str::to_owned),
         };
         let trace = (self.p.traceparent)().unwrap_or_default();
         let created = self

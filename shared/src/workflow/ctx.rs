@@ -136,6 +136,7 @@ pub struct CtxParts {
 pub(super) struct Reader {
     upgrade: fn(&super::Versions, Option<u32>, Value) -> super::versions::Upgrade,
     version_of: fn(&super::Versions) -> Option<u32>,
+    name_of: fn(&super::Versions) -> Option<&'static str>,
 }
 
 impl Reader {
@@ -144,6 +145,7 @@ impl Reader {
         Self {
             upgrade: super::Versions::upgrade::<T>,
             version_of: super::Versions::version_of::<T>,
+            name_of: super::Versions::name_of::<T>,
         }
     }
 
@@ -253,20 +255,27 @@ impl Core {
     }
 
     /// [`Core::value_version`] for a value this slice is about to record. The first versioned
-    /// value of a run makes it need the run feature `value_versions` first (a fenced note of
-    /// its `needs`), so a worker of a build that does not read versioned entries gives the run
-    /// back instead of claiming it (§7a); a failed note stops the slice as any write does.
+    /// value of a run makes it need the run feature `value_versions`, and the first of each
+    /// type and version the feature `value:<type>@<version>`, first (a fenced note of its
+    /// `needs`): a worker of a build that does not read versioned entries, or that knows an
+    /// older version of the type, gives the run back instead of claiming it (§7a). A failed
+    /// note stops the slice as any write does.
     pub(super) async fn stamp(&mut self, reader: Reader) -> Option<u32> {
         let tv = self.value_version(reader)?;
-        const FEATURE: &str = "value_versions";
-        if !self.p.replay_only && !self.p.needs.iter().any(|n| n == FEATURE) {
-            let mut needs: Vec<&str> = self.p.needs.iter().map(String::as_str).collect();
-            needs.push(FEATURE);
-            let field = savepoint_core::model::needs_field(needs);
+        if self.p.replay_only {
+            return Some(tv);
+        }
+        let typed = (reader.name_of)(&self.p.versions).map(|n| savepoint_core::model::value_feature(n, tv));
+        let missing: Vec<String> = std::iter::once("value_versions".to_owned())
+            .chain(typed)
+            .filter(|f| !self.p.needs.contains(f))
+            .collect();
+        if !missing.is_empty() {
+            let field = savepoint_core::model::needs_field(self.p.needs.iter().chain(&missing).map(String::as_str));
             if let Err(e) = self.p.store.note(&self.p.lease, "needs", &field).await {
                 return self.store_failed(e).await;
             }
-            self.p.needs.push(FEATURE.to_owned());
+            self.p.needs.extend(missing);
         }
         Some(tv)
     }

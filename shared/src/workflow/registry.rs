@@ -38,6 +38,8 @@ pub trait DynWorkflow: Send + Sync {
     fn versions(&self) -> Arc<super::Versions>;
     /// The version of its input's type (`None`: 1).
     fn input_version(&self) -> Option<u32>;
+    /// The name of its input's type, when it declares a version of it above 1.
+    fn input_type(&self) -> Option<&'static str>;
     /// Runs the body on JSON input.
     fn run<'a>(&'a self, ctx: &'a Ctx, input: Value) -> BoxFuture<'a, Result<Value, RunError>>;
 }
@@ -70,6 +72,9 @@ impl<W: Workflow> DynWorkflow for Erased<W> {
     }
     fn input_version(&self) -> Option<u32> {
         self.versions.version_of::<W::Input>()
+    }
+    fn input_type(&self) -> Option<&'static str> {
+        self.versions.name_of::<W::Input>()
     }
     fn run<'a>(&'a self, ctx: &'a Ctx, input: Value) -> BoxFuture<'a, Result<Value, RunError>> {
         Box::pin(async move {
@@ -158,7 +163,15 @@ impl Registry {
                 version: w.version(),
                 min_version: w.min_version(),
                 input_version: w.input_version(),
+                input_type: w.input_type().map(str::to_owned),
             })
             .collect()
+    }
+
+    /// The run features the registered code knows beyond the engine's: every declared version
+    /// of every versioned value type ([`Versions::features`](super::Versions::features)).
+    pub fn value_features(&self) -> Vec<String> {
+        let set: std::collections::BTreeSet<String> = self.map.values().flat_map(|w| w.versions().features()).collect();
+        set.into_iter().collect()
     }
 }

@@ -150,6 +150,28 @@ impl Versions {
             .filter(|v| *v > 1)
     }
 
+    /// The name `T` is declared under, when this code records it above version 1 (the name
+    /// its run feature carries: [`value_feature`](savepoint_core::model::value_feature)).
+    pub fn name_of<T: 'static>(&self) -> Option<&'static str> {
+        self.by_type
+            .get(&TypeId::of::<T>())
+            .filter(|d| d.version > 1)
+            .map(|d| d.name)
+    }
+
+    /// The run features this code knows: every version above 1 of every declared type
+    /// (`value:<type>@<v>`), up to its declared one. A run that recorded a value of a version
+    /// past them is given back by this worker's claim, untouched.
+    pub fn features(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .by_type
+            .values()
+            .flat_map(|d| (2..=d.version).map(|v| savepoint_core::model::value_feature(d.name, v)))
+            .collect();
+        out.sort();
+        out
+    }
+
     /// Upgrades `value`, recorded at version `recorded` (`None`: 1) of `T`, to this code's
     /// version of `T`, one migration at a time.
     pub fn upgrade<T: 'static>(&self, recorded: Option<u32>, value: Value) -> Upgrade {
@@ -257,5 +279,18 @@ mod tests {
             panic!()
         };
         assert!(why.contains("version 2") && why.contains("knows version 1"), "{why}");
+    }
+
+    #[test]
+    fn knows_every_version_of_every_declared_type_above_one() {
+        let vs = Versions::new().of::<Totals>();
+        let name = std::any::type_name::<Totals>();
+        assert_eq!(vs.name_of::<Totals>(), Some(name));
+        assert_eq!(vs.name_of::<String>(), None);
+        assert_eq!(
+            vs.features(),
+            vec![format!("value:{name}@2"), format!("value:{name}@3")]
+        );
+        assert!(Versions::new().features().is_empty());
     }
 }

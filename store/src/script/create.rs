@@ -72,7 +72,8 @@ impl ScriptStore {
                 .arg(f.rate.map(|r| r.to_string()).unwrap_or_default()),
             None => inv.arg("").arg("").arg(""),
         };
-        inv.arg(opts.priority).arg(needs_field(opts.needs()));
+        inv.arg(opts.priority)
+            .arg(needs_field(opts.needs().iter().map(String::as_str)));
         inv.arg(
             opts.input_version
                 .filter(|v| *v > 1)

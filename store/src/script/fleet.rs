@@ -211,6 +211,7 @@ impl ScriptStore {
                         // schema is the one a start's input is checked against).
                         if (e.version, e.input_version) > (c.version, c.input_version) {
                             c.input_version = e.input_version;
+                            c.input_type = e.input_type.clone();
                         }
                         c.version = c.version.max(e.version);
                         c.min_version = c.min_version.min(e.min_version);
