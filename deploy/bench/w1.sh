@@ -9,6 +9,8 @@
 #   WORKFLOW=webhook deploy/bench/w1.sh     # a webhook effect in the middle step
 #   INFLIGHT=1 RUNS=200 deploy/bench/w1.sh  # unloaded: one run at a time
 #   SAVEPOINT_CHECKPOINTS=sync deploy/bench/w1.sh  # one acknowledged commit per step
+#   PROFILE=1 deploy/bench/w1.sh            # also a system-wide CPU profile (perf) of the load:
+#                                           # each process's hottest functions, in µs per step
 #   SAVEPOINT_REDIS_URL=redis+cluster://127.0.0.1:7000 REDIS_CLI="redis-cli -c -p 7000" \
 #     FLOOR=0 deploy/bench/w1.sh            # on a Redis Cluster (the I/O floor is single-node)
 # Prints loadgen's figures, the floor and the ratio. Uses a fresh namespace, cleans up.
@@ -56,15 +58,35 @@ FLOW_ARGS=(); [ "$FLOW_KEYS" -gt 0 ] && FLOW_ARGS=(--flow-keys "$FLOW_KEYS" --fl
 proc_cpu() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
 redis_cpu() { "${RCLI[@]}" info cpu | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { printf "%.6f", s }'; }
 redis_out() { "${RCLI[@]}" info stats | awk -F: '/^total_net_output_bytes:/ { print $2 + 0 }'; }
+# Every process the load runs through, for the CPU split (Redis and RabbitMQ when local).
+SPID=${PIDS[0]}
+REDIS_PID=$("${RCLI[@]}" info server | awk -F: '/^process_id:/ { print $2 + 0 }')
+[ -r "/proc/$REDIS_PID/stat" ] || REDIS_PID=
+RABBIT_PID=$(pgrep -o -f beam.smp || true)
+# CPU seconds of the reaped children of this shell (the load generator, once it has ended).
+child_cpu() { times | awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } } END { printf "%.3f", t }'; }
 "${RCLI[@]}" config resetstat >/dev/null
 WCPU0=$(proc_cpu "${WPIDS[@]}"); RCPU0=$(redis_cpu); ROUT0=$(redis_out)
+SCPU0=$(proc_cpu "$SPID"); QCPU0=$(proc_cpu ${RABBIT_PID:+"$RABBIT_PID"}); LCPU0=$(child_cpu)
+if [ "${PROFILE:-0}" = 1 ]; then
+  perf record -e cpu-clock -a -F 499 -o /tmp/w1-perf.data -q >/dev/null 2>&1 & PERF_PID=$!
+  sleep 0.5
+fi
 cpu_jiffies() { awk '/^cpu /{ idle=$5+$6; t=0; for(i=2;i<=NF;i++) t+=$i; print t-idle, t }' /proc/stat; }
 read -r BUSY0 TOTAL0 < <(cpu_jiffies)
 "${LOADGEN:-$BIN/savepoint}" --api "http://127.0.0.1:$PORT" loadgen --workflow "$WORKFLOW" --runs "$RUNS" --steps "$STEPS" \
   --payload-bytes "$PAYLOAD" "${FLOW_ARGS[@]}" --json > /tmp/w1-savepoint.json
 read -r BUSY1 TOTAL1 < <(cpu_jiffies)
 WCPU1=$(proc_cpu "${WPIDS[@]}"); RCPU1=$(redis_cpu); ROUT1=$(redis_out)
+SCPU1=$(proc_cpu "$SPID"); QCPU1=$(proc_cpu ${RABBIT_PID:+"$RABBIT_PID"}); LCPU1=$(child_cpu)
+if [ "${PROFILE:-0}" = 1 ]; then kill -INT "$PERF_PID"; wait "$PERF_PID" || true; fi
 "${RCLI[@]}" info commandstats > /tmp/w1-commandstats.txt
+TCK=$(getconf CLK_TCK)
+# CPU seconds over the load: the scheduler (API and scanners), RabbitMQ, the load generator,
+# and the whole machine (busy time of every core).
+awk -v s=$((SCPU1 - SCPU0)) -v q=$((QCPU1 - QCPU0)) -v l0="$LCPU0" -v l1="$LCPU1" -v b=$((BUSY1 - BUSY0)) \
+  -v t=$((TOTAL1 - TOTAL0)) -v tck="$TCK" 'BEGIN { printf "%f %f %f %f %f\n", s / tck, q / tck, l1 - l0, b / tck, (t - b) / tck }' \
+  >/tmp/w1-cpu-more.txt
 echo "$(( (WCPU1 - WCPU0) * 10000 / $(getconf CLK_TCK) ))e-4 $(awk -v a="$RCPU0" -v b="$RCPU1" 'BEGIN { print b - a }') $((ROUT1 - ROUT0))" > /tmp/w1-cpu-split.txt
 # The machine's CPU use while the load ran (every process on it), in % of all its cores.
 awk -v b=$((BUSY1 - BUSY0)) -v t=$((TOTAL1 - TOTAL0)) 'BEGIN { printf "%.0f\n", 100 * b / (t ? t : 1) }' >/tmp/w1-cpu.txt
@@ -86,7 +108,28 @@ for line in open('/tmp/w1-commandstats.txt'):
 wcpu, rcpu, rout = (float(x) for x in open('/tmp/w1-cpu-split.txt').read().split())
 runs, steps = r['runs'], max(r['steps'], 1)
 print(f"scripts/run {calls / runs:.1f}  script µs/step {usec / steps:.1f}  redis CPU µs/step {1e6 * rcpu / steps:.1f}  worker CPU µs/step {1e6 * wcpu / steps:.1f}  redis bytes out/step {rout / steps:.0f}")
+# Where a step's CPU goes, machine-wide: each process the load runs through, and the rest
+# (the kernel's own threads, AOF fsync, anything else running), against the idle cores.
+sched, rabbit, load, busy, idle = (float(x) for x in open('/tmp/w1-cpu-more.txt').read().split())
+us = lambda x: 1e6 * x / steps
+rest = busy - wcpu - rcpu - sched - rabbit - load
+print(f"CPU µs/step: workers {us(wcpu):.1f}, redis {us(rcpu):.1f}, rabbitmq {us(rabbit):.1f}, scheduler {us(sched):.1f}, "
+      f"load generator {us(load):.1f}, rest of the machine {us(rest):.1f}; busy {us(busy):.1f}, idle {us(idle):.1f}")
 PY
+if [ "${PROFILE:-0}" = 1 ]; then
+  # The hottest functions of each process, as µs of CPU per step (samples x period / steps).
+  steps=$(python3 -c "import json; print(max(json.load(open('/tmp/w1-savepoint.json'))['steps'], 1))")
+  show() { # LABEL PIDS
+    [ -n "$2" ] || return 0
+    echo "== profile: $1 (self time by binary and function; µs/step and share of the process)"
+    perf report -i /tmp/w1-perf.data --pid "$2" --no-children --sort dso,sym -q --stdio -F overhead,period,dso,sym 2>/dev/null |
+      awk -v n="$steps" 'NF >= 4 && $1 ~ /%$/ { p = $2; $2 = sprintf("%7.2f µs/step", p / 1000 / n); print }' | head -"${TOP:-12}"
+  }
+  show workers "$(IFS=,; echo "${WPIDS[*]}")"
+  show redis "$REDIS_PID"
+  show rabbitmq "$RABBIT_PID"
+  show scheduler "$SPID"
+fi
 if [ "$FLOOR" = 1 ]; then
   echo "== I/O floor: same shape"
   "$BIN"/io-floor --runs "$RUNS" --steps "$STEPS" --workers "$WORKERS" --json > /tmp/w1-floor.json
