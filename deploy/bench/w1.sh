@@ -63,11 +63,16 @@ SPID=${PIDS[0]}
 REDIS_PID=$("${RCLI[@]}" info server | awk -F: '/^process_id:/ { print $2 + 0 }')
 [ -r "/proc/$REDIS_PID/stat" ] || REDIS_PID=
 RABBIT_PID=$(pgrep -o -f beam.smp || true)
-# CPU seconds of the reaped children of this shell (the load generator, once it has ended).
-child_cpu() { times | awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } } END { printf "%.3f", t }'; }
+# CPU seconds of the reaped children of this shell (the load generator, once it has ended):
+# `times` in this shell (in a command substitution it would report the subshell's).
+child_cpu() {
+  times >/tmp/w1-times.txt
+  awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } } END { printf "%.3f", t }' /tmp/w1-times.txt
+}
 "${RCLI[@]}" config resetstat >/dev/null
 WCPU0=$(proc_cpu "${WPIDS[@]}"); RCPU0=$(redis_cpu); ROUT0=$(redis_out)
-SCPU0=$(proc_cpu "$SPID"); QCPU0=$(proc_cpu ${RABBIT_PID:+"$RABBIT_PID"}); LCPU0=$(child_cpu)
+SCPU0=$(proc_cpu "$SPID"); QCPU0=$(proc_cpu ${RABBIT_PID:+"$RABBIT_PID"})
+child_cpu >/tmp/w1-lcpu0.txt; LCPU0=$(cat /tmp/w1-lcpu0.txt)
 if [ "${PROFILE:-0}" = 1 ]; then
   perf record -e cpu-clock -a -F 499 -o /tmp/w1-perf.data -q >/dev/null 2>&1 & PERF_PID=$!
   sleep 0.5
@@ -78,7 +83,8 @@ read -r BUSY0 TOTAL0 < <(cpu_jiffies)
   --payload-bytes "$PAYLOAD" "${FLOW_ARGS[@]}" --json > /tmp/w1-savepoint.json
 read -r BUSY1 TOTAL1 < <(cpu_jiffies)
 WCPU1=$(proc_cpu "${WPIDS[@]}"); RCPU1=$(redis_cpu); ROUT1=$(redis_out)
-SCPU1=$(proc_cpu "$SPID"); QCPU1=$(proc_cpu ${RABBIT_PID:+"$RABBIT_PID"}); LCPU1=$(child_cpu)
+SCPU1=$(proc_cpu "$SPID"); QCPU1=$(proc_cpu ${RABBIT_PID:+"$RABBIT_PID"})
+child_cpu >/tmp/w1-lcpu1.txt; LCPU1=$(cat /tmp/w1-lcpu1.txt)
 if [ "${PROFILE:-0}" = 1 ]; then kill -INT "$PERF_PID"; wait "$PERF_PID" || true; fi
 "${RCLI[@]}" info commandstats > /tmp/w1-commandstats.txt
 TCK=$(getconf CLK_TCK)
@@ -121,9 +127,10 @@ if [ "${PROFILE:-0}" = 1 ]; then
   steps=$(python3 -c "import json; print(max(json.load(open('/tmp/w1-savepoint.json'))['steps'], 1))")
   show() { # LABEL PIDS
     [ -n "$2" ] || return 0
-    echo "== profile: $1 (self time by binary and function; µs/step and share of the process)"
+    echo "== profile: $1 (self time by binary and function, in µs of CPU per step and % of all samples)"
     perf report -i /tmp/w1-perf.data --pid "$2" --no-children --sort dso,sym -q --stdio -F overhead,period,dso,sym 2>/dev/null |
-      awk -v n="$steps" 'NF >= 4 && $1 ~ /%$/ { p = $2; $2 = sprintf("%7.2f µs/step", p / 1000 / n); print }' | head -"${TOP:-12}"
+      awk -v n="$steps" 'NF >= 4 && $1 ~ /%$/ { p = $2; $2 = sprintf("%7.2f µs/step", p / 1000 / n); print }' |
+      sort -k2,2 -g -r | head -"${TOP:-12}"
   }
   show workers "$(IFS=,; echo "${WPIDS[*]}")"
   show redis "$REDIS_PID"
