@@ -116,6 +116,23 @@ fn known(at: u64, how: impl Into<String>) -> Estimate {
     }
 }
 
+/// The furthest an estimate goes: past it (a start rate of a token a century, a turnover of
+/// years) the time is no time anyone can plan by.
+const HORIZON_MS: f64 = 100.0 * 365.25 * 86_400_000.0;
+
+/// An estimate `ms` after `now`, by a rate or a mean: rates and means come from the run's own
+/// options and recent history, so any of them may be tiny or huge (a start rate of 1e-300 per
+/// second is a valid option); past [`HORIZON_MS`], or not a number, the time is unknown
+/// instead of an overflow.
+fn known_after(now: u64, ms: f64, how: impl Into<String>) -> Estimate {
+    let how = how.into();
+    if (0.0..=HORIZON_MS).contains(&ms) {
+        known(now.saturating_add(ms.ceil() as u64), how)
+    } else {
+        unknown(format!("unknown: more than a century away ({how})"))
+    }
+}
+
 /// A run a pause in force holds: it has not stopped it yet (its next claim does).
 fn held(p: &super::model::PauseView) -> Waiting {
     let shown = match (p.scope.as_str(), &p.workflow, p.version, &p.queue) {
@@ -313,8 +330,9 @@ fn runnable(h: &RunHeader, f: &WaitFacts<'_>) -> Waiting {
             "unknown: its {} worker(s) started no slice recently",
             servers.len()
         )),
-        Some(d) => known(
-            f.now + (d as f64 * 1000.0 / consume) as u64,
+        Some(d) => known_after(
+            f.now,
+            d as f64 * 1000.0 / consume,
             format!("{d} task(s) queued ÷ {consume:.1} slices/s its workers started recently"),
         ),
     };
@@ -355,8 +373,9 @@ fn in_line(flow: &savepoint_store::Flow, rank: u64, l: &LineFacts, now: u64) -> 
             .map(|(t, at)| (t + now.saturating_sub(at) as f64 * r / 1000.0).min(r.max(1.0)))
             .unwrap_or(0.0);
         let need = (rank as f64 + 1.0 - tokens).max(0.0);
-        let est = known(
-            now + (need * 1000.0 / r).ceil() as u64,
+        let est = known_after(
+            now,
+            need * 1000.0 / r,
             format!(
                 "{rank} ahead in line; the key's bucket refills a token every {:.0} ms",
                 1000.0 / r
@@ -390,10 +409,13 @@ fn line_estimate(turns: u64, rank: u64, l: &LineFacts, now: u64) -> Estimate {
         return known(now, "a slot is free for it: it takes one at its next claim");
     }
     match (l.turnover_ms, l.last_release_at) {
-        (Some(gap), Some(last)) if now.saturating_sub(last) <= (gap * STALE_GAPS).max(60_000) => known(
-            now + turns * gap.max(1),
-            format!("{rank} ahead: {turns} slot release(s) × {} mean turnover", span(gap)),
-        ),
+        (Some(gap), Some(last)) if now.saturating_sub(last) <= gap.saturating_mul(STALE_GAPS).max(60_000) => {
+            known_after(
+                now,
+                turns as f64 * gap.max(1) as f64,
+                format!("{rank} ahead: {turns} slot release(s) × {} mean turnover", span(gap)),
+            )
+        }
         (_, Some(last)) => unknown(format!(
             "unknown: no slot of the key has been given back for {}",
             span(now.saturating_sub(last))
@@ -599,5 +621,59 @@ mod tests {
             (w.on, w.estimate.at, w.until),
             (WaitingOn::RateLimit, Some(99_000), Some(99_000))
         );
+    }
+
+    /// Found by the contract test's fuzzing: a run started with a start rate of 1e-300 per
+    /// second made `GET /v1/runs?waiting_on=…` overflow its estimate (a panic in a debug
+    /// build, a wrapped time in a release one). Rates, turnovers and paces at any extreme give
+    /// a time, or none, never an overflow.
+    #[test]
+    fn estimates_at_extreme_rates_are_unknown_not_an_overflow() {
+        let mut h = header(RunStatus::Pending, &[]);
+        h.flow = Some(Flow {
+            key: "k".into(),
+            limit: 10,
+            rate: Some(1e-300),
+        });
+        let line = LineFacts {
+            rank: Some(3),
+            in_line: u64::MAX,
+            holders: 0,
+            tokens: Some((0.0, u64::MAX)),
+            last_release_at: Some(95_000),
+            turnover_ms: Some(u64::MAX / 2),
+            now: 95_000,
+        };
+        let f = WaitFacts {
+            line: Some(line.clone()),
+            ..facts(&[])
+        };
+        let w = waiting(&h, &f).unwrap();
+        assert_eq!((w.on, w.estimate.at, w.until), (WaitingOn::RateLimit, None, None));
+        assert!(w.estimate.how.contains("more than a century away"), "{w:?}");
+        // A slot, the last of a line as long as u64's range, after a turnover of half of it
+        // in ms.
+        h.flow = Some(Flow {
+            key: "k".into(),
+            limit: 1,
+            rate: None,
+        });
+        let f = WaitFacts {
+            line: Some(LineFacts {
+                holders: 1,
+                rank: Some(u64::MAX - 1),
+                ..line
+            }),
+            ..facts(&[])
+        };
+        assert_eq!(waiting(&h, &f).unwrap().estimate.at, None);
+        // A backlog its workers take at a pace of one slice in ~3e290 years.
+        let ws = [worker("tasks", 1e-300)];
+        let f = WaitFacts {
+            depth: Some(u32::MAX),
+            ..facts(&ws)
+        };
+        let w = waiting(&header(RunStatus::Pending, &[]), &f).unwrap();
+        assert_eq!((w.on, w.estimate.at), (WaitingOn::Backlog, None));
     }
 }
