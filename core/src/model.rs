@@ -422,6 +422,16 @@ pub fn value_feature(type_name: &str, version: u32) -> String {
     format!("value:{type_name}@{version}")
 }
 
+/// Whether `feature` is [`value_feature`]`(type_name, version)`, read without building it (a
+/// slice checks its run's `needs` at every versioned value it records).
+pub fn is_value_feature(feature: &str, type_name: &str, version: u32) -> bool {
+    feature
+        .strip_prefix("value:")
+        .and_then(|r| r.strip_prefix(type_name))
+        .and_then(|r| r.strip_prefix('@'))
+        .is_some_and(|v| v.parse() == Ok(version))
+}
+
 /// The `needs` field of a run: feature names joined by `\x1f` (empty: none).
 pub fn needs_field<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
     let set: std::collections::BTreeSet<&str> = names.into_iter().collect();
@@ -832,6 +842,20 @@ pub struct Flow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_feature_is_recognised_without_building_it() {
+        let f = value_feature("app::Order<app::Line>", 12);
+        assert!(is_value_feature(&f, "app::Order<app::Line>", 12));
+        assert!(!is_value_feature(&f, "app::Order<app::Line>", 1));
+        assert!(!is_value_feature(&f, "app::Order", 12));
+        assert!(!is_value_feature("value_versions", "app::Order", 12));
+        assert!(!is_value_feature(
+            &value_feature("app::Order", 12),
+            "app::Order<app::Line>",
+            12
+        ));
+    }
 
     #[test]
     fn each_block_kind_round_trips_through_its_stored_name() {

@@ -65,14 +65,14 @@ REDIS_PID=$("${RCLI[@]}" info server | awk -F: '/^process_id:/ { print $2 + 0 }'
 RABBIT_PID=$(pgrep -o -f beam.smp || true)
 # CPU seconds of the reaped children of this shell (the load generator, once it has ended):
 # `times` in this shell (in a command substitution it would report the subshell's).
-child_cpu() {
+child_cpu() { # -> LCPU
   times >/tmp/w1-times.txt
-  awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } } END { printf "%.3f", t }' /tmp/w1-times.txt
+  LCPU=$(awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } } END { printf "%.3f", t }' /tmp/w1-times.txt)
 }
 "${RCLI[@]}" config resetstat >/dev/null
 WCPU0=$(proc_cpu "${WPIDS[@]}"); RCPU0=$(redis_cpu); ROUT0=$(redis_out)
 SCPU0=$(proc_cpu "$SPID"); QCPU0=$(proc_cpu ${RABBIT_PID:+"$RABBIT_PID"})
-child_cpu >/tmp/w1-lcpu0.txt; LCPU0=$(cat /tmp/w1-lcpu0.txt)
+child_cpu; LCPU0=$LCPU
 if [ "${PROFILE:-0}" = 1 ]; then
   perf record -e cpu-clock -a -F 499 -o /tmp/w1-perf.data -q >/dev/null 2>&1 & PERF_PID=$!
   sleep 0.5
@@ -84,7 +84,7 @@ read -r BUSY0 TOTAL0 < <(cpu_jiffies)
 read -r BUSY1 TOTAL1 < <(cpu_jiffies)
 WCPU1=$(proc_cpu "${WPIDS[@]}"); RCPU1=$(redis_cpu); ROUT1=$(redis_out)
 SCPU1=$(proc_cpu "$SPID"); QCPU1=$(proc_cpu ${RABBIT_PID:+"$RABBIT_PID"})
-child_cpu >/tmp/w1-lcpu1.txt; LCPU1=$(cat /tmp/w1-lcpu1.txt)
+child_cpu; LCPU1=$LCPU
 if [ "${PROFILE:-0}" = 1 ]; then kill -INT "$PERF_PID"; wait "$PERF_PID" || true; fi
 "${RCLI[@]}" info commandstats > /tmp/w1-commandstats.txt
 TCK=$(getconf CLK_TCK)

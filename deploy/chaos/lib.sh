@@ -187,13 +187,18 @@ chaos_start_workers() { # N
 }
 
 chaos_wait_registered() { # WORKFLOW [SECS]
-  local wf=$1 secs=${2:-60} end=$((SECONDS + ${2:-60}))
+  chaos_wait_registration "\"name\":\"$1\"" "workflow $1" "${2:-60}"
+}
+
+# chaos_wait_registration PATTERN WHAT [SECS]: until a live worker's registration (JSON, in
+# the hash incarnation -> registration) matches the grep PATTERN (WHAT names it on failure).
+chaos_wait_registration() {
+  local secs=${3:-60} end=$((SECONDS + ${3:-60}))
   while ((SECONDS < end)); do
-    # (Live registrations: incarnation -> JSON naming the workflows it serves.)
-    chaos_redis hgetall "$NS:workers" 2>/dev/null | grep -q "\"name\":\"$wf\"" && return 0
+    chaos_redis hgetall "$NS:workers" 2>/dev/null | grep -q -- "$1" && return 0
     sleep 0.2
   done
-  chaos_die "no worker registered workflow $wf within ${secs}s (see $CHAOS_TMP/worker-*.log)"
+  chaos_die "no worker registered $2 within ${secs}s (see $CHAOS_TMP/worker-*.log)"
 }
 
 # chaos_start_loadgen ARGS...: loadgen JSON in $CHAOS_TMP/loadgen.json, stderr in loadgen.err.

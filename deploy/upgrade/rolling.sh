@@ -155,19 +155,10 @@ wait_status() { # ID STATUS SECS: until the run has STATUS, or fail naming what 
   chaos_die "run $1 is $status, not $2, after $3 s"
 }
 
-wait_queue() { # QUEUE: until a live worker's registration names the task queue
-  local end=$((SECONDS + 60))
-  while ((SECONDS < end)); do
-    chaos_redis hgetall "$NS:workers" 2>/dev/null | grep -q "$1" && return 0
-    sleep 0.2
-  done
-  chaos_die "no worker registered task queue $1 within 60 s"
-}
-
 wait_gone() { # PID SECS: until the process has exited
   local end=$((SECONDS + $2))
   while ((SECONDS < end)); do
-    kill -0 "$1" 2>/dev/null || return 0
+    chaos_alive "$1" || return 0
     sleep 0.2
   done
   chaos_die "process $1 did not exit within $2 s"
@@ -188,7 +179,7 @@ leave_stuck() { # TAG
   local tag=$1 out='.total_cents == 125000 and .lines == 2'
   chaos_start_worker "hold-$tag" SAVEPOINT_WORKER_QUEUES="hold-$tag" SAVEPOINT_FAILPOINTS=effect.after_call=abort
   local crash=$CHAOS_LAST_PID
-  wait_queue "hold-$tag"
+  chaos_wait_registration "hold-$tag" "task queue hold-$tag"
   start_run invoice "{\"invoice_id\": \"hold-$tag\"}" "{\"queue\": \"hold-$tag\"}" "$out"
   HOLD=$LAST_RUN
   wait_gone "$crash" 30
@@ -197,7 +188,7 @@ leave_stuck() { # TAG
   wait_status "$SLEEPER" sleeping 30
   chaos_start_worker "doubt-$tag" SAVEPOINT_WORKER_QUEUES="doubt-$tag" SAVEPOINT_FAILPOINTS=effect.after_call=abort@2
   crash=$CHAOS_LAST_PID
-  wait_queue "doubt-$tag"
+  chaos_wait_registration "doubt-$tag" "task queue doubt-$tag"
   start_run invoice "{\"invoice_id\": \"doubt-$tag\"}" "{\"queue\": \"doubt-$tag\"}" "$out"
   BLOCKED=$LAST_RUN
   wait_gone "$crash" 30

@@ -377,7 +377,6 @@ struct Progress {
     cancelled_at: Vec<Option<u64>>,
     created: Vec<bool>,
     seen: Vec<Seen>,
-    rotated: bool,
     /// When the key rotation (and the rolling deploy) began.
     rotated_at: Option<u64>,
     /// The rolling deploy the key rotation began, while it goes on.
@@ -400,7 +399,6 @@ impl Progress {
             cancelled_at: vec![None; runs],
             created: vec![false; runs],
             seen: (0..runs).map(|_| Seen::default()).collect(),
-            rotated: false,
             rotated_at: None,
             rolling: None,
             sched_created: [false; SCHEDULES.len()],
@@ -433,7 +431,7 @@ async fn drive(sim: &mut Sim, load: &mut Workload, p: &mut Progress, args: &SimA
         }
         // (Also after the heal: the rotation may restart workers late in a stalled seed.)
         sim.w.restart_due_workers(false);
-        if !p.rotated && now >= args.chaos_ms / 2 {
+        if p.rotated_at.is_none() && now >= args.chaos_ms / 2 {
             rotate_keys(&mut sim.w, p, now, args);
         }
         roll_on(&mut sim.w, p, now, args);
@@ -500,7 +498,6 @@ fn crash_a_worker_now_and_then(w: &mut World, args: &SimArgs) {
 /// must give those back untouched (invariant 16 sees none blocked), and the second build's
 /// workers take them once they are up.
 fn rotate_keys(w: &mut World, p: &mut Progress, now: u64, args: &SimArgs) {
-    p.rotated = true;
     p.rotated_at = Some(now);
     w.cfg.security.payload_keys = Redacted(format!("{KEY_K2},{KEY_K1}"));
     w.deployed = true;

@@ -265,11 +265,15 @@ impl Core {
         if self.p.replay_only {
             return Some(tv);
         }
-        let typed = (reader.name_of)(&self.p.versions).map(|n| savepoint_core::model::value_feature(n, tv));
-        let missing: Vec<String> = std::iter::once("value_versions".to_owned())
-            .chain(typed)
-            .filter(|f| !self.p.needs.contains(f))
-            .collect();
+        use savepoint_core::model::{is_value_feature, value_feature};
+        const BASE: &str = "value_versions";
+        let needs = &self.p.needs;
+        let base = (!needs.iter().any(|n| n == BASE)).then(|| BASE.to_owned());
+        let typed = (reader.name_of)(&self.p.versions)
+            .filter(|name| !needs.iter().any(|n| is_value_feature(n, name, tv)))
+            .map(|name| value_feature(name, tv));
+        // (Every value after the first of its type and version finds both and writes nothing.)
+        let missing: Vec<String> = base.into_iter().chain(typed).collect();
         if !missing.is_empty() {
             let field = savepoint_core::model::needs_field(self.p.needs.iter().chain(&missing).map(String::as_str));
             if let Err(e) = self.p.store.note(&self.p.lease, "needs", &field).await {
