@@ -57,8 +57,9 @@ pub struct Metrics {
     /// Pause and resume requests, by `action` (`pause`, `resume`) and `scope` (`run`,
     /// `workflow`, `version`, `queue`, `filter`).
     pub pauses: Family<Labels, Counter>,
-    /// Slices started, by how their journal was read (`held`: only what is new past the
-    /// journal this worker kept from the run's last slice here; `whole`).
+    /// Slices started, by how they began (`parked`: the run's body, parked at its last slice
+    /// here, went on; `held`: the journal read only past what this worker kept from the run's
+    /// last slice here; `whole`).
     pub resumes: Family<Labels, Counter>,
 }
 

@@ -98,6 +98,12 @@ pub struct WorkerSection {
     /// next slice here reads only the entries past them (0: keep none; each resume reads the
     /// whole journal).
     pub journal_cache_entries: usize,
+    /// Workflow bodies this worker keeps parked at most: a body that suspends (a sleep, a
+    /// wait) or yields with its journal durable stays parked, and the run's next slice on this
+    /// worker goes on from it instead of replaying the journal (its entries count in
+    /// `journal_cache_entries`; past this many, the bodies parked longest give way to their
+    /// journals; 0: every slice replays from the top).
+    pub parked_bodies: usize,
     /// How long SIGTERM waits for in-flight slices (ms).
     pub shutdown_grace_ms: u64,
     /// Health/metrics listener.
@@ -120,6 +126,7 @@ impl Default for WorkerSection {
             max_journal_bytes: 16 * 1024 * 1024,
             checkpoints: "pipelined".into(),
             journal_cache_entries: 100_000,
+            parked_bodies: 10_000,
             shutdown_grace_ms: 10_000,
             http_addr: "127.0.0.1:7071".into(),
             name: "worker".into(),
@@ -332,6 +339,7 @@ impl Config {
         env_parse(env, "SAVEPOINT_MAX_JOURNAL_BYTES", &mut w.max_journal_bytes)?;
         env_parse(env, "SAVEPOINT_CHECKPOINTS", &mut w.checkpoints)?;
         env_parse(env, "SAVEPOINT_JOURNAL_CACHE_ENTRIES", &mut w.journal_cache_entries)?;
+        env_parse(env, "SAVEPOINT_PARKED_BODIES", &mut w.parked_bodies)?;
         env_parse(env, "SAVEPOINT_SHUTDOWN_GRACE_MS", &mut w.shutdown_grace_ms)?;
         env_parse(env, "SAVEPOINT_WORKER_HTTP_ADDR", &mut w.http_addr)?;
         env_parse(env, "SAVEPOINT_WORKER_QUEUES", &mut w.queues)?;

@@ -320,7 +320,8 @@ async fn start(
         in_flight: Default::default(),
         steps: Default::default(),
         slices: Default::default(),
-        journals: crate::journals::Journals::new(cfg.worker.journal_cache_entries),
+        journals: crate::journals::Journals::new(cfg.worker.journal_cache_entries, cfg.worker.parked_bodies),
+        park: cfg.worker.parked_bodies > 0 && cfg.worker.journal_cache_entries > 0,
     });
     Ok((shared, info))
 }

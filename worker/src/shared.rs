@@ -44,6 +44,9 @@ pub(crate) struct Shared {
     pub slices: std::sync::atomic::AtomicU64,
     /// The journals of runs this worker ran, kept for their next slice here.
     pub journals: crate::journals::Journals,
+    /// Slices may park their workflow body between slices (`worker.parked_bodies`, and a
+    /// journal cache to hold it in).
+    pub park: bool,
 }
 
 /// Shortest time between two on-demand reads of the fleet.

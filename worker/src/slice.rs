@@ -14,7 +14,7 @@ use tracing::Instrument;
 use futures::future::BoxFuture;
 
 use savepoint::journal::Entry;
-use savepoint::workflow::decide::{self, Body};
+use savepoint::workflow::decide::{self, Body as BodyEnd, SliceEnd};
 use savepoint::workflow::engine::{busy_backoff, key_still_held, CtxParts, DynWorkflow, Routing, TaskSink};
 use savepoint::workflow::{Ctx, RunError, WorkflowError};
 use savepoint_broker::Queues;
@@ -29,7 +29,7 @@ use savepoint_store::{
 };
 
 use crate::heartbeat::Heartbeat;
-use crate::journals::Resumed;
+use crate::journals::{Body, ParkedRun, Resumed};
 use crate::shared::Shared;
 
 mod plan;
@@ -196,17 +196,13 @@ async fn run_slice(shared: &Shared, mut c: Claimed) {
         Ok(admitted) => admitted,
         Err(early) => return end_early(shared, &c, &mut lease, early).await,
     };
-    let Resumed {
-        entries: journal,
-        bytes,
-    } = match journal_of(shared, &mut c).await {
+    let resumed = match journal_of(shared, &mut c).await {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(error = %e, "reading the journal failed; releasing the run for a retry");
             return release_for_retry(shared, &mut lease).await;
         }
     };
-    let replayed = journal.len();
     let lost = CancellationToken::new();
     // Shutdown, or a pause the heartbeat finds: the slice yields at its next call.
     let stop = shared.slices_stop.child_token();
@@ -218,32 +214,104 @@ async fn run_slice(shared: &Shared, mut c: Claimed) {
         (lost.clone(), stop.clone()),
         c.header.flow.clone(),
     );
-    let mut ctx = context(
-        shared,
-        &c,
-        &*wf,
-        Session {
-            lease,
-            journal,
-            journal_bytes: bytes,
-            lost,
-            clock,
-            stop,
-        },
-    );
-    let result = run_body(&*wf, &ctx, c.header.input.clone()).await;
+    let session = Session {
+        lease,
+        journal: Vec::new(),
+        journal_bytes: None,
+        lost,
+        clock,
+        stop,
+    };
+    let Some((ctx, mut body, replayed)) = start_body(shared, &c, wf, resumed, session) else {
+        return;
+    };
+    let result = run_body(&mut body, &ctx).await;
+    if result.is_none() {
+        if let Some(report) = ctx.take_parked() {
+            if ctx.parkable(report.at) {
+                let run = Box::new(ParkedRun { body, ctx, report });
+                return end_parked(shared, &c, run, (replayed, started)).await;
+            }
+        }
+    }
+    // The body is over (or not kept): the context is the slice's alone again.
+    drop(body);
+    let Ok(mut ctx) = Arc::try_unwrap(ctx) else {
+        tracing::error!("a slice's context outlived its body; the lease expires");
+        return;
+    };
     let at = ctx.next_index();
     let recorded = ctx.journal().len() as u32;
     shared
         .steps
         .fetch_add(u64::from(recorded).saturating_sub(replayed as u64), Ordering::Relaxed);
-    let end = decide::slice_end(body_of(&result), at, recorded, ctx.journal().get(at as usize));
+    let end = decide::slice_end(body_end(&result), at, recorded, ctx.journal().get(at as usize));
     let action = plan::end_action(end, ctx.take_exit(), at, c.header.queue.as_deref());
     let (action, tail) = with_unsent(&mut ctx, action).await;
     let mut lease = ctx.lease().clone();
     // Kept before the continuation or wake-up is published: its claim may come at once.
     keep_journal(shared, &c, &mut ctx, &action);
     let end = carry_out(shared, &c, &mut lease, action, &tail).await;
+    let live = ctx.live_calls();
+    slice_over(shared, &c, (end, replayed, live), started).await;
+}
+
+/// The slice's workflow body over its context, and the entries it starts with: a body from the
+/// top over the journal resumed, or the run's parked body going on with this slice's parts;
+/// `None` if a parked body was gone (never: the runtime holds it).
+fn start_body(
+    shared: &Shared,
+    c: &Claimed,
+    wf: Arc<dyn DynWorkflow>,
+    resumed: Resumed,
+    mut session: Session,
+) -> Option<(Arc<Ctx>, Body, usize)> {
+    match resumed {
+        Resumed::Journal { entries, bytes } => {
+            let replayed = entries.len();
+            (session.journal, session.journal_bytes) = (entries, bytes);
+            let ctx = Arc::new(Ctx::new(parts(shared, c, &*wf, session)));
+            let body = body_of_run(wf, ctx.clone(), c.header.input.clone());
+            Some((ctx, body, replayed))
+        }
+        Resumed::Parked { run, new } => {
+            let replayed = run.report.held as usize + new.len();
+            inc(&metrics().resumes, &[("read", "parked")]);
+            session.journal = new;
+            if !run.ctx.resume(parts(shared, c, &*wf, session), &run.report) {
+                tracing::error!("a parked body was gone; the lease expires");
+                return None;
+            }
+            let ParkedRun { body, ctx, .. } = *run;
+            Some((ctx, body, replayed))
+        }
+    }
+}
+
+/// The end of a slice whose body parked at a suspension or a yield with every entry durable:
+/// the body is kept for the run's next slice (before the continuation or wake-up is
+/// published: its claim may come at once), then the end is carried out.
+async fn end_parked(shared: &Shared, c: &Claimed, run: Box<ParkedRun>, (replayed, started): (usize, Instant)) {
+    let r = &run.report;
+    let (at, live, mut lease) = (r.at, r.live, r.lease.clone());
+    shared
+        .steps
+        .fetch_add(u64::from(r.held).saturating_sub(replayed as u64), Ordering::Relaxed);
+    let action = plan::end_action(
+        SliceEnd::FollowExit,
+        Some(r.exit.clone()),
+        at,
+        c.header.queue.as_deref(),
+    );
+    if !shared.journals.park(&c.header, run) {
+        tracing::debug!("the parked body cannot be kept; the next slice replays");
+    }
+    let end = carry_out(shared, c, &mut lease, action, &(0, Vec::new())).await;
+    slice_over(shared, c, (end, replayed, live), started).await;
+}
+
+/// After a slice's end is carried out: gives its flow slot back and counts it.
+async fn slice_over(shared: &Shared, c: &Claimed, (end, replayed, live): (&'static str, usize, u32), started: Instant) {
     if let Some(f) = &c.header.flow {
         // Only this slice's own slot (its fence): if the run was claimed again meanwhile (a
         // yield already published, a pause past the lease), the next slice holds it now.
@@ -252,24 +320,25 @@ async fn run_slice(shared: &Shared, mut c: Claimed) {
     tracing::debug!(
         end,
         replayed,
-        live = ctx.live_calls(),
+        live,
         elapsed_ms = started.elapsed().as_millis() as u64,
         "slice ended"
     );
     inc(&metrics().slices, &[("end", end)]);
 }
 
-/// The journal the slice starts from: the claim's, after what this worker kept of the run from
-/// its last slice here (read whole when what was kept does not fit the claim).
+/// What the slice starts from: the run's parked body, or the claim's journal after what this
+/// worker kept of the run from its last slice here (read whole when what was kept does not
+/// fit the claim).
 async fn journal_of(shared: &Shared, c: &mut Claimed) -> Result<Resumed, StoreError> {
     let claimed = std::mem::replace(&mut c.journal, Ok(Vec::new())).unwrap_or_default();
     let thread = &c.lease.thread;
     let resumed = shared.journals.resume(thread, c.journal_from, claimed);
-    let read = match &resumed {
-        Some(r) if r.bytes.is_some() => "held",
-        _ => "whole",
-    };
-    inc(&metrics().resumes, &[("read", read)]);
+    match &resumed {
+        Some(Resumed::Journal { bytes: Some(_), .. }) => inc(&metrics().resumes, &[("read", "held")]),
+        Some(Resumed::Parked { .. }) => {}
+        _ => inc(&metrics().resumes, &[("read", "whole")]),
+    }
     if let Some(r) = resumed {
         return Ok(r);
     }
@@ -278,7 +347,7 @@ async fn journal_of(shared: &Shared, c: &mut Claimed) -> Result<Resumed, StoreEr
         .get(thread)
         .await?
         .ok_or_else(|| StoreError::Missing(thread.to_string()))?;
-    Ok(Resumed { entries, bytes: None })
+    Ok(Resumed::Journal { entries, bytes: None })
 }
 
 /// Keeps the run's journal for its next slice on this worker when this one suspended or
@@ -456,9 +525,9 @@ struct Session {
     stop: CancellationToken,
 }
 
-/// The workflow context of a slice of claimed run `c`.
-fn context(shared: &Shared, c: &Claimed, wf: &dyn DynWorkflow, s: Session) -> Ctx {
-    Ctx::new(CtxParts {
+/// The parts of the workflow context of a slice of claimed run `c`.
+fn parts(shared: &Shared, c: &Claimed, wf: &dyn DynWorkflow, s: Session) -> CtxParts {
+    CtxParts {
         store: shared.run_store.clone(),
         lease: s.lease,
         journal: s.journal,
@@ -491,17 +560,24 @@ fn context(shared: &Shared, c: &Claimed, wf: &dyn DynWorkflow, s: Session) -> Ct
         versions: wf.versions(),
         input_version: c.header.input_version,
         needs: c.header.needs.clone(),
-    })
+        park: shared.park,
+    }
 }
 
 /// How a slice's workflow body ended: its result, or its panic; `None` when the context
 /// stopped it.
 type BodyResult = Option<std::thread::Result<Result<Value, RunError>>>;
 
-/// Runs the workflow body until it returns, panics, or the context stops the slice.
-async fn run_body(wf: &dyn DynWorkflow, ctx: &Ctx, input: Value) -> BodyResult {
+/// The body of a run over its context, from the top, owning both (so a body that parks can be
+/// kept past its slice).
+fn body_of_run(wf: Arc<dyn DynWorkflow>, ctx: Arc<Ctx>, input: Value) -> Body {
+    Box::pin(AssertUnwindSafe(async move { wf.run(&ctx, input).await }).catch_unwind())
+}
+
+/// Polls the workflow body until it returns or the context stops it (the body is left as it
+/// is then: the caller drops it or keeps it parked).
+async fn run_body(body: &mut Body, ctx: &Ctx) -> BodyResult {
     let stopped = ctx.exit_signal();
-    let body = AssertUnwindSafe(wf.run(ctx, input)).catch_unwind();
     tokio::select! {
         biased;
         _ = stopped.notified() => None,
@@ -510,13 +586,13 @@ async fn run_body(wf: &dyn DynWorkflow, ctx: &Ctx, input: Value) -> BodyResult {
 }
 
 /// The body's end as the slice-end decision reads it.
-fn body_of(result: &BodyResult) -> Body<'_> {
+fn body_end(result: &BodyResult) -> BodyEnd<'_> {
     match result {
-        Some(Err(panic)) => Body::Panicked(savepoint::workflow::engine::panic_message(&**panic)),
-        Some(Ok(Ok(output))) => Body::Returned(output),
-        Some(Ok(Err(err @ RunError::Workflow(WorkflowError::Decode { .. })))) => Body::Undecodable(err.to_string()),
-        Some(Ok(Err(err))) => Body::Errored(err.to_string()),
-        None => Body::Stopped,
+        Some(Err(panic)) => BodyEnd::Panicked(savepoint::workflow::engine::panic_message(&**panic)),
+        Some(Ok(Ok(output))) => BodyEnd::Returned(output),
+        Some(Ok(Err(err @ RunError::Workflow(WorkflowError::Decode { .. })))) => BodyEnd::Undecodable(err.to_string()),
+        Some(Ok(Err(err))) => BodyEnd::Errored(err.to_string()),
+        None => BodyEnd::Stopped,
     }
 }
 

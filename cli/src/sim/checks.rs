@@ -248,6 +248,44 @@ pub(super) async fn feature_checks(
     }
     sealed_checks(w, bad).await;
     migration_checks(w, runs, kinds, bad).await;
+    pace_checks(w, runs, kinds, bad).await;
+}
+
+/// Invariant 17, parked bodies: no `pace` run blocks, and a completed one returns what its input computes
+/// ([`workload::pace_output`]), whichever of its slices went on from a parked body and
+/// whichever replayed, and its journal is its steps and sleeps in order, each once.
+async fn pace_checks(w: &World, runs: &[(ThreadId, Value, u64)], kinds: &[Kind], bad: &mut Vec<String>) {
+    for (i, (t, body, _)) in runs.iter().enumerate() {
+        if kinds[i] != Kind::Pace {
+            continue;
+        }
+        let Some((h, journal)) = w.read(t).await else { continue };
+        // (No effect, no wait, no planted bug: nothing a pace run does may block it.)
+        if h.status == RunStatus::Blocked {
+            bad.push(format!("run {t} (pace) blocked: {}", h.reason.as_deref().unwrap_or("")));
+        }
+        if h.status != RunStatus::Completed {
+            continue;
+        }
+        let (id, steps) = (
+            body["input"]["id"].as_u64().unwrap_or(0),
+            body["input"]["steps"].as_u64().unwrap_or(0),
+        );
+        let want = workload::pace_output(id, steps);
+        let got = h.output.as_ref().and_then(|o| o["acc"].as_u64());
+        if got != Some(want) {
+            bad.push(format!(
+                "run {t} (pace, {steps} steps) returned {got:?}, its input computes {want}"
+            ));
+        }
+        let names: Vec<&str> = journal.iter().map(|e| e.name.as_str()).collect();
+        let expected: Vec<String> = (0..steps).flat_map(|i| [format!("s{i}"), format!("z{i}")]).collect();
+        if names != expected.iter().map(String::as_str).collect::<Vec<_>>() {
+            bad.push(format!(
+                "run {t} (pace): journal {names:?}, expected its steps and sleeps in order"
+            ));
+        }
+    }
 }
 
 /// Invariant 16, values that outlive their code: at the key rotation the workers restart on the

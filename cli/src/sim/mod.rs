@@ -21,7 +21,8 @@
 //! effects under each in-doubt policy and interrupts (`order`, `approve`), flow control with
 //! yields between steps (`metered`, slices of two steps), child workflows awaited and started
 //! and forgotten, with parents cancelled mid-way (`parent`, `kid`), a parallel group of
-//! effects and an effect whose attempts time out (`batch`), three schedules (`skip` and
+//! effects and an effect whose attempts time out (`batch`), steps and short sleeps whose
+//! bodies park between slices (`pace`), three schedules (`skip` and
 //! `buffer_one` every second, `allow_all` every two) starting `tock` runs, all with sealed payloads and a
 //! payload-key rotation mid-chaos (every worker restarted with the new sealing key and the
 //! second build of the workload, whose `approve` changed the type of a recorded value).
@@ -92,6 +93,14 @@
 //!     `approve` run blocks on a value,
 //!     every `ask` entry is at version 1 or 2, a completed run asks the question its id asks,
 //!     and invariant 4 replays every completed run on the second build, through the migration.
+//! 17. parked bodies (`checks.rs`): every sleep and yield of a worker parks the run's body
+//!     there, and its next slice on that worker goes on from it when the journal is what the
+//!     body parked at (it replays otherwise: a slice on another worker wrote the run since,
+//!     or the worker was killed); a completed `pace` run (steps folding their index into a
+//!     value, each followed by a short sleep, on any of the three workers) returns what its
+//!     input computes, and its journal holds its steps and sleeps in order, each once. The
+//!     summary line counts the slices that began from a parked body, a held journal and a
+//!     whole one.
 
 mod checks;
 mod faults;

@@ -162,10 +162,27 @@ pub fn run(args: &SimArgs) -> Vec<SeedReport> {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     println!("sim: {}", summary.join(" "));
+    print_slice_starts();
     if args.lua_coverage {
         print_lua_coverage();
     }
     failed
+}
+
+/// How the workers' slices began, over all seeds (the workers' metrics are the process's).
+fn print_slice_starts() {
+    let resumes = &savepoint_core::metrics::metrics().resumes;
+    let read = |how: &str| {
+        resumes
+            .get_or_create(&savepoint_core::metrics::labels(&[("read", how)]))
+            .get()
+    };
+    println!(
+        "sim: slices by how they began (all seeds): parked body {}, held journal {}, whole journal {}",
+        read("parked"),
+        read("held"),
+        read("whole")
+    );
 }
 
 /// The `--lua-coverage` table: per script, lines of code reached, and the ones never reached.

@@ -312,12 +312,14 @@ fn plan_run(w: &mut World, args: &SimArgs, i: usize) -> (ThreadId, Value, u64, K
         Kind::Order
     } else if x < 0.45 {
         Kind::Approve
-    } else if x < 0.65 {
+    } else if x < 0.6 {
         Kind::Metered
-    } else if x < 0.82 {
+    } else if x < 0.75 {
         Kind::Parent
-    } else {
+    } else if x < 0.88 {
         Kind::Batch
+    } else {
+        Kind::Pace
     };
     let t = ThreadId::new(format!("sim-run-{i}")).unwrap_or_else(|_| ThreadId::generate("sim"));
     // Runs start in the first half of the chaos; half the approvals right after it, in the
@@ -368,6 +370,8 @@ fn start_request(w: &mut World, kind: Kind, t: &ThreadId, i: usize, nap_ms: u64,
             "input": {"id": i, "secret": secret}}),
         Kind::Batch => json!({"workflow": "batch", "thread_id": t.as_str(),
             "input": {"id": i, "secret": secret}}),
+        Kind::Pace => json!({"workflow": "pace", "thread_id": t.as_str(),
+            "input": {"id": i, "steps": w.rng.random_range(6..=14u64), "secret": secret}}),
     }
 }
 

@@ -532,6 +532,41 @@ impl Workflow for Batch {
     }
 }
 
+/// `pace {id, steps, secret}`: steps that fold their index into a running value, each followed
+/// by a short durable sleep, no effect. With slices of two calls, every sleep and yield parks
+/// the body on its worker (ARCHITECTURE §7, "Parked bodies"), and the continuations land on
+/// any of the workers: a body goes on only over the journal it parked at, or replays. Its
+/// output is a pure function of its input ([`pace_output`]), checked at the end (invariant 17).
+struct Pace;
+
+/// What a `pace` run of `steps` steps under `id` returns.
+pub(crate) fn pace_output(id: u64, steps: u64) -> u64 {
+    (0..steps).fold(id, |acc, i| acc.wrapping_mul(31).wrapping_add(i + 1) % 1_000_000_007)
+}
+
+impl Workflow for Pace {
+    const NAME: &'static str = "pace";
+    type Input = Value;
+    type Output = Value;
+
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
+        let id = input["id"].as_u64().unwrap_or(0);
+        let steps = input["steps"].as_u64().unwrap_or(0);
+        let mut acc = id;
+        for i in 0..steps {
+            let before = acc;
+            acc = ctx
+                .step(&format!("s{i}"), move || async move {
+                    Ok(before.wrapping_mul(31).wrapping_add(i + 1) % 1_000_000_007)
+                })
+                .await?;
+            let nap = 5 + (id * 7 + i * 13) % 120;
+            ctx.sleep(&format!("z{i}"), Duration::from_millis(nap)).await?;
+        }
+        Ok(json!({"acc": acc, "secret": input["secret"]}))
+    }
+}
+
 /// The simulated workers' registry: the first build, or the second (`deployed`), whose
 /// `approve` records its question as a versioned [`Question`].
 pub(crate) fn registry(provider: Arc<Provider>, unguarded: bool, deployed: bool) -> Registry {
@@ -546,6 +581,7 @@ pub(crate) fn registry(provider: Arc<Provider>, unguarded: bool, deployed: bool)
         .register(Parent)
         .register(Kid(Arc::clone(&provider)))
         .register(Batch(Arc::clone(&provider)))
+        .register(Pace)
         .register(Tock(provider));
     r
 }

@@ -68,6 +68,7 @@ pub(super) enum Kind {
     Metered,
     Parent,
     Batch,
+    Pace,
 }
 
 /// The embedded server's clock at the start of every seed (µs).
@@ -111,6 +112,11 @@ impl World {
         };
         let mut cfg = self.cfg.clone();
         cfg.worker.name = format!("w{i}");
+        if i == 2 {
+            // Room for two parked bodies: the ones parked longest give way to their journals
+            // (invariant 17), and their runs' next slices here replay from the held journal.
+            cfg.worker.parked_bodies = 2;
+        }
         let s = stop.clone();
         let exits = Arc::clone(&self.exits);
         let join = tokio::spawn(async move {

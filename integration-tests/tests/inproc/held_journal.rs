@@ -26,13 +26,16 @@ impl Workflow for Sum {
     async fn run(&self, ctx: &Ctx, _input: Value) -> Result<u64, WorkflowError> {
         let mut sum = 0u64;
         for i in 0..self.steps {
-            let before = sum;
-            sum = ctx
-                .step(&format!("s{i}"), move || async move { Ok(before + u64::from(i)) })
-                .await?;
+            sum = add_step(ctx, i, sum).await?;
         }
         Ok(sum)
     }
+}
+
+/// The step `s<i>`: `before` plus `i`.
+async fn add_step(ctx: &Ctx, i: u32, before: u64) -> Result<u64, WorkflowError> {
+    ctx.step(&format!("s{i}"), move || async move { Ok(before + u64::from(i)) })
+        .await
 }
 
 /// A world whose workers yield after every step and keep `cache` journal entries.
@@ -131,4 +134,77 @@ async fn two_workers_taking_turns_resume_from_what_each_holds() {
     }
     a.stop().await;
     b.stop().await;
+}
+
+/// Steps, each followed by a short durable sleep and, every third, a wait for a signal; counts
+/// how often its body starts from the top (a replay) in `starts`.
+struct Suspending {
+    steps: u32,
+    starts: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl Workflow for Suspending {
+    const NAME: &'static str = "held_suspending";
+    type Input = Value;
+    type Output = u64;
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<u64, WorkflowError> {
+        self.starts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut sum = 0u64;
+        for i in 0..self.steps {
+            sum = add_step(ctx, i, sum).await?;
+            ctx.sleep(&format!("z{i}"), Duration::from_millis(1)).await?;
+            if i % 3 == 2 {
+                let n: u64 = ctx.wait_signal(format!("go{i}").as_str()).await?;
+                sum += n;
+            }
+        }
+        Ok(sum)
+    }
+}
+
+#[tokio::test]
+async fn a_parked_body_goes_on_without_replaying() {
+    // One worker, a slice per step, a durable sleep after every step and a signal wait after
+    // every third: every suspension parks the body, and every next slice goes on from it, so
+    // the body starts once. With parking off (the same worker, `parked_bodies = 0`), every
+    // slice replays from the top. The output and the journal are the same either way.
+    for park in [true, false] {
+        let w = World::new("parked", move |cfg| {
+            cfg.worker.slice_max_steps = 1;
+            cfg.worker.parked_bodies = if park { 10_000 } else { 0 };
+        })
+        .await;
+        let starts = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let mut reg = Registry::new();
+        reg.register(Suspending {
+            steps: 12,
+            starts: starts.clone(),
+        });
+        let wk = InProc::start(&w.cfg, reg);
+        w.wait_registered(Suspending::NAME).await;
+        let t = w.start(Suspending::NAME, json!({})).await;
+        for i in (2..12).step_by(3) {
+            let run = w
+                .wait_status(&t, &["waiting", "completed", "blocked", "failed"], LONG)
+                .await;
+            assert_eq!(run["status"], "waiting", "{run}");
+            let (code, body) = w
+                .post(&format!("/v1/runs/{t}/signals/go{i}"), json!({"value": 1000}))
+                .await;
+            assert_eq!(code / 100, 2, "{body}");
+        }
+        let run = w.wait_status(&t, &["completed", "blocked", "failed"], LONG).await;
+        assert_eq!(run["status"], "completed", "{run}");
+        assert_eq!(run["output"], json!(sum_chain(12) + 4 * 1000));
+        let (_, entries) = w.store.get(&t).await.expect("read").expect("the run");
+        // 12 steps, 12 sleeps, 4 signals.
+        assert_eq!(entries.len(), 28, "{entries:?}");
+        let starts = starts.load(std::sync::atomic::Ordering::SeqCst);
+        if park {
+            assert_eq!(starts, 1, "the body replayed {} times", starts - 1);
+        } else {
+            assert!(starts >= 28, "every slice replays: {starts} starts");
+        }
+        wk.stop().await;
+    }
 }

@@ -128,6 +128,38 @@ pub struct CtxParts {
     /// The run's `needs` (its header's): a slice that records a versioned value adds the run
     /// feature `value_versions` first, unless it is there.
     pub needs: Vec<String>,
+    /// The runtime may park the workflow between slices ([`Parked`]): a sleep, a wait or a
+    /// yield then waits for the run's next slice instead of ending the body, so the next
+    /// slice on this worker goes on from there instead of replaying the journal. `false`
+    /// (replay-only checks): every suspension ends the body.
+    pub park: bool,
+}
+
+/// A slice whose workflow body parked at a sleep, a wait or a yield, with every entry
+/// durable: what the runtime reads of it while the body holds the context's state (see
+/// `Ctx::take_parked`). The runtime keeps the body and, at the run's next claim on this
+/// worker, either resumes it (`Ctx::resume`) or drops it and replays.
+#[derive(Debug, Clone)]
+pub struct Parked {
+    /// Why the slice stopped (a suspension or a yield).
+    pub exit: SliceExit,
+    /// The journal position the body reached.
+    pub at: u32,
+    /// The entries the context holds (a prefix of the run's journal).
+    pub held: u32,
+    /// The run's journal length if no other slice writes it before the next claim: `held`,
+    /// plus the entry the suspension wrote (a sleep's). Only then may the body go on.
+    pub expect: u32,
+    /// The last entry held (the claim repeats it, to prove the run's journal goes on from it).
+    pub last: Option<Entry>,
+    /// The encoded size of the entries held.
+    pub bytes: u64,
+    /// The lease after the slice's last write.
+    pub lease: Lease,
+    /// Live calls in the slice.
+    pub live: u32,
+    /// Hands the parked body the parts of the run's next slice ([`Ctx::resume`]).
+    pub(super) resume: tokio::sync::mpsc::UnboundedSender<CtxParts>,
 }
 
 /// How a call reads and stamps the recorded values of its type `T`, without being generic
@@ -218,6 +250,8 @@ pub(super) struct Core {
     pub(super) pipeline: Pipeline,
     /// Migrations applied to recorded values in this slice (see `versions.rs`).
     pub(super) migrated: u32,
+    /// Where a parking slice leaves its [`Parked`] for the runtime (shared with the [`Ctx`]).
+    pub(super) parked: Arc<std::sync::Mutex<Option<Parked>>>,
 }
 
 pub use super::seq::Ctx;
@@ -246,6 +280,7 @@ impl Core {
             in_function: Arc::default(),
             pipeline: Pipeline::default(),
             migrated: 0,
+            parked: Arc::default(),
         }
     }
 
@@ -369,9 +404,69 @@ impl Core {
     /// entry of it is acknowledged (none unsent, none in flight, no write failed or left
     /// unanswered); `None` otherwise.
     pub(super) fn take_journal(&mut self) -> Option<(Vec<Entry>, u64)> {
+        self.all_acknowledged()
+            .then(|| (std::mem::take(&mut self.p.journal), self.journal_bytes))
+    }
+
+    /// Whether every entry is acknowledged (none unsent, none in flight, no write failed or
+    /// left unanswered).
+    fn all_acknowledged(&self) -> bool {
         let p = &self.pipeline;
-        let durable = p.flight.is_none() && p.unsent == 0 && p.failed.is_none() && !p.unanswered;
-        durable.then(|| (std::mem::take(&mut self.p.journal), self.journal_bytes))
+        p.flight.is_none() && p.unsent == 0 && p.failed.is_none() && !p.unanswered
+    }
+
+    /// Stops the slice at a suspension or a yield the run was just written with (`wrote`: the
+    /// write journaled one entry, a sleep's), and, if the runtime keeps the body, waits there
+    /// for the run's next slice on this worker: returns with the context over that slice, and
+    /// the call that parked goes on from its replay check (the entry it wrote, if any, is
+    /// there now). Without parking, or with anything not durable, it stops for good as
+    /// [`Core::stop`] does.
+    pub(super) async fn park(&mut self, exit: SliceExit, wrote: bool) {
+        if !self.p.park || self.p.replay_only || !self.held.is_empty() || !self.all_acknowledged() {
+            return self.stop(exit).await;
+        }
+        tracing::debug!(?exit, "slice parks");
+        let held = self.p.journal.len() as u32;
+        let (resume, mut parts_in) = tokio::sync::mpsc::unbounded_channel();
+        let report = Parked {
+            resume,
+            exit: exit.clone(),
+            at: self.cursor,
+            held,
+            expect: held + u32::from(wrote),
+            last: self.p.journal.last().cloned(),
+            bytes: self.journal_bytes,
+            lease: self.p.lease.clone(),
+            live: self.live_in_slice,
+        };
+        *self.parked.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(report);
+        // (Kept here too: a runtime that does not keep the body drops it and takes the exit.)
+        self.exit = Some(exit);
+        self.notify.notify_one();
+        match parts_in.recv().await {
+            Some(parts) => self.resumed(parts),
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Goes on with the run's next slice: its parts replace this slice's, the entries the
+    /// claim brought (`parts.journal`: those past the ones held) are appended, and the
+    /// per-slice counters start again.
+    fn resumed(&mut self, mut parts: CtxParts) {
+        let mut journal = std::mem::take(&mut self.p.journal);
+        for e in std::mem::take(&mut parts.journal) {
+            self.journal_bytes += e.encode().len() as u64;
+            journal.push(e);
+        }
+        parts.journal = journal;
+        self.p = parts;
+        self.live_in_slice = 0;
+        self.started = Instant::now();
+        self.exit = None;
+        self.noted = false;
+        self.migrated = 0;
+        self.pipeline = Pipeline::default();
+        tracing::debug!(journal.entries = self.p.journal.len(), "parked slice goes on");
     }
 
     /// The journal as it stands (recorded plus committed in this slice).
@@ -548,30 +643,33 @@ impl Core {
     /// group, which the budget does not split).
     pub(super) async fn before_live_at(&mut self, name: &str, index: u32, in_group: bool) {
         self.replay_span = None;
-        let facts = super::decide::GateFacts {
-            replay_only: self.p.replay_only,
-            deadline_passed: self.p.clock.expired(),
-            shutting_down: self.p.shutdown.is_cancelled(),
-            live_in_slice: self.live_in_slice,
-            max_steps: self.p.limits.max_steps,
-            elapsed: self.started.elapsed(),
-            max_time: self.p.limits.max_time,
-            cursor: index,
-            max_entries: self.p.limits.max_entries,
-            in_group,
-            run_deadline: self.p.deadline.map(|d| (d, self.server_now_ms())),
-        };
-        match super::decide::gate(&facts) {
-            super::decide::Gate::Go => {}
-            super::decide::Gate::WouldRunLive => {
-                self.stop::<()>(SliceExit::WouldRunLive(name.to_owned())).await;
+        // (A yield that parks goes on here in the run's next slice: the gate is asked again.)
+        loop {
+            let facts = super::decide::GateFacts {
+                replay_only: self.p.replay_only,
+                deadline_passed: self.p.clock.expired(),
+                shutting_down: self.p.shutdown.is_cancelled(),
+                live_in_slice: self.live_in_slice,
+                max_steps: self.p.limits.max_steps,
+                elapsed: self.started.elapsed(),
+                max_time: self.p.limits.max_time,
+                cursor: index,
+                max_entries: self.p.limits.max_entries,
+                in_group,
+                run_deadline: self.p.deadline.map(|d| (d, self.server_now_ms())),
+            };
+            match super::decide::gate(&facts) {
+                super::decide::Gate::Go => break,
+                super::decide::Gate::WouldRunLive => {
+                    self.stop::<()>(SliceExit::WouldRunLive(name.to_owned())).await;
+                }
+                super::decide::Gate::DeadlinePassed => {
+                    self.stop::<()>(SliceExit::DeadlinePassed(format!("before live call {name:?}")))
+                        .await;
+                }
+                super::decide::Gate::Yield => self.yield_parking(name).await,
+                super::decide::Gate::Fail(reason) => self.fail_run::<()>(reason).await,
             }
-            super::decide::Gate::DeadlinePassed => {
-                self.stop::<()>(SliceExit::DeadlinePassed(format!("before live call {name:?}")))
-                    .await;
-            }
-            super::decide::Gate::Yield => self.yield_here::<()>(name).await,
-            super::decide::Gate::Fail(reason) => self.fail_run::<()>(reason).await,
         }
         // Routed to a queue this worker does not consume: hand the run to a worker of that
         // queue (it replays to here). No allocation unless the run moves.
@@ -605,6 +703,17 @@ impl Core {
         let how = Suspend::until(RunStatus::Pending, redeliver);
         match self.suspend_run(None, how, ("yielded", name)).await {
             Ok(s) => self.stop(SliceExit::Yielded { rv: s.rv, queue: None }).await,
+            Err(e) => self.store_failed(e).await,
+        }
+    }
+
+    /// [`Core::yield_here`] for a yield of the budget or a shutdown, which may park
+    /// ([`Core::park`]): returns in the run's next slice on this worker.
+    async fn yield_parking(&mut self, name: &str) {
+        let redeliver = self.p.store.timings().redeliver;
+        let how = Suspend::until(RunStatus::Pending, redeliver);
+        match self.suspend_run(None, how, ("yielded", name)).await {
+            Ok(s) => self.park(SliceExit::Yielded { rv: s.rv, queue: None }, false).await,
             Err(e) => self.store_failed(e).await,
         }
     }

@@ -43,7 +43,7 @@ pub use versions::{Migration, Versioned, Versions};
 #[doc(hidden)]
 pub mod engine {
     pub use super::child::TaskSink;
-    pub use super::ctx::{panic_message, CtxParts, Routing, SliceExit};
+    pub use super::ctx::{panic_message, CtxParts, Parked, Routing, SliceExit};
     pub use super::effect::{busy_backoff, key_still_held, orphan_if_owner_ended};
     pub use super::pipeline::count_written;
     pub use super::registry::DynWorkflow;

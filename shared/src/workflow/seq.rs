@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex as SyncMutex, MutexGuard as SyncGuard};
 use std::task::Poll;
 use tokio::sync::{Mutex, MutexGuard, Notify};
 
-use super::ctx::{Core, CtxParts, SliceExit};
+use super::ctx::{Core, CtxParts, Parked, SliceExit};
 use crate::ids::{EffectKey, ThreadId};
 use crate::journal::Entry;
 use savepoint_core::lease::ServerClock;
@@ -51,14 +51,23 @@ pub struct Ctx {
     changed: Notify,
     /// The journal cursor as of the last call that let go of the state.
     cursor: AtomicU32,
-    /// Entries recorded before this slice.
-    recorded: u32,
     thread: ThreadId,
-    fence: u64,
-    clock: ServerClock,
+    /// What changes from slice to slice (a parked body goes on in the run's next slice).
+    slice: SyncMutex<SliceFacts>,
     exit: Arc<Notify>,
     /// Step or effect functions being polled right now (a ctx call inside one is refused).
     in_function: Arc<AtomicU32>,
+    /// Where a parking slice leaves its report ([`Ctx::take_parked`]).
+    parked: Arc<SyncMutex<Option<Parked>>>,
+}
+
+/// The facts of the slice a context runs, read without its state.
+#[derive(Clone, Copy)]
+struct SliceFacts {
+    /// Entries recorded before this slice.
+    recorded: u32,
+    fence: u64,
+    clock: ServerClock,
 }
 
 /// Tickets and index reservations (a plain lock: a dropped call reports itself from `Drop`).
@@ -102,12 +111,15 @@ impl Ctx {
     pub fn new(parts: CtxParts) -> Self {
         let core = Core::new(parts);
         Self {
-            recorded: core.journal().len() as u32,
+            slice: SyncMutex::new(SliceFacts {
+                recorded: core.journal().len() as u32,
+                fence: core.fence(),
+                clock: core.p.server_clock,
+            }),
             thread: core.thread_id().clone(),
-            fence: core.fence(),
-            clock: core.p.server_clock,
             exit: core.exit_signal(),
             in_function: core.in_function.clone(),
+            parked: core.parked.clone(),
             cursor: AtomicU32::new(0),
             seq: SyncMutex::new(Seq::default()),
             changed: Notify::new(),
@@ -115,11 +127,15 @@ impl Ctx {
         }
     }
 
+    fn facts(&self) -> SliceFacts {
+        *self.slice.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Server time now (ms), never behind the server's clock: the claim's server time plus
     /// the local monotonic time since its request was sent (virtual under a paused tokio
     /// clock, as in the test kit and the simulator).
     pub fn server_now_ms(&self) -> u64 {
-        self.clock.latest()
+        self.facts().clock.latest()
     }
 
     /// The run's thread id.
@@ -129,7 +145,40 @@ impl Ctx {
 
     /// The fencing token of this attempt (monotonic per run: every claim raises it).
     pub fn fence(&self) -> u64 {
-        self.fence
+        self.facts().fence
+    }
+
+    #[doc(hidden)] // the worker runtime's, not workflow code's
+    /// Takes the report of a slice whose body parked (see [`Parked`]), once the body stopped.
+    pub fn take_parked(&self) -> Option<Parked> {
+        self.parked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+
+    #[doc(hidden)] // the worker runtime's, not workflow code's
+    /// Whether a body that parked at journal position `at` may be kept: the call that parked
+    /// is the only one in flight (no call reserved an index past it, none took a ticket after
+    /// it, none was dropped unsettled), so the body holds nothing that runs on while it waits
+    /// (a step's or an effect's function in another branch).
+    pub fn parkable(&self, at: u32) -> bool {
+        let seq = self.seq();
+        seq.dropped.is_empty() && seq.reserved <= at + 1 && seq.next_ticket <= seq.granted + 1
+    }
+
+    #[doc(hidden)] // the worker runtime's, not workflow code's
+    /// Goes on with a parked body in the run's next slice: `parts` are that slice's (its
+    /// claim's lease, signals, clocks and tokens), with `parts.journal` the entries past the
+    /// entries `parked` says the context holds. False if the body is gone (nothing to resume).
+    pub fn resume(&self, parts: CtxParts, parked: &Parked) -> bool {
+        {
+            let mut f = self.slice.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            f.recorded = parked.held + parts.journal.len() as u32;
+            f.fence = parts.lease.fence;
+            f.clock = parts.server_clock;
+        }
+        parked.resume.send(parts).is_ok()
     }
 
     /// The index the next call will have (with no call in flight).
@@ -139,7 +188,7 @@ impl Ctx {
 
     /// True while re-executing recorded calls (for logging: a replayed call does nothing).
     pub fn is_replaying(&self) -> bool {
-        self.next_index() < self.recorded
+        self.next_index() < self.facts().recorded
     }
 
     /// The journal as it stands (recorded plus committed in this slice).
@@ -493,7 +542,7 @@ impl Locked<'_> {
             let holder = Holder {
                 thread: self.ctx.thread.to_string(),
                 index: i64::from(index),
-                fence: self.ctx.fence,
+                fence: self.ctx.fence(),
             };
             let reason = format!(
                 "effect {key} outcome unknown: the call {name:?} was dropped while its function ran (a select!, a \

@@ -79,23 +79,26 @@ impl Ctx {
 impl Core {
     /// [`Ctx::sleep`]'s work, the state held.
     pub(super) async fn sleep(&mut self, name: &str, d: Duration) -> Result<(), WorkflowError> {
-        if self.replayed(name, EntryKind::Sleep).await.is_some() {
-            return Ok(());
-        }
-        self.before_live(name).await;
-        let ms = d.as_millis() as u64;
-        let entry = Entry::new(
-            name,
-            EntryKind::Sleep,
-            Outcome::Ok(json!({"duration_ms": ms, "wake_at": self.server_now_ms() + ms})),
-            1,
-        );
-        let r = self
-            .suspend_run(Some(entry), Suspend::until(RunStatus::Sleeping, d), ("slept", name))
-            .await;
-        match r {
-            Ok(s) => self.stop(SliceExit::Suspended { woke: s.woke, rv: s.rv }).await,
-            Err(e) => self.store_failed(e).await,
+        // (A sleep that parks goes on here in the run's next slice, which replays its entry.)
+        loop {
+            if self.replayed(name, EntryKind::Sleep).await.is_some() {
+                return Ok(());
+            }
+            self.before_live(name).await;
+            let ms = d.as_millis() as u64;
+            let entry = Entry::new(
+                name,
+                EntryKind::Sleep,
+                Outcome::Ok(json!({"duration_ms": ms, "wake_at": self.server_now_ms() + ms})),
+                1,
+            );
+            let r = self
+                .suspend_run(Some(entry), Suspend::until(RunStatus::Sleeping, d), ("slept", name))
+                .await;
+            match r {
+                Ok(s) => self.park(SliceExit::Suspended { woke: s.woke, rv: s.rv }, true).await,
+                Err(e) => self.store_failed(e).await,
+            }
         }
     }
 
@@ -162,30 +165,33 @@ impl Core {
         payload: Value,
         deadline: Option<u64>,
     ) -> Outcome {
-        if let Some(e) = self.replayed(name, kind).await {
-            let reader = Reader::of::<T>();
-            return match e.outcome {
-                // A timed wait journals `{"answer": value}`: the answer is the typed value.
-                Outcome::Ok(mut v) if deadline.is_some() => {
-                    if let Some(answer) = v.get_mut("answer") {
-                        *answer = self.upgraded(reader, (kind, name), e.tv, answer.take()).await;
+        // (A wait that parks goes on here in the run's next slice, with its signals.)
+        loop {
+            if let Some(e) = self.replayed(name, kind).await {
+                let reader = Reader::of::<T>();
+                return match e.outcome {
+                    // A timed wait journals `{"answer": value}`: the answer is the typed value.
+                    Outcome::Ok(mut v) if deadline.is_some() => {
+                        if let Some(answer) = v.get_mut("answer") {
+                            *answer = self.upgraded(reader, (kind, name), e.tv, answer.take()).await;
+                        }
+                        Outcome::Ok(v)
                     }
-                    Outcome::Ok(v)
-                }
-                Outcome::Ok(v) => Outcome::Ok(self.upgraded(reader, (kind, name), e.tv, v).await),
-                err => err,
-            };
+                    Outcome::Ok(v) => Outcome::Ok(self.upgraded(reader, (kind, name), e.tv, v).await),
+                    err => err,
+                };
+            }
+            self.before_live(name).await;
+            if let Some(sent) = self.take_sent(kind, &field) {
+                return self.receive::<T>(kind, name, sent, payload, deadline).await;
+            }
+            let now = self.server_now_ms();
+            if let Some(d) = deadline.filter(|d| now >= *d) {
+                return self.time_out(kind, name, d).await;
+            }
+            let due_in = deadline.map(|d| d.saturating_sub(now));
+            self.suspend_waiting(kind, name, payload.clone(), due_in).await;
         }
-        self.before_live(name).await;
-        if let Some(sent) = self.take_sent(kind, &field) {
-            return self.receive::<T>(kind, name, sent, payload, deadline).await;
-        }
-        let now = self.server_now_ms();
-        if let Some(d) = deadline.filter(|d| now >= *d) {
-            return self.time_out(kind, name, d).await;
-        }
-        self.suspend_waiting(kind, name, payload, deadline.map(|d| d.saturating_sub(now)))
-            .await
     }
 
     /// Takes the value already sent for `field` out of the buffer, if any: (field, value). An
@@ -257,14 +263,8 @@ impl Core {
     }
 
     /// Suspends the run as waiting for the value (due in `due_in_ms` if the wait has a
-    /// deadline) and stops the slice.
-    async fn suspend_waiting(
-        &mut self,
-        kind: EntryKind,
-        name: &str,
-        payload: Value,
-        due_in_ms: Option<u64>,
-    ) -> Outcome {
+    /// deadline) and stops the slice; returns in the run's next slice if it parks.
+    async fn suspend_waiting(&mut self, kind: EntryKind, name: &str, payload: Value, due_in_ms: Option<u64>) {
         let wait = Wait {
             kind: kind.as_str().to_owned(),
             name: name.to_owned(),
@@ -281,7 +281,7 @@ impl Core {
         };
         let r = self.suspend_run(None, how, (event, name)).await;
         match r {
-            Ok(s) => self.stop(SliceExit::Suspended { woke: s.woke, rv: s.rv }).await,
+            Ok(s) => self.park(SliceExit::Suspended { woke: s.woke, rv: s.rv }, false).await,
             Err(e) => self.store_failed(e).await,
         }
     }
