@@ -252,19 +252,37 @@ impl std::fmt::Debug for MemConsumer {
     }
 }
 
+/// How long a consumer that passed a message on waits before it takes it itself.
+const PASS_WAIT: std::time::Duration = std::time::Duration::from_millis(3);
+
 impl MemConsumer {
+    /// Whether a message is ready and this consumer has room for it.
+    fn can_take(&self) -> bool {
+        let s = self.queue.lock();
+        !s.ready.is_empty() && s.unacked.values().filter(|(c, _)| *c == self.id).count() < self.prefetch
+    }
+
     /// Deliveries handed out by this consumer and neither settled nor dropped (shutdown waits
     /// for these; a dropped one stays unacknowledged until the consumer goes, as on AMQP).
     pub fn in_flight(&self) -> usize {
         self.live.load(Ordering::Acquire)
     }
 
-    /// The next delivery (waits for one).
+    /// The next delivery (waits for one). Under a fault plan, a consumer may pass a ready
+    /// message on ([`Op::Take`]): it lets the others take it first, then takes it if none did.
     pub async fn next(&self) -> MemDelivery {
+        let mut passed = false;
         loop {
             let notified = self.queue.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            if !passed && self.can_take() && self.queue.decide(Op::Take) == Fault::Fail {
+                passed = true;
+                self.queue.notify.notify_waiters();
+                tokio::time::sleep(PASS_WAIT).await;
+                continue;
+            }
+            passed = false;
             {
                 let mut s = self.queue.lock();
                 let mine = s.unacked.values().filter(|(c, _)| *c == self.id).count();

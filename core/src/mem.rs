@@ -25,6 +25,10 @@ pub enum Op<'a> {
     Publish,
     /// A broker settlement (ack, requeue, dead letter of a delivery).
     Settle,
+    /// A consumer about to take the next ready message: [`Fault::Fail`] passes it to another
+    /// consumer (it waits a moment first), as a broker hands a queue's messages to whichever
+    /// of its consumers it likes.
+    Take,
 }
 
 /// What happens to one operation.

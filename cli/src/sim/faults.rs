@@ -91,6 +91,15 @@ impl Faults for Plan {
                     (Fault::Pass, "")
                 }
             }
+            // Half the tasks go to another worker than the first to ask (a run's slices move
+            // between workers: invariant 17's stale parked bodies). Counted, not traced.
+            Op::Take => {
+                if x < 0.5 {
+                    self.trace.count("broker.passed_on");
+                    return Fault::Fail;
+                }
+                return Fault::Pass;
+            }
         };
         if let Fault::Delay(d) = fault {
             self.stalled_until
@@ -102,6 +111,7 @@ impl Faults for Plan {
                 Op::Script(s) | Op::Command(s) => s,
                 Op::Publish => "publish",
                 Op::Settle => "settle",
+                Op::Take => "take",
             };
             self.trace
                 .line(self.now(), format!("fault {what} on {name}: {fault:?}"));

@@ -10,7 +10,8 @@
 //!
 //! Faults (during the chaos phase): a store operation fails before it is applied, or is
 //! applied and its reply lost, or stalls (up to several leases: a paused worker); a publish
-//! fails, is duplicated or is delayed (reordered); a settlement fails; a worker is killed
+//! fails, is duplicated or is delayed (reordered); a worker passes a ready task on to the
+//! others (half the takes: a run's slices move between workers); a settlement fails; a worker is killed
 //! (nothing settled or released) and restarted later; an effect's provider answers late.
 //! Two scanner replicas race for every partition; on even seeds they split the partitions by
 //! their live registrations instead, one crashes mid-chaos (its registration expires) and is
