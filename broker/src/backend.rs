@@ -162,6 +162,48 @@ impl Broker {
         }
     }
 
+    /// Starts a consumer on worker process `owner`'s sticky queue of this task queue (see
+    /// [`crate::Topology::sticky`]), declaring it; `None` on the embedded queue, which has
+    /// none (there every task goes to the task queue).
+    pub fn sticky_consumer(
+        &self,
+        owner: &str,
+        ttl_ms: u32,
+        tag: &str,
+        shutdown: CancellationToken,
+    ) -> Option<Consumer> {
+        match &self.kind {
+            Kind::Amqp(b) => {
+                let topology = b.topology().sticky(owner, ttl_ms);
+                Some(Consumer {
+                    kind: ConsumerKind::Amqp(Box::new(b.consumer_of(topology, tag, shutdown))),
+                })
+            }
+            #[cfg(feature = "mem")]
+            Kind::Mem { .. } => None,
+        }
+    }
+
+    /// Publishes to worker process `owner`'s sticky queue of this task queue, confirmed. A
+    /// sticky queue that does not exist (its worker is gone, or never consumed it) is an
+    /// unroutable error: publish to the task queue instead. On the embedded queue this is
+    /// [`Broker::publish`].
+    pub async fn publish_sticky(
+        &self,
+        owner: &str,
+        payload: &[u8],
+        headers: &[(String, String)],
+    ) -> Result<(), BrokerError> {
+        match &self.kind {
+            Kind::Amqp(b) => {
+                let key = b.topology().sticky(owner, 1).routing_key();
+                b.publish_routed(&key, payload, headers).await
+            }
+            #[cfg(feature = "mem")]
+            Kind::Mem { queue, .. } => queue.publish(payload, headers).await,
+        }
+    }
+
     /// Starts a consumer on the task queue. On AMQP it has its own connection and channel,
     /// opened lazily by the first [`Consumer::next`] call.
     pub fn consumer(&self, tag: &str, shutdown: CancellationToken) -> Consumer {

@@ -3,7 +3,9 @@
 //! Layout per namespace `ns` and queue `q`:
 //! - `ns.tasks` (direct exchange) → `ns.q.q` (quorum queue, routing key `q`,
 //!   `x-delivery-limit`, dead-lettering to `ns.dlx`);
-//! - `ns.dlx` (fanout exchange) → `ns.dlq` (quorum queue).
+//! - `ns.dlx` (fanout exchange) → `ns.dlq` (quorum queue);
+//! - `ns.s.q.<worker>` (classic queue, routing key its name): a worker process's sticky queue
+//!   of `q`, whose messages go on to `ns.q.q` when not taken within their TTL.
 //!
 //! [`Broker`] publishes on one shared confirm-mode channel (pipelined confirms) and repairs
 //! it on failure; each [`Consumer`] owns its connection and reconnects forever until shut down.
@@ -32,7 +34,7 @@ pub use delivery::Delivery;
 pub use error::BrokerError;
 pub use mismatch::{QueueMismatch, QUEUE_EXPIRES_SETTING};
 pub use queues::{valid_queue, InvalidQueue, Queues};
-pub use topology::Topology;
+pub use topology::{Sticky, Topology};
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 use super::amqp::{self, open_publisher_link, Backoff, Link};
 use super::consumer::AmqpConsumer;
 use super::error::BrokerError;
-use super::topology::{self, short};
+use super::topology::{self, short, Topology};
 use super::BrokerConfig;
 use lapin::options::BasicPublishOptions;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
@@ -99,6 +99,20 @@ impl AmqpBroker {
             .await
     }
 
+    /// Publishes like [`AmqpBroker::publish`] under another routing key of the task exchange
+    /// (a sticky queue's name); a key no queue is bound to is an unroutable error.
+    pub(crate) async fn publish_routed(
+        &self,
+        routing_key: &str,
+        payload: &[u8],
+        headers: &[(String, String)],
+    ) -> Result<(), BrokerError> {
+        let table = amqp::to_field_table(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+        let exchange = self.inner.cfg.topology.exchange();
+        self.publish_to(short(&exchange)?, short(routing_key)?, payload, table)
+            .await
+    }
+
     /// Publishes the payload to the dead-letter exchange with header "x-savepoint-reason" =
     /// `reason` (plus the given headers), confirmed.
     pub(crate) async fn dead_letter(
@@ -155,9 +169,22 @@ impl AmqpBroker {
 
     /// Starts a consumer on the task queue with its own connection and channel (see [`Consumer`]).
     /// The connection is opened lazily by the first [`Consumer::next`] call.
+    /// The names this broker publishes under.
+    pub(crate) fn topology(&self) -> &Topology {
+        &self.inner.cfg.topology
+    }
+
     pub(crate) fn consumer(&self, tag: &str, shutdown: CancellationToken) -> AmqpConsumer {
+        self.consumer_of(self.inner.cfg.topology.clone(), tag, shutdown)
+    }
+
+    /// A consumer of another queue of this broker's namespace (a sticky queue).
+    pub(crate) fn consumer_of(&self, topology: Topology, tag: &str, shutdown: CancellationToken) -> AmqpConsumer {
         AmqpConsumer::new(
-            self.inner.cfg.clone(),
+            BrokerConfig {
+                topology,
+                ..self.inner.cfg.clone()
+            },
             Arc::clone(&self.inner.reconnects),
             tag,
             shutdown,

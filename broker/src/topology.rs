@@ -17,7 +17,25 @@ pub struct Topology {
     /// Queues unused (no consumers, no gets) this long are deleted by the broker (`x-expires`);
     /// 0 = never. Meant for throwaway namespaces (tests, benchmarks), not production.
     pub expires_ms: u32,
+    /// Set on a worker's sticky queue of `queue` (see [`Topology::sticky`]).
+    pub sticky: Option<Sticky>,
 }
+
+/// A worker process's sticky queue of one task queue: where the tasks of the runs whose
+/// workflow bodies it keeps parked are sent, so their next slice finds the body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sticky {
+    /// The worker process (its incarnation) that consumes the queue.
+    pub owner: String,
+    /// A message not taken this long goes on to the task queue (`x-message-ttl`,
+    /// dead-lettered to the task exchange under the queue's routing key).
+    pub ttl_ms: u32,
+}
+
+/// How long a sticky queue lives on without a consumer before the broker deletes it
+/// (`x-expires`), at least: far past any message's TTL, so every message left in the queue
+/// of a worker that died has moved on to the task queue before the queue goes.
+const STICKY_EXPIRES_MS: u32 = 60_000;
 
 impl Topology {
     /// Builds the topology of queue `queue` in namespace `namespace`.
@@ -26,6 +44,21 @@ impl Topology {
             namespace: namespace.to_owned(),
             queue: queue.to_owned(),
             expires_ms: 0,
+            sticky: None,
+        }
+    }
+
+    /// Worker process `owner`'s sticky queue of this task queue: `"{ns}.s.{queue}.{owner}"`, a
+    /// durable classic queue bound to the task exchange under its own name, whose messages
+    /// go on to the task queue after `ttl_ms` and which the broker deletes a minute after its
+    /// consumer went away.
+    pub fn sticky(&self, owner: &str, ttl_ms: u32) -> Self {
+        Topology {
+            sticky: Some(Sticky {
+                owner: owner.to_owned(),
+                ttl_ms: ttl_ms.max(1),
+            }),
+            ..self.clone()
         }
     }
 
@@ -43,12 +76,19 @@ impl Topology {
     /// The task queue: `"{ns}.q.{queue}"` (durable quorum queue with a delivery limit,
     /// dead-lettering to [`Topology::dlx`]).
     pub fn queue_name(&self) -> String {
-        format!("{}.q.{}", self.namespace, self.queue)
+        match &self.sticky {
+            Some(s) => format!("{}.s.{}.{}", self.namespace, self.queue, s.owner),
+            None => format!("{}.q.{}", self.namespace, self.queue),
+        }
     }
 
-    /// Routing key binding the task queue to the task exchange: `"{queue}"`.
+    /// Routing key binding the queue to the task exchange: `"{queue}"`, a sticky queue's own
+    /// name.
     pub fn routing_key(&self) -> String {
-        self.queue.clone()
+        match &self.sticky {
+            Some(_) => self.queue_name(),
+            None => self.queue.clone(),
+        }
     }
 
     /// The dead-letter exchange: `"{ns}.dlx"` (fanout, durable).
@@ -110,6 +150,9 @@ pub(crate) async fn declare(ch: &Channel, topo: &Topology, delivery_limit: u32) 
         .await
         .map_err(|e| BrokerError::amqp(format!("exchange.declare {dlx}"), e))?;
 
+    if let Some(sticky) = &topo.sticky {
+        return declare_sticky(ch, topo, sticky).await;
+    }
     let mut qargs = quorum_args(topo);
     let limit = i32::try_from(delivery_limit).unwrap_or(i32::MAX);
     qargs.insert("x-delivery-limit".into(), AMQPValue::LongInt(limit));
@@ -146,6 +189,33 @@ pub(crate) async fn declare(ch: &Channel, topo: &Topology, delivery_limit: u32) 
     Ok(())
 }
 
+/// Declares a sticky queue and binds it; the exchanges are declared already.
+async fn declare_sticky(ch: &Channel, topo: &Topology, sticky: &Sticky) -> Result<(), BrokerError> {
+    let (exchange, queue) = (topo.exchange(), topo.queue_name());
+    let long = |s: &str| AMQPValue::LongString(LongString::from(s));
+    let ms = |v: u32| AMQPValue::LongInt(i32::try_from(v).unwrap_or(i32::MAX));
+    let mut args = FieldTable::default();
+    args.insert("x-queue-type".into(), long("classic"));
+    args.insert("x-message-ttl".into(), ms(sticky.ttl_ms));
+    args.insert("x-dead-letter-exchange".into(), long(&exchange));
+    args.insert("x-dead-letter-routing-key".into(), long(&topo.queue));
+    let expires = STICKY_EXPIRES_MS.max(sticky.ttl_ms.saturating_mul(10));
+    args.insert("x-expires".into(), ms(expires));
+    ch.queue_declare(short(&queue)?, QueueDeclareOptions::durable(), args.clone())
+        .await
+        .map_err(|e| BrokerError::declare(&queue, &args, e))?;
+    ch.queue_bind(
+        short(&queue)?,
+        short(&exchange)?,
+        short(&queue)?,
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .map_err(|e| BrokerError::amqp(format!("queue.bind {queue}"), e))?;
+    Ok(())
+}
+
 /// Ready-message count of `queue` via a passive declare (fails if it does not exist).
 pub(crate) async fn depth(ch: &Channel, queue: &str) -> Result<u32, BrokerError> {
     let opts = QueueDeclareOptions::durable().passive();
@@ -156,8 +226,15 @@ pub(crate) async fn depth(ch: &Channel, queue: &str) -> Result<u32, BrokerError>
     Ok(q.message_count())
 }
 
-/// Deletes queues then exchanges of `topo`.
+/// Deletes queues then exchanges of `topo` (a sticky queue: itself alone).
 pub(crate) async fn delete(ch: &Channel, topo: &Topology) -> Result<(), BrokerError> {
+    if topo.sticky.is_some() {
+        let queue = topo.queue_name();
+        ch.queue_delete(short(&queue)?, QueueDeleteOptions::default())
+            .await
+            .map_err(|e| BrokerError::amqp(format!("queue.delete {queue}"), e))?;
+        return Ok(());
+    }
     for queue in [topo.queue_name(), topo.dlq()] {
         ch.queue_delete(short(&queue)?, QueueDeleteOptions::default())
             .await
@@ -185,5 +262,10 @@ mod tests {
         assert_eq!(t.dlq(), "sp.dlq");
         assert!(t.validate().is_ok());
         assert!(Topology::new(&"x".repeat(300), "q").validate().is_err());
+        let s = t.sticky("w1-0123456789ab", 2000);
+        assert_eq!(s.queue_name(), "sp.s.default.w1-0123456789ab");
+        assert_eq!(s.routing_key(), "sp.s.default.w1-0123456789ab");
+        assert_eq!(s.exchange(), "sp.tasks");
+        assert!(s.validate().is_ok());
     }
 }

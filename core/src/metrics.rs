@@ -28,6 +28,8 @@ pub struct Metrics {
     pub slices: Family<Labels, Counter>,
     /// Tasks published, by reason.
     pub published: Family<Labels, Counter>,
+    /// Of those, the tasks a worker sent to its own sticky queue, by reason.
+    pub sticky: Family<Labels, Counter>,
     /// Messages dead-lettered, by reason class.
     pub dead_lettered: Family<Labels, Counter>,
     /// Runs started via the API, by outcome.
@@ -78,6 +80,7 @@ impl Metrics {
             effects: Family::default(),
             slices: Family::default(),
             published: Family::default(),
+            sticky: Family::default(),
             dead_lettered: Family::default(),
             runs_started: Family::default(),
             due_lag_seconds: latency(),
@@ -119,6 +122,11 @@ impl Metrics {
     fn register_operations(&self, registry: &mut Registry) {
         let m = self;
         registry.register("tasks_published", "Tasks published, by reason", m.published.clone());
+        registry.register(
+            "tasks_sticky",
+            "Tasks a worker sent to its own sticky queue (counted in tasks_published too), by reason",
+            m.sticky.clone(),
+        );
         registry.register("dead_lettered", "Messages dead-lettered", m.dead_lettered.clone());
         registry.register("runs_started", "Runs started via the API", m.runs_started.clone());
         registry.register(

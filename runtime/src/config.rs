@@ -104,6 +104,10 @@ pub struct WorkerSection {
     /// `journal_cache_entries`; past this many, the bodies parked longest give way to their
     /// journals; 0: every slice replays from the top).
     pub parked_bodies: usize,
+    /// How long (ms) the task of a run whose journal or parked body this worker keeps waits
+    /// in the worker's own sticky queue for it before it goes on to the run's task queue,
+    /// where any worker takes it (RabbitMQ only; 0: every task goes to the task queue).
+    pub sticky_ms: u32,
     /// How long SIGTERM waits for in-flight slices (ms).
     pub shutdown_grace_ms: u64,
     /// Health/metrics listener.
@@ -127,6 +131,7 @@ impl Default for WorkerSection {
             checkpoints: "pipelined".into(),
             journal_cache_entries: 100_000,
             parked_bodies: 10_000,
+            sticky_ms: 2_000,
             shutdown_grace_ms: 10_000,
             http_addr: "127.0.0.1:7071".into(),
             name: "worker".into(),
@@ -340,6 +345,7 @@ impl Config {
         env_parse(env, "SAVEPOINT_CHECKPOINTS", &mut w.checkpoints)?;
         env_parse(env, "SAVEPOINT_JOURNAL_CACHE_ENTRIES", &mut w.journal_cache_entries)?;
         env_parse(env, "SAVEPOINT_PARKED_BODIES", &mut w.parked_bodies)?;
+        env_parse(env, "SAVEPOINT_STICKY_MS", &mut w.sticky_ms)?;
         env_parse(env, "SAVEPOINT_SHUTDOWN_GRACE_MS", &mut w.shutdown_grace_ms)?;
         env_parse(env, "SAVEPOINT_WORKER_HTTP_ADDR", &mut w.http_addr)?;
         env_parse(env, "SAVEPOINT_WORKER_QUEUES", &mut w.queues)?;
@@ -480,6 +486,13 @@ impl Config {
         let bad = |m: String| Err(ConfigError::Invalid(m));
         if self.worker.concurrency == 0 {
             return bad("worker.concurrency must be at least 1".into());
+        }
+        if self.worker.sticky_ms > 600_000 {
+            return bad(format!(
+                "worker.sticky_ms (SAVEPOINT_STICKY_MS) is {} ms; a task waits that long for a worker that may \
+                 be gone: use at most 600000 (a few seconds is plenty; 0 turns sticky queues off)",
+                self.worker.sticky_ms
+            ));
         }
         if self.worker.slice_max_steps == 0 || self.worker.max_entries == 0 {
             return bad("worker.slice_max_steps and worker.max_entries must be at least 1".into());

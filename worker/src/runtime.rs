@@ -322,6 +322,12 @@ async fn start(
         slices: Default::default(),
         journals: crate::journals::Journals::new(cfg.worker.journal_cache_entries, cfg.worker.parked_bodies),
         park: cfg.worker.parked_bodies > 0 && cfg.worker.journal_cache_entries > 0,
+        sticky_ms: if cfg.worker.journal_cache_entries > 0 {
+            cfg.worker.sticky_ms
+        } else {
+            0
+        },
+        sticky: Default::default(),
     });
     Ok((shared, info))
 }
@@ -385,16 +391,29 @@ async fn register(
     Ok(())
 }
 
-/// One consumer per task queue served (each its own connection on AMQP), ready.
+/// One consumer per task queue served (each its own connection on AMQP), ready, and on AMQP
+/// one per sticky queue of this worker's (`worker.sticky_ms` > 0), first: a task there is a
+/// run whose journal or body this worker keeps.
 async fn start_consumers(shared: &Shared, consume_stop: &CancellationToken) -> Result<Vec<Consumer>, WorkerError> {
     let mut consumers = Vec::new();
+    let mut sticky = Vec::new();
+    let me = shared.incarnation.as_str();
     for q in shared.served_queues.iter() {
         let b = shared.queues.get(q).await?;
-        let mut c = b.consumer(shared.incarnation.as_str(), consume_stop.clone());
+        let own = (shared.sticky_ms > 0)
+            .then(|| b.sticky_consumer(me, shared.sticky_ms, me, consume_stop.clone()))
+            .flatten();
+        if let Some(mut c) = own {
+            c.ready().await;
+            consumers.insert(sticky.len(), c);
+            sticky.push(q.clone());
+        }
+        let mut c = b.consumer(me, consume_stop.clone());
         c.ready().await;
         consumers.push(c);
     }
-    tracing::info!(queues = ?shared.served_queues, "consuming");
+    tracing::info!(queues = ?shared.served_queues, sticky = ?sticky, "consuming");
+    let _ = shared.sticky.set(sticky);
     Ok(consumers)
 }
 

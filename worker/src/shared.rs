@@ -47,12 +47,28 @@ pub(crate) struct Shared {
     /// Slices may park their workflow body between slices (`worker.parked_bodies`, and a
     /// journal cache to hold it in).
     pub park: bool,
+    /// How long a task waits in this worker's sticky queue (`worker.sticky_ms`; 0: no sticky
+    /// queues).
+    pub sticky_ms: u32,
+    /// The task queues this worker consumes a sticky queue of (set once its consumers are
+    /// ready; empty on the embedded queue, which has none).
+    pub sticky: std::sync::OnceLock<Vec<String>>,
 }
 
 /// Shortest time between two on-demand reads of the fleet.
 const FLEET_REREAD: Duration = Duration::from_millis(250);
 
 impl Shared {
+    /// Whether the next task of `thread`, routed to `queue` (`None`: the deployment's), goes
+    /// to this worker's sticky queue of it: this worker keeps the run's journal or parked body
+    /// and is not stopping, and consumes that sticky queue.
+    pub(crate) fn sticks(&self, thread: &savepoint_core::ids::ThreadId, queue: Option<&str>) -> Option<&str> {
+        let name = queue.filter(|q| !q.is_empty()).unwrap_or(self.queues.home_name());
+        let sticky = self.sticky.get()?;
+        let q = sticky.iter().find(|q| q.as_str() == name)?;
+        (!self.slices_stop.is_cancelled() && self.journals.held(thread).is_some()).then_some(q.as_str())
+    }
+
     fn known_elsewhere(&self, workflow: &str, version: u32) -> bool {
         let fleet = self.fleet.read().unwrap_or_else(|p| p.into_inner());
         fleet

@@ -66,9 +66,7 @@ pub(crate) async fn publish(
         .or(trace)
         .map(|t| vec![("traceparent".to_owned(), t.to_owned())])
         .unwrap_or_default();
-    match shared
-        .queues
-        .publish(queue, &task.encode(), &headers)
+    match send(shared, thread, queue, &task.encode(), &headers, reason)
         .instrument(span)
         .await
     {
@@ -81,6 +79,33 @@ pub(crate) async fn publish(
         Err(e) => tracing::warn!(error = %e, "publish failed; the due time will redeliver"),
     }
     let _ = shared.failpoints.check("publish.after").await;
+}
+
+/// Sends a run's task to this worker's sticky queue where [`Shared::sticks`] says so (a sticky
+/// queue gone, or any other failure there, falls back to the task queue), else to the run's
+/// task queue.
+async fn send(
+    shared: &Shared,
+    thread: &ThreadId,
+    queue: Option<&str>,
+    payload: &[u8],
+    headers: &[(String, String)],
+    reason: TaskReason,
+) -> Result<(), savepoint_broker::BrokerError> {
+    if let Some(q) = shared.sticks(thread, queue) {
+        let sent = match shared.queues.get(q).await {
+            Ok(b) => b.publish_sticky(shared.incarnation.as_str(), payload, headers).await,
+            Err(e) => Err(e),
+        };
+        match sent {
+            Ok(()) => {
+                inc(&metrics().sticky, &[("reason", reason.as_str())]);
+                return Ok(());
+            }
+            Err(e) => tracing::debug!(error = %e, "publishing to the sticky queue failed; to the task queue"),
+        }
+    }
+    shared.queues.publish(queue, payload, headers).await
 }
 
 /// Publishes the start tasks of the child runs a workflow starts, as the API does for runs it

@@ -38,11 +38,13 @@ async fn add_step(ctx: &Ctx, i: u32, before: u64) -> Result<u64, WorkflowError> 
         .await
 }
 
-/// A world whose workers yield after every step and keep `cache` journal entries.
+/// A world whose workers yield after every step and keep `cache` journal entries; no sticky
+/// queues, so two workers take turns at a run's slices as the task queue hands them out.
 async fn world(prefix: &str, cache: usize) -> World {
     World::new(prefix, move |cfg| {
         cfg.worker.slice_max_steps = 1;
         cfg.worker.journal_cache_entries = cache;
+        cfg.worker.sticky_ms = 0;
     })
     .await
 }
@@ -207,4 +209,140 @@ async fn a_parked_body_goes_on_without_replaying() {
         }
         wk.stop().await;
     }
+}
+
+/// `steps` steps, each a slice of its own (the worker yields after every step); counts how
+/// often its body starts from the top in `starts` and how often a step's function runs in
+/// `calls`.
+struct Counted {
+    steps: u32,
+    starts: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    calls: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl Workflow for Counted {
+    const NAME: &'static str = "held_counted";
+    type Input = Value;
+    type Output = u64;
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<u64, WorkflowError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.starts.fetch_add(1, SeqCst);
+        let mut sum = 0u64;
+        for i in 0..self.steps {
+            let calls = self.calls.clone();
+            sum = ctx
+                .step(&format!("s{i}"), move || {
+                    calls.fetch_add(1, SeqCst);
+                    async move { Ok(sum + u64::from(i)) }
+                })
+                .await?;
+        }
+        Ok(sum)
+    }
+}
+
+type Counter = std::sync::Arc<std::sync::atomic::AtomicU32>;
+
+fn counted(steps: u32) -> (Registry, Counter, Counter) {
+    let (starts, calls) = (Counter::default(), Counter::default());
+    let mut reg = Registry::new();
+    reg.register(Counted {
+        steps,
+        starts: starts.clone(),
+        calls: calls.clone(),
+    });
+    (reg, starts, calls)
+}
+
+/// Tasks sent to a sticky queue so far, in this process (every test of it counts here).
+fn sticky_sent() -> u64 {
+    let m = &savepoint_core::metrics::metrics().sticky;
+    let labels = vec![("reason", "continue".to_owned())];
+    m.get_or_create(&labels).get()
+}
+
+#[tokio::test]
+async fn a_yielded_run_comes_back_to_the_worker_that_holds_its_body() {
+    // Two workers, a run that yields after every step. On RabbitMQ each continuation goes to
+    // the sticky queue of the worker that parked the body, so that worker takes every slice
+    // and the body starts once; without sticky queues (`sticky_ms = 0`) the task queue hands
+    // the continuations to either worker and the body replays wherever it lands without its
+    // body. The embedded queue has no sticky queues: there the run completes the same, turns
+    // taken as they come.
+    use std::sync::atomic::Ordering::SeqCst;
+    let sticky_queues = !savepoint_integration_tests::on_embedded();
+    for sticky_ms in [2_000, 0] {
+        let w = World::new("sticky", move |cfg| {
+            cfg.worker.slice_max_steps = 1;
+            cfg.worker.sticky_ms = sticky_ms;
+        })
+        .await;
+        let (reg_a, starts_a, calls_a) = counted(30);
+        let (reg_b, starts_b, calls_b) = counted(30);
+        let a = InProc::start(&w.cfg, reg_a);
+        let b = InProc::start(&w.cfg, reg_b);
+        w.wait_registered(Counted::NAME).await;
+        tokio::time::sleep(Duration::from_millis(300)).await; // both consuming
+        let sent = sticky_sent();
+        let t = w.start(Counted::NAME, json!({})).await;
+        let run = w.wait_status(&t, &["completed", "blocked", "failed"], LONG).await;
+        assert_eq!(run["status"], "completed", "{run}");
+        assert_eq!(run["output"], json!(sum_chain(30)));
+        let (_, entries) = w.store.get(&t).await.expect("read").expect("the run");
+        assert_eq!(entries.len(), 30);
+        assert_eq!(calls_a.load(SeqCst) + calls_b.load(SeqCst), 30, "a step ran twice");
+        let starts = starts_a.load(SeqCst) + starts_b.load(SeqCst);
+        if sticky_queues && sticky_ms > 0 {
+            assert_eq!(starts, 1, "the body replayed {} times", starts - 1);
+            assert!(sticky_sent() >= sent + 29, "29 continuations, sticky");
+        } else if sticky_queues {
+            assert!(starts > 1, "two workers sharing the task queue: the body never moved");
+        }
+        a.stop().await;
+        b.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_task_left_in_a_dead_workers_sticky_queue_goes_on_to_the_task_queue() {
+    // Worker A takes the run, commits its first step and yields: the continuation goes to A's
+    // sticky queue, and A dies (as `kill -9`) right after the broker confirmed it, its
+    // consumer gone (A runs one slice at a time, so the slice that published holds the only
+    // permit and the continuation, if A's consumer prefetched it, is never claimed: the broker
+    // takes it back unacknowledged). The task waits out its TTL (1 s) there and moves on to the task queue,
+    // where worker B, started after A died, takes it and completes the run: every step once.
+    // The run was marked queued, so its safety net is minutes away: only the sticky queue's
+    // TTL brings it back this soon.
+    use std::sync::atomic::Ordering::SeqCst;
+    let w = World::new("stickydead", |cfg| {
+        cfg.worker.slice_max_steps = 1;
+        cfg.worker.sticky_ms = 1_000;
+    })
+    .await;
+    let (reg_a, _, calls_a) = counted(5);
+    let (reg_b, _, calls_b) = counted(5);
+    let sent = sticky_sent();
+    let mut cfg_a = w.cfg.clone();
+    cfg_a.worker.concurrency = 1;
+    let a = InProc::with_failpoints(&cfg_a, reg_a, "publish.after=abort@1");
+    w.wait_registered(Counted::NAME).await;
+    let t = w.start(Counted::NAME, json!({})).await;
+    a.crashed().await;
+    let died = std::time::Instant::now();
+    if !savepoint_integration_tests::on_embedded() {
+        assert!(sticky_sent() > sent, "A's continuation went to its sticky queue");
+    }
+    let b = InProc::start(&w.cfg, reg_b);
+    let run = w.wait_status(&t, &["completed", "blocked", "failed"], LONG).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["output"], json!(sum_chain(5)));
+    assert!(
+        died.elapsed() < Duration::from_secs(30),
+        "the run waited {:?}: its task stayed in the dead worker's sticky queue",
+        died.elapsed()
+    );
+    assert_eq!(calls_a.load(SeqCst), 1, "A ran the first step");
+    assert_eq!(calls_b.load(SeqCst), 4, "B ran the other four, once each");
+    a.kill().await;
+    b.stop().await;
 }
