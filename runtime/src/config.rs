@@ -590,6 +590,8 @@ impl Config {
             // in place of sealed ones: see README "Key rotation").
             codec: self.security.codec().ok().flatten(),
             tls: self.security.redis_tls.load("redis_tls").unwrap_or_default(),
+            // A worker that consumes sticky queues turns it on for its own store.
+            sticky: false,
             replica_ack: (self.redis_wait_replicas > 0).then(|| ReplicaAck {
                 replicas: self.redis_wait_replicas,
                 timeout: Duration::from_millis(self.redis_wait_timeout_ms),

@@ -93,13 +93,16 @@ impl Publisher {
         reason: TaskReason,
         trace: Option<&str>,
     ) -> Result<(), PublishError> {
-        self.publish_on(None, thread, step, reason, trace).await
+        self.publish_on(None, None, thread, step, reason, trace).await
     }
 
-    /// [`Publisher::publish`] to task queue `queue` (`None`: the default queue).
+    /// [`Publisher::publish`] to task queue `queue` (`None`: the default queue), or first to
+    /// worker `holder`'s sticky queue of it, where the run's parked body or journal is (a
+    /// sticky queue the broker cannot route to, its worker gone, falls back to the task queue).
     pub async fn publish_on(
         &self,
         queue: Option<&str>,
+        holder: Option<&str>,
         thread: &ThreadId,
         step: Option<u32>,
         reason: TaskReason,
@@ -119,15 +122,41 @@ impl Publisher {
             .filter(|t| !t.is_empty())
             .map(|t| vec![(TRACEPARENT.to_owned(), t.to_owned())])
             .unwrap_or_default();
+        let payload = task.encode();
         let sent = async {
+            if let Some(holder) = holder {
+                match self.sticky(queue, holder, &payload, &headers).await {
+                    Ok(()) => {
+                        inc(&metrics().sticky, &[("reason", reason_name(reason))]);
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "publishing to the holder's sticky queue failed; to the task queue")
+                    }
+                }
+            }
             match (&self.queues, queue) {
-                (Some(qs), Some(q)) => qs.publish(Some(q), &task.encode(), &headers).await,
-                _ => self.broker.publish(&task.encode(), &headers).await,
+                (Some(qs), Some(q)) => qs.publish(Some(q), &payload, &headers).await,
+                _ => self.broker.publish(&payload, &headers).await,
             }
         };
         tracing::Instrument::instrument(sent, span).await?;
         inc(&metrics().published, &[("reason", reason_name(reason))]);
         Ok(())
+    }
+
+    /// Publishes to worker `holder`'s sticky queue of task queue `queue`, confirmed.
+    async fn sticky(
+        &self,
+        queue: Option<&str>,
+        holder: &str,
+        payload: &[u8],
+        headers: &[(String, String)],
+    ) -> Result<(), savepoint_broker::BrokerError> {
+        match (&self.queues, queue) {
+            (Some(qs), Some(q)) => qs.get(q).await?.publish_sticky(holder, payload, headers).await,
+            _ => self.broker.publish_sticky(holder, payload, headers).await,
+        }
     }
 }
 

@@ -250,7 +250,14 @@ async fn scan_partition(
     let confirmed: Vec<(ThreadId, u64)> = futures::stream::iter(rung)
         .map(|r| async move {
             match publisher
-                .publish_on(r.queue.as_deref(), &r.thread, None, TaskReason::Due, r.trace.as_deref())
+                .publish_on(
+                    r.queue.as_deref(),
+                    r.holder.as_deref(),
+                    &r.thread,
+                    None,
+                    TaskReason::Due,
+                    r.trace.as_deref(),
+                )
                 .await
             {
                 Ok(()) => Some((r.thread, r.rv)),

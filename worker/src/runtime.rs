@@ -105,7 +105,9 @@ pub async fn run(cfg: Config, registry: Registry, shutdown: CancellationToken) -
 
 async fn connect_store(cfg: &Config, shutdown: &CancellationToken) -> Result<ScriptStore, WorkerError> {
     let store = until_ok("connecting to the store", None, shutdown, || {
-        ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
+        let mut store_cfg = cfg.store();
+        store_cfg.sticky = cfg.worker.sticky_ms > 0 && cfg.worker.journal_cache_entries > 0;
+        ScriptStore::connect(&cfg.redis_url, cfg.keys(), store_cfg)
     })
     .await?;
     until_ok("checking the namespace layout", None, shutdown, || store.check_layout()).await?;
@@ -391,6 +393,9 @@ async fn register(
     Ok(())
 }
 
+/// How long a sticky queue may take to be consumed once its task queue is.
+const STICKY_READY: Duration = Duration::from_secs(10);
+
 /// One consumer per task queue served (each its own connection on AMQP), ready, and on AMQP
 /// one per sticky queue of this worker's (`worker.sticky_ms` > 0), first: a task there is a
 /// run whose journal or body this worker keeps.
@@ -400,17 +405,28 @@ async fn start_consumers(shared: &Shared, consume_stop: &CancellationToken) -> R
     let me = shared.incarnation.as_str();
     for q in shared.served_queues.iter() {
         let b = shared.queues.get(q).await?;
+        let mut c = b.consumer(me, consume_stop.clone());
+        c.ready().await;
+        consumers.push(c);
         let own = (shared.sticky_ms > 0)
             .then(|| b.sticky_consumer(me, shared.sticky_ms, me, consume_stop.clone()))
             .flatten();
         if let Some(mut c) = own {
-            c.ready().await;
+            // The task queue is reachable: a sticky queue that cannot be declared or consumed
+            // in this time is refused (e.g. the broker user may not configure `<ns>.s.*`),
+            // and the worker goes on without it.
+            if tokio::time::timeout(STICKY_READY, c.ready()).await.is_err() {
+                tracing::warn!(
+                    queue = %q,
+                    "could not declare or consume this worker's sticky queue of it (see the consumer's error \
+                     above; the broker user needs configure, write and read on <ns>.s.*); going on without: \
+                     resumes replay where the task queue sends them; SAVEPOINT_STICKY_MS=0 stops trying"
+                );
+                continue;
+            }
             consumers.insert(sticky.len(), c);
             sticky.push(q.clone());
         }
-        let mut c = b.consumer(me, consume_stop.clone());
-        c.ready().await;
-        consumers.push(c);
     }
     tracing::info!(queues = ?shared.served_queues, sticky = ?sticky, "consuming");
     let _ = shared.sticky.set(sticky);

@@ -164,6 +164,24 @@ impl Workflow for Suspending {
     }
 }
 
+/// Answers each signal wait of a 12-step `Suspending` run as it comes, then checks that the
+/// run completed with what it computes.
+async fn answer_and_complete(w: &World, t: &savepoint_core::ids::ThreadId) {
+    for i in (2..12).step_by(3) {
+        let run = w
+            .wait_status(t, &["waiting", "completed", "blocked", "failed"], LONG)
+            .await;
+        assert_eq!(run["status"], "waiting", "{run}");
+        let (code, body) = w
+            .post(&format!("/v1/runs/{t}/signals/go{i}"), json!({"value": 1000}))
+            .await;
+        assert_eq!(code / 100, 2, "{body}");
+    }
+    let run = w.wait_status(t, &["completed", "blocked", "failed"], LONG).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["output"], json!(sum_chain(12) + 4 * 1000));
+}
+
 #[tokio::test]
 async fn a_parked_body_goes_on_without_replaying() {
     // One worker, a slice per step, a durable sleep after every step and a signal wait after
@@ -185,19 +203,7 @@ async fn a_parked_body_goes_on_without_replaying() {
         let wk = InProc::start(&w.cfg, reg);
         w.wait_registered(Suspending::NAME).await;
         let t = w.start(Suspending::NAME, json!({})).await;
-        for i in (2..12).step_by(3) {
-            let run = w
-                .wait_status(&t, &["waiting", "completed", "blocked", "failed"], LONG)
-                .await;
-            assert_eq!(run["status"], "waiting", "{run}");
-            let (code, body) = w
-                .post(&format!("/v1/runs/{t}/signals/go{i}"), json!({"value": 1000}))
-                .await;
-            assert_eq!(code / 100, 2, "{body}");
-        }
-        let run = w.wait_status(&t, &["completed", "blocked", "failed"], LONG).await;
-        assert_eq!(run["status"], "completed", "{run}");
-        assert_eq!(run["output"], json!(sum_chain(12) + 4 * 1000));
+        answer_and_complete(&w, &t).await;
         let (_, entries) = w.store.get(&t).await.expect("read").expect("the run");
         // 12 steps, 12 sleeps, 4 signals.
         assert_eq!(entries.len(), 28, "{entries:?}");
@@ -254,6 +260,15 @@ fn counted(steps: u32) -> (Registry, Counter, Counter) {
     (reg, starts, calls)
 }
 
+/// A world whose workers yield after every step, with sticky queues of `sticky_ms` (0: none).
+async fn sticky_world(prefix: &str, sticky_ms: u32) -> World {
+    World::new(prefix, move |cfg| {
+        cfg.worker.slice_max_steps = 1;
+        cfg.worker.sticky_ms = sticky_ms;
+    })
+    .await
+}
+
 /// Tasks sent to a sticky queue so far, in this process (every test of it counts here).
 fn sticky_sent() -> u64 {
     let m = &savepoint_core::metrics::metrics().sticky;
@@ -272,11 +287,7 @@ async fn a_yielded_run_comes_back_to_the_worker_that_holds_its_body() {
     use std::sync::atomic::Ordering::SeqCst;
     let sticky_queues = !savepoint_integration_tests::on_embedded();
     for sticky_ms in [2_000, 0] {
-        let w = World::new("sticky", move |cfg| {
-            cfg.worker.slice_max_steps = 1;
-            cfg.worker.sticky_ms = sticky_ms;
-        })
-        .await;
+        let w = sticky_world("sticky", sticky_ms).await;
         let (reg_a, starts_a, calls_a) = counted(30);
         let (reg_b, starts_b, calls_b) = counted(30);
         let a = InProc::start(&w.cfg, reg_a);
@@ -314,11 +325,7 @@ async fn a_task_left_in_a_dead_workers_sticky_queue_goes_on_to_the_task_queue() 
     // The run was marked queued, so its safety net is minutes away: only the sticky queue's
     // TTL brings it back this soon.
     use std::sync::atomic::Ordering::SeqCst;
-    let w = World::new("stickydead", |cfg| {
-        cfg.worker.slice_max_steps = 1;
-        cfg.worker.sticky_ms = 1_000;
-    })
-    .await;
+    let w = sticky_world("stickydead", 1_000).await;
     let (reg_a, _, calls_a) = counted(5);
     let (reg_b, _, calls_b) = counted(5);
     let sent = sticky_sent();
@@ -345,4 +352,42 @@ async fn a_task_left_in_a_dead_workers_sticky_queue_goes_on_to_the_task_queue() 
     assert_eq!(calls_b.load(SeqCst), 4, "B ran the other four, once each");
     a.kill().await;
     b.stop().await;
+}
+
+#[tokio::test]
+async fn a_woken_run_comes_back_to_the_worker_that_holds_its_body() {
+    // Two workers, a run that sleeps 1 ms after every step and waits for a signal after every
+    // third: its wake-ups are published by the scheduler (the scanner after a sleep, the API
+    // with a signal), not by a worker. On RabbitMQ they go to the sticky queue of the worker
+    // that suspended the run keeping its body (the run hash names it), so the body starts once;
+    // without sticky queues they go to the task queue and the run moves between the workers.
+    let sticky_queues = !savepoint_integration_tests::on_embedded();
+    for sticky_ms in [2_000, 0] {
+        let w = sticky_world("stickywake", sticky_ms).await;
+        let starts = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let reg = || {
+            let mut reg = Registry::new();
+            reg.register(Suspending {
+                steps: 12,
+                starts: starts.clone(),
+            });
+            reg
+        };
+        let a = InProc::start(&w.cfg, reg());
+        let b = InProc::start(&w.cfg, reg());
+        w.wait_registered(Suspending::NAME).await;
+        tokio::time::sleep(Duration::from_millis(300)).await; // both consuming
+        let t = w.start(Suspending::NAME, json!({})).await;
+        answer_and_complete(&w, &t).await;
+        let (_, entries) = w.store.get(&t).await.expect("read").expect("the run");
+        assert_eq!(entries.len(), 28, "{entries:?}");
+        let starts = starts.load(std::sync::atomic::Ordering::SeqCst);
+        if sticky_queues && sticky_ms > 0 {
+            assert_eq!(starts, 1, "the body replayed {} times", starts - 1);
+        } else if sticky_queues {
+            assert!(starts > 1, "two workers sharing the task queue: the body never moved");
+        }
+        a.stop().await;
+        b.stop().await;
+    }
 }

@@ -21,22 +21,36 @@ pub(crate) async fn ring(
     trace: Option<&str>,
     rv: u64,
 ) {
-    // To the run's task queue (one read; if it fails, the default queue's worker forwards it).
-    let queue = svc.store.run_queue(thread).await.ok().flatten();
-    ring_on(svc, queue.as_deref(), thread, step, reason, trace, rv).await
+    // To the run's task queue (one read; if it fails, the default queue's worker forwards it),
+    // first to the sticky queue of the worker that holds the run's body, if one does.
+    let (queue, holder) = svc.store.run_route(thread).await.unwrap_or_default();
+    ring_on(
+        svc,
+        (queue.as_deref(), holder.as_deref()),
+        thread,
+        step,
+        reason,
+        trace,
+        rv,
+    )
+    .await
 }
 
-/// [`ring`] on a known task queue (`None`: the default queue).
+/// [`ring`] on a known task queue (`None`: the default queue) and holder (`None`: none).
 pub(crate) async fn ring_on(
     svc: &Services,
-    queue: Option<&str>,
+    (queue, holder): (Option<&str>, Option<&str>),
     thread: &ThreadId,
     step: Option<u32>,
     reason: TaskReason,
     trace: Option<&str>,
     rv: u64,
 ) {
-    match svc.publisher.publish_on(queue, thread, step, reason, trace).await {
+    match svc
+        .publisher
+        .publish_on(queue, holder, thread, step, reason, trace)
+        .await
+    {
         Ok(()) if reason == TaskReason::Start => svc.marker.started(thread.clone()),
         Ok(()) => svc.marker.mark(thread.clone(), rv),
         Err(e) => warn!(thread.id = %thread, error = %e, "publishing a task failed; the due scanner will retry"),

@@ -125,7 +125,7 @@ pub(crate) async fn start(
         // A failed publish is only logged: the run has a due time and the scanner starts
         // it after the redelivery delay.
         let q = req.queue.as_deref();
-        super::checks::ring_on(svc, q, &thread, Some(0), TaskReason::Start, Some(&trace), 0).await;
+        super::checks::ring_on(svc, (q, None), &thread, Some(0), TaskReason::Start, Some(&trace), 0).await;
     }
     start_reply(&thread, outcome)
 }

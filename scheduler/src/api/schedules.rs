@@ -436,7 +436,7 @@ async fn start(svc: &Services, spec: &ScheduleSpec, input: &Value, thread: &str)
     {
         CreateOutcome::Created => {
             // (Started on the default queue, as `opts` says: no read of the run's queue.)
-            ring_on(svc, None, &t, Some(0), TaskReason::Start, Some(&trace), 0).await;
+            ring_on(svc, (None, None), &t, Some(0), TaskReason::Start, Some(&trace), 0).await;
             Ok(Started::Yes)
         }
         CreateOutcome::Exists(_) | CreateOutcome::Conflict(_) => Ok(Started::Already),

@@ -38,6 +38,10 @@ pub struct StoreConfig {
     pub codec: Option<crate::codec::PayloadCodec>,
     /// CA and client certificate for `rediss://`.
     pub tls: savepoint_core::tls::TlsMaterial,
+    /// A suspend records the suspending worker as the run's holder (`held`), so the scanner and
+    /// the API send the run's next task to that worker's sticky queue (a worker with sticky
+    /// queues; README `SAVEPOINT_STICKY_MS`).
+    pub sticky: bool,
 }
 
 impl Default for StoreConfig {
@@ -58,6 +62,7 @@ impl Default for StoreConfig {
             child_poll: Duration::from_secs(30),
             codec: None,
             tls: Default::default(),
+            sticky: false,
             replica_ack: None,
         }
     }

@@ -72,7 +72,8 @@ impl ScriptStore {
             None => inv.arg("").arg(""),
         };
         inv.arg(how.drop_begin.map(|i| i.to_string()).unwrap_or_default())
-            .arg(how.queue.unwrap_or(""));
+            .arg(how.queue.unwrap_or(""))
+            .arg(if self.cfg.sticky { lease.owner.as_str() } else { "" });
         self.more_entries(&mut inv, &lease.thread, entries);
         let r = self.invoke(&inv).await?;
         match r.tag().as_str() {

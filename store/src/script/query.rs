@@ -293,6 +293,25 @@ impl ScriptStore {
         Ok(q.filter(|q| !q.is_empty()))
     }
 
+    /// The task queue a run's next task goes to (`None`: the default queue) and the worker
+    /// whose sticky queue of it the task goes to first (`None`: none; see
+    /// [`crate::StoreConfig::sticky`]): the one that suspended the run keeping its body or
+    /// journal, named while the run is not running.
+    pub async fn run_route(&self, thread: &ThreadId) -> Result<(Option<String>, Option<String>), StoreError> {
+        let (q, held, status): (Option<String>, Option<String>, Option<String>) = self
+            .engine
+            .query(
+                redis::cmd("HMGET")
+                    .arg(&self.keys.run(thread).run)
+                    .arg("q")
+                    .arg("held")
+                    .arg("status"),
+            )
+            .await?;
+        let held = held.filter(|h| !h.is_empty() && status.as_deref() != Some("running"));
+        Ok((q.filter(|q| !q.is_empty()), held))
+    }
+
     /// One journal entry of a run (`None` if the run or the entry does not exist).
     pub async fn entry(&self, thread: &ThreadId, index: u32) -> Result<Option<Entry>, StoreError> {
         let raw: Option<Vec<u8>> = self

@@ -23,6 +23,9 @@ pub struct Rung {
     pub rv: u64,
     /// The task queue its task goes to (`None`: the default queue).
     pub queue: Option<String>,
+    /// The worker whose sticky queue (of that task queue) the task goes to first: the one
+    /// that suspended the run keeping its body or journal.
+    pub holder: Option<String>,
 }
 
 impl ScriptStore {
@@ -51,7 +54,7 @@ impl ScriptStore {
         let r = self.invoke(&inv).await?;
         let now = r.num(0);
         let rung = (1..r.0.len())
-            .step_by(5)
+            .step_by(6)
             .filter_map(|i| {
                 Some(Rung {
                     thread: ThreadId::new(r.text(i)).ok()?,
@@ -59,6 +62,7 @@ impl ScriptStore {
                     due: r.text(i + 2).parse().ok(),
                     rv: r.num(i + 3),
                     queue: Some(r.text(i + 4)).filter(|q| !q.is_empty()),
+                    holder: Some(r.text(i + 5)).filter(|h| !h.is_empty()),
                 })
             })
             .collect();

@@ -4,8 +4,11 @@
 -- KEYS: 1 partition due zset, 2 partition unconfirmed-start zset, 3.. the candidates' run
 --       hashes (same slot; KEYS[i + 1] is the hash of ARGV[i])
 -- ARGV: 1 period_ms (how long before the same run may be handed out again), 2.. thread ids
--- Returns: {server_now_ms, thread, trace, recorded due, rv, task queue ('' = default), thread, …}
---          for the runs handed out
+-- Returns: {server_now_ms, thread, trace, recorded due, rv, task queue ('' = default), holder
+--          ('' = none), thread, …} for the runs handed out; the holder is the worker that
+--          suspended the run keeping its body or journal (`held`), whose sticky queue its task
+--          goes to, named only for a run that is not running (one whose lease expired has no
+--          live holder to wait for)
 -- Effects: every handed-out run's due score moves to now + period (the hash keeps its due),
 -- its unconfirmed-start entry is dropped, and its `rings` count grows by one.
 local t = now_ms()
@@ -16,7 +19,7 @@ for i = 2, #ARGV do
   local score = redis.call('ZSCORE', KEYS[1], id)
   local unconfirmed = redis.call('ZSCORE', KEYS[2], id)
   if (score and tonumber(score) <= t) or (unconfirmed and tonumber(unconfirmed) <= t) then
-    local h = redis.call('HMGET', KEYS[i + 1], 'trace', 'due', 'rv', 'status', 'q')
+    local h = redis.call('HMGET', KEYS[i + 1], 'trace', 'due', 'rv', 'status', 'q', 'held')
     redis.call('ZREM', KEYS[2], id)
     if score then redis.call('ZADD', KEYS[1], next_due, id) end
     -- One more ring since the last claim (mark_queued doubles its wait per ring).
@@ -26,6 +29,7 @@ for i = 2, #ARGV do
     table.insert(out, h[2] or '')
     table.insert(out, h[3] or '0')
     table.insert(out, h[5] or '')
+    table.insert(out, (h[4] ~= 'running' and h[6]) or '')
   end
 end
 return out

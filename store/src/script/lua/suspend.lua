@@ -11,7 +11,10 @@
 --       16 effect key the run backs off on ('' = none), 17 back-off count for it,
 --       18 journal index whose begin record x:<index> to drop ('' = none),
 --       19 task queue the run's next task goes to (`q`; '' = unchanged): a yield that routes
---          the next call to another queue, 20.. the slice's unwritten entries after the first
+--          the next call to another queue, 20 the suspending worker when it keeps the run's
+--          body or journal for its next slice (`held`, whose sticky queue the scanner and the
+--          API send that slice's task to; '' = none), 21.. the slice's unwritten entries after
+--          the first
 -- A run with a deadline (create.lua) never gets a due time past it.
 -- Returns: {'ok', new_version, due_ms or '', rv} | {'woke', new_version, due_ms, rv} (the
 --          awaited value was already buffered: the run is pending again and needs a task);
@@ -22,7 +25,7 @@ local bad = check_lease(KEYS[1], ARGV[2], ARGV[3], ARGV[4])
 if bad then return bad end
 local t = now_ms()
 if ARGV[5] ~= '' then
-  local refused = append_entries(KEYS[1], ARGV[5], ARGV[6], 20)
+  local refused = append_entries(KEYS[1], ARGV[5], ARGV[6], 21)
   if refused then return refused end
 end
 local status, delay, reply = ARGV[7], ARGV[8], 'ok'
@@ -38,6 +41,11 @@ if status == 'waiting' then
 end
 local ver = tonumber(ARGV[4]) + 1
 redis.call('HSET', KEYS[1], 'status', status, 'owner', '', 'lease', 0, 'ver', ver, 'updated', t)
+if ARGV[20] ~= '' then
+  redis.call('HSET', KEYS[1], 'held', ARGV[20])
+else
+  redis.call('HDEL', KEYS[1], 'held')
+end
 if ARGV[9] ~= '' then
   redis.call('HSET', KEYS[1], 'wait_kind', ARGV[9], 'wait_name', ARGV[10], 'wait_payload', ARGV[11])
 else
