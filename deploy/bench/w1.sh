@@ -8,6 +8,7 @@
 #   INFLIGHT=200 deploy/bench/w1.sh         # at most 200 runs in flight (default: all at once)
 #   WORKFLOW=webhook deploy/bench/w1.sh     # a webhook effect in the middle step
 #   INFLIGHT=1 RUNS=200 deploy/bench/w1.sh  # unloaded: one run at a time
+#   NAP_MS=1 RUNS=10 STEPS=1000 deploy/bench/w1.sh  # a 1 ms durable sleep after every step
 #   SAVEPOINT_CHECKPOINTS=sync deploy/bench/w1.sh  # one acknowledged commit per step
 #   PROFILE=1 deploy/bench/w1.sh            # also a system-wide CPU profile (perf) of the load:
 #                                           # each process's hottest functions, in µs per step
@@ -18,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUNS=${RUNS:-500}; STEPS=${STEPS:-10}; WORKERS=${WORKERS:-2}; PAYLOAD=${PAYLOAD:-0}
 PORT=${PORT:-7170}; FLOOR=${FLOOR:-1}; FLOW_KEYS=${FLOW_KEYS:-0}; FLOW_LIMIT=${FLOW_LIMIT:-4}
-INFLIGHT=${INFLIGHT:-0}; WORKFLOW=${WORKFLOW:-chain}
+INFLIGHT=${INFLIGHT:-0}; WORKFLOW=${WORKFLOW:-chain}; NAP_MS=${NAP_MS:-0}
 # How this script itself reaches Redis (readiness, clean-up); on a cluster `redis-cli -c -p N`,
 # whose clean-up then covers that node's keys only (throwaway clusters are stopped whole).
 read -r -a RCLI <<<"${REDIS_CLI:-redis-cli}"
@@ -54,6 +55,7 @@ done
 echo "== savepoint: $RUNS runs x $STEPS steps of $WORKFLOW, $WORKERS workers, payload $PAYLOAD B, flow keys $FLOW_KEYS, in flight ${INFLIGHT/#0/all} (namespace $NS)"
 FLOW_ARGS=(); [ "$FLOW_KEYS" -gt 0 ] && FLOW_ARGS=(--flow-keys "$FLOW_KEYS" --flow-limit "$FLOW_LIMIT")
 [ "$INFLIGHT" -gt 0 ] && FLOW_ARGS+=(--inflight "$INFLIGHT")
+[ "$NAP_MS" -gt 0 ] && FLOW_ARGS+=(--nap-ms "$NAP_MS")
 # CPU seconds (user + system) of processes, and Redis's own (INFO cpu), before and after.
 proc_cpu() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
 redis_cpu() { "${RCLI[@]}" info cpu | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { printf "%.6f", s }'; }

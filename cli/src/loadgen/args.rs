@@ -18,6 +18,9 @@ pub struct LoadgenArgs {
     /// Padding bytes per step result (chain).
     #[arg(long, default_value_t = 0)]
     pub payload_bytes: usize,
+    /// A durable sleep of this many ms after each step (chain; 0: none).
+    #[arg(long, default_value_t = 0)]
+    pub nap_ms: u64,
     /// Runs per second to submit; 0 submits all at once.
     #[arg(long, default_value_t = 0.0)]
     pub rate: f64,

@@ -20,7 +20,7 @@ use super::LoadgenArgs;
 /// The input of the `i`th run of the chosen workflow (`hook`: the webhook receiver URL).
 fn input(args: &LoadgenArgs, i: usize, hook: &str) -> Result<Value, anyhow::Error> {
     Ok(match args.workflow.as_str() {
-        "chain" => json!({"steps": args.steps, "payload_bytes": args.payload_bytes}),
+        "chain" => json!({"steps": args.steps, "payload_bytes": args.payload_bytes, "nap_ms": args.nap_ms}),
         "webhook" => json!({
             "url": hook, "steps": args.steps,
             "effect_at": args.effect_at.unwrap_or(args.steps / 2), "policy": args.policy,

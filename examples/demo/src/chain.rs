@@ -1,5 +1,5 @@
-//! `chain {"steps"}`: `steps` trivial steps, each taking and returning a small JSON map;
-//! outputs the last map. Used for benchmarks.
+//! `chain {"steps"}`: `steps` trivial steps, each taking and returning a small JSON map (and,
+//! with `nap_ms`, each followed by a durable sleep); outputs the last map. Used for benchmarks.
 
 use serde::{Deserialize, Serialize};
 
@@ -16,6 +16,10 @@ pub struct ChainIn {
     /// Milliseconds each step waits, standing in for a call to a slow service.
     #[serde(default)]
     pub step_delay_ms: u64,
+    /// A durable sleep of this many milliseconds after each step (0: none): a run that
+    /// suspends between every two steps, its next slice rung by the scheduler.
+    #[serde(default)]
+    pub nap_ms: u64,
 }
 
 /// What each step returns (`{"i","acc","pad"?}`) and the run outputs (without `pad`).
@@ -57,6 +61,10 @@ impl Workflow for Chain {
                     })
                 })
                 .await?;
+            if input.nap_ms > 0 {
+                ctx.sleep(&format!("z{i}"), std::time::Duration::from_millis(input.nap_ms))
+                    .await?;
+            }
         }
         state.pad = None;
         Ok(state)

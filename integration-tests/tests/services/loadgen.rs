@@ -13,6 +13,7 @@ fn args(workflow: &str, runs: usize, steps: u32) -> LoadgenArgs {
         runs,
         steps,
         payload_bytes: 0,
+        nap_ms: 0,
         rate: 0.0,
         inflight: 1000,
         effect_at: None,
