@@ -102,7 +102,8 @@ pub struct WorkerSection {
     /// wait) or yields with its journal durable stays parked, and the run's next slice on this
     /// worker goes on from it instead of replaying the journal (its entries count in
     /// `journal_cache_entries`; past this many, the bodies parked longest give way to their
-    /// journals; 0: every slice replays from the top).
+    /// journals; 0: every slice replays from the top). A parked body of a small workflow
+    /// holds about 30 KB (docs/PERFORMANCE.md).
     pub parked_bodies: usize,
     /// How long (ms) the task of a run whose journal or parked body this worker keeps waits
     /// in the worker's own sticky queue for it before it goes on to the run's task queue,
@@ -130,7 +131,7 @@ impl Default for WorkerSection {
             max_journal_bytes: 16 * 1024 * 1024,
             checkpoints: "pipelined".into(),
             journal_cache_entries: 100_000,
-            parked_bodies: 10_000,
+            parked_bodies: 2_000,
             sticky_ms: 2_000,
             shutdown_grace_ms: 10_000,
             http_addr: "127.0.0.1:7071".into(),

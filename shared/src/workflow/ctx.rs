@@ -159,7 +159,9 @@ pub struct Parked {
     /// Live calls in the slice.
     pub live: u32,
     /// Hands the parked body the parts of the run's next slice ([`Ctx::resume`]).
-    pub(super) resume: tokio::sync::mpsc::UnboundedSender<CtxParts>,
+    // Boxed: a channel allocates its first block of 32 slots at once, and the parts are large
+    // (32 of them inline cost a parked body about 50 KB).
+    pub(super) resume: tokio::sync::mpsc::UnboundedSender<Box<CtxParts>>,
 }
 
 /// How a call reads and stamps the recorded values of its type `T`, without being generic
@@ -444,7 +446,7 @@ impl Core {
         self.exit = Some(exit);
         self.notify.notify_one();
         match parts_in.recv().await {
-            Some(parts) => self.resumed(parts),
+            Some(parts) => self.resumed(*parts),
             None => std::future::pending().await,
         }
     }

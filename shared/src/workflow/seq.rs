@@ -178,7 +178,7 @@ impl Ctx {
             f.fence = parts.lease.fence;
             f.clock = parts.server_clock;
         }
-        parked.resume.send(parts).is_ok()
+        parked.resume.send(Box::new(parts)).is_ok()
     }
 
     /// The index the next call will have (with no call in flight).
