@@ -26,7 +26,7 @@ mod server;
 #[doc(hidden)]
 pub use api::fuzzing;
 pub use api::openapi_json;
-pub use publish::{new_traceparent, reason_name, PublishError, Publisher, TRACEPARENT};
+pub use publish::{new_traceparent, reason_name, PublishError, Publisher, Sent, TRACEPARENT};
 pub use scanner::{run as run_scanner, tick_alone as scan_tick_alone, ScanSettings};
 pub use server::{run, serve, CONNECT_DEADLINE};
 

@@ -93,12 +93,15 @@ impl Publisher {
         reason: TaskReason,
         trace: Option<&str>,
     ) -> Result<(), PublishError> {
-        self.publish_on(None, None, thread, step, reason, trace).await
+        self.publish_on(None, None, thread, step, reason, trace)
+            .await
+            .map(|_| ())
     }
 
     /// [`Publisher::publish`] to task queue `queue` (`None`: the default queue), or first to
     /// worker `holder`'s sticky queue of it, where the run's parked body or journal is (a
     /// sticky queue the broker cannot route to, its worker gone, falls back to the task queue).
+    /// Says where the task went: a task in a sticky queue is not marked queued (see [`Sent`]).
     pub async fn publish_on(
         &self,
         queue: Option<&str>,
@@ -107,7 +110,7 @@ impl Publisher {
         step: Option<u32>,
         reason: TaskReason,
         trace: Option<&str>,
-    ) -> Result<(), PublishError> {
+    ) -> Result<Sent, PublishError> {
         self.failpoints.check(BEFORE_PUBLISH).await?;
         let task = Task::new(thread.clone(), self.keys.partition(thread), step, reason);
         let span = tracing::info_span!("publish", thread.id = %thread, task.reason = reason_name(reason));
@@ -128,7 +131,7 @@ impl Publisher {
                 match self.sticky(queue, holder, &payload, &headers).await {
                     Ok(()) => {
                         inc(&metrics().sticky, &[("reason", reason_name(reason))]);
-                        return Ok(());
+                        return Ok(Sent::Sticky);
                     }
                     Err(e) => {
                         tracing::debug!(error = %e, "publishing to the holder's sticky queue failed; to the task queue")
@@ -139,10 +142,11 @@ impl Publisher {
                 (Some(qs), Some(q)) => qs.publish(Some(q), &payload, &headers).await,
                 _ => self.broker.publish(&payload, &headers).await,
             }
+            .map(|()| Sent::Queue)
         };
-        tracing::Instrument::instrument(sent, span).await?;
+        let sent = tracing::Instrument::instrument(sent, span).await?;
         inc(&metrics().published, &[("reason", reason_name(reason))]);
-        Ok(())
+        Ok(sent)
     }
 
     /// Publishes to worker `holder`'s sticky queue of task queue `queue`, confirmed.
@@ -158,6 +162,19 @@ impl Publisher {
             _ => self.broker.publish_sticky(holder, payload, headers).await,
         }
     }
+}
+
+/// Where a confirmed task went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// The run's task queue: the publisher marks the run queued (its safety net moves out to
+    /// the queued-redeliver delay), since the quorum queue keeps the task.
+    Queue,
+    /// A worker's sticky queue (a classic queue on one RabbitMQ node): the run keeps the
+    /// nearer safety net of the change that made it runnable (`redeliver`), so a task lost
+    /// with that node is rung again within seconds, not minutes. At worst that is one more
+    /// message for the run, if no worker has taken the task by then.
+    Sticky,
 }
 
 /// The metric / log name of a task reason.

@@ -13,7 +13,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::publish::Publisher;
+use crate::publish::{Publisher, Sent};
 
 /// Publishes in flight at once per batch (each waits for a broker confirm).
 const PUBLISH_CONCURRENCY: usize = 32;
@@ -260,7 +260,9 @@ async fn scan_partition(
                 )
                 .await
             {
-                Ok(()) => Some((r.thread, r.rv)),
+                Ok(Sent::Queue) => Some((r.thread, r.rv)),
+                // Not marked: a task in a sticky queue keeps the run's nearer net.
+                Ok(Sent::Sticky) => None,
                 Err(e) => {
                     // The run keeps its (moved) due time: it is handed out again next period.
                     warn!(thread.id = %r.thread, error = %e, "publishing a due task failed");

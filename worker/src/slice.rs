@@ -70,10 +70,14 @@ pub(crate) async fn publish(
         .instrument(span)
         .await
     {
-        Ok(()) => {
+        Ok(sticky) => {
             inc(&metrics().published, &[("reason", reason.as_str())]);
-            if let Err(e) = shared.store.mark_queued(&[(thread.clone(), rv)]).await {
-                tracing::debug!(error = %e, "marking the task queued failed; the safety net may ring once more");
+            // A task in a sticky queue (a classic queue on one broker node) is not marked: the
+            // run keeps its nearer net, so a task lost with that node is rung again soon.
+            if !sticky {
+                if let Err(e) = shared.store.mark_queued(&[(thread.clone(), rv)]).await {
+                    tracing::debug!(error = %e, "marking the task queued failed; the safety net may ring once more");
+                }
             }
         }
         Err(e) => tracing::warn!(error = %e, "publish failed; the due time will redeliver"),
@@ -83,7 +87,7 @@ pub(crate) async fn publish(
 
 /// Sends a run's task to this worker's sticky queue where [`Shared::sticks`] says so (a sticky
 /// queue gone, or any other failure there, falls back to the task queue), else to the run's
-/// task queue.
+/// task queue; true when it went to the sticky queue.
 async fn send(
     shared: &Shared,
     thread: &ThreadId,
@@ -91,7 +95,7 @@ async fn send(
     payload: &[u8],
     headers: &[(String, String)],
     reason: TaskReason,
-) -> Result<(), savepoint_broker::BrokerError> {
+) -> Result<bool, savepoint_broker::BrokerError> {
     if let Some(q) = shared.sticks(thread, queue) {
         let sent = match shared.queues.get(q).await {
             Ok(b) => b.publish_sticky(shared.incarnation.as_str(), payload, headers).await,
@@ -100,12 +104,12 @@ async fn send(
         match sent {
             Ok(()) => {
                 inc(&metrics().sticky, &[("reason", reason.as_str())]);
-                return Ok(());
+                return Ok(true);
             }
             Err(e) => tracing::debug!(error = %e, "publishing to the sticky queue failed; to the task queue"),
         }
     }
-    shared.queues.publish(queue, payload, headers).await
+    shared.queues.publish(queue, payload, headers).await.map(|()| false)
 }
 
 /// Publishes the start tasks of the child runs a workflow starts, as the API does for runs it

@@ -314,6 +314,37 @@ async fn a_yielded_run_comes_back_to_the_worker_that_holds_its_body() {
     }
 }
 
+/// Worker A, one slice at a time (so the slice that publishes holds the only permit and A never
+/// claims its own continuation), takes a 5-step run, commits its first step, sends the
+/// continuation to its sticky queue and dies (as `kill -9`) right after the broker confirmed
+/// it. Returns the run, A, and A's step calls.
+async fn a_dies_after_its_sticky_continuation(w: &World) -> (savepoint_core::ids::ThreadId, InProc, Counter) {
+    let (reg_a, _, calls_a) = counted(5);
+    let mut cfg_a = w.cfg.clone();
+    cfg_a.worker.concurrency = 1;
+    let a = InProc::with_failpoints(&cfg_a, reg_a, "publish.after=abort@1");
+    w.wait_registered(Counted::NAME).await;
+    let t = w.start(Counted::NAME, json!({})).await;
+    a.crashed().await;
+    (t, a, calls_a)
+}
+
+/// Starts worker B and waits for the run to complete with what it computes, within 30 s of
+/// `since`; returns B and its step calls.
+async fn b_completes(w: &World, t: &savepoint_core::ids::ThreadId, since: std::time::Instant) -> (InProc, Counter) {
+    let (reg_b, _, calls_b) = counted(5);
+    let b = InProc::start(&w.cfg, reg_b);
+    let run = w.wait_status(t, &["completed", "blocked", "failed"], LONG).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["output"], json!(sum_chain(5)));
+    assert!(
+        since.elapsed() < Duration::from_secs(30),
+        "the run waited {:?}: its task stayed behind",
+        since.elapsed()
+    );
+    (b, calls_b)
+}
+
 #[tokio::test]
 async fn a_task_left_in_a_dead_workers_sticky_queue_goes_on_to_the_task_queue() {
     // Worker A takes the run, commits its first step and yields: the continuation goes to A's
@@ -322,32 +353,17 @@ async fn a_task_left_in_a_dead_workers_sticky_queue_goes_on_to_the_task_queue() 
     // permit and the continuation, if A's consumer prefetched it, is never claimed: the broker
     // takes it back unacknowledged). The task waits out its TTL (1 s) there and moves on to the task queue,
     // where worker B, started after A died, takes it and completes the run: every step once.
-    // The run was marked queued, so its safety net is minutes away: only the sticky queue's
-    // TTL brings it back this soon.
+    // (A task in a sticky queue leaves the run's safety net near, but the scanner's rings go
+    // to the same sticky queue while the run names A as its holder: only the TTL moves the
+    // task on; with a TTL 100 times longer the run stays pending.)
     use std::sync::atomic::Ordering::SeqCst;
     let w = sticky_world("stickydead", 1_000).await;
-    let (reg_a, _, calls_a) = counted(5);
-    let (reg_b, _, calls_b) = counted(5);
     let sent = sticky_sent();
-    let mut cfg_a = w.cfg.clone();
-    cfg_a.worker.concurrency = 1;
-    let a = InProc::with_failpoints(&cfg_a, reg_a, "publish.after=abort@1");
-    w.wait_registered(Counted::NAME).await;
-    let t = w.start(Counted::NAME, json!({})).await;
-    a.crashed().await;
-    let died = std::time::Instant::now();
+    let (t, a, calls_a) = a_dies_after_its_sticky_continuation(&w).await;
     if !savepoint_integration_tests::on_embedded() {
         assert!(sticky_sent() > sent, "A's continuation went to its sticky queue");
     }
-    let b = InProc::start(&w.cfg, reg_b);
-    let run = w.wait_status(&t, &["completed", "blocked", "failed"], LONG).await;
-    assert_eq!(run["status"], "completed", "{run}");
-    assert_eq!(run["output"], json!(sum_chain(5)));
-    assert!(
-        died.elapsed() < Duration::from_secs(30),
-        "the run waited {:?}: its task stayed in the dead worker's sticky queue",
-        died.elapsed()
-    );
+    let (b, calls_b) = b_completes(&w, &t, std::time::Instant::now()).await;
     assert_eq!(calls_a.load(SeqCst), 1, "A ran the first step");
     assert_eq!(calls_b.load(SeqCst), 4, "B ran the other four, once each");
     a.kill().await;
@@ -390,4 +406,40 @@ async fn a_woken_run_comes_back_to_the_worker_that_holds_its_body() {
         a.stop().await;
         b.stop().await;
     }
+}
+
+#[tokio::test]
+async fn a_task_lost_with_a_sticky_queue_is_rung_again_soon_on_rabbitmq() {
+    // As a RabbitMQ node that held a sticky queue going down: worker A's continuation was
+    // confirmed into A's sticky queue, A died, and the queue is deleted with the task in it
+    // (its TTL is a minute here, so the TTL does not save it). A task in a sticky queue does
+    // not mark the run queued, so the run's net is the near one (`redeliver`, 2 s here): the
+    // scanner rings it, the ring to A's queue is unroutable and falls back to the task queue,
+    // and worker B completes the run in seconds, not after the queued-redeliver delay.
+    use std::sync::atomic::Ordering::SeqCst;
+    let w = sticky_world("stickylost", 60_000).await;
+    let (t, a, calls_a) = a_dies_after_its_sticky_continuation(&w).await;
+    let prefix = format!("{}.s.", w.cfg.namespace);
+    let listed = std::process::Command::new("rabbitmqctl")
+        .args(["-q", "list_queues", "name", "messages", "--no-table-headers"])
+        .output()
+        .expect("rabbitmqctl");
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    // (name, messages ready or unacknowledged)
+    let sticky: Vec<(&str, &str)> = listed
+        .lines()
+        .filter_map(|l| l.split_once(char::is_whitespace))
+        .filter(|(q, _)| q.starts_with(&prefix))
+        .collect();
+    assert_eq!(sticky.len(), 1, "A's sticky queue: {listed}");
+    assert_eq!(sticky[0].1.trim(), "1", "the continuation is in it: {listed}");
+    let deleted = std::process::Command::new("rabbitmqctl")
+        .args(["-q", "delete_queue", sticky[0].0])
+        .output()
+        .expect("rabbitmqctl");
+    assert!(deleted.status.success(), "{deleted:?}");
+    let (b, calls_b) = b_completes(&w, &t, std::time::Instant::now()).await;
+    assert_eq!(calls_a.load(SeqCst) + calls_b.load(SeqCst), 5, "each step once");
+    a.kill().await;
+    b.stop().await;
 }

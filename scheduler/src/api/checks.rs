@@ -9,6 +9,7 @@ use serde_json::Value;
 use tracing::warn;
 
 use super::{ApiError, Services};
+use crate::publish::Sent;
 
 /// Rings a worker after a state change made the run runnable, then has the marker tell the
 /// store that the broker carries the task (ring version `rv`). A failed publish is only
@@ -51,8 +52,10 @@ pub(crate) async fn ring_on(
         .publish_on(queue, holder, thread, step, reason, trace)
         .await
     {
-        Ok(()) if reason == TaskReason::Start => svc.marker.started(thread.clone()),
-        Ok(()) => svc.marker.mark(thread.clone(), rv),
+        Ok(_) if reason == TaskReason::Start => svc.marker.started(thread.clone()),
+        Ok(Sent::Queue) => svc.marker.mark(thread.clone(), rv),
+        // A task in a sticky queue keeps the run's nearer net (see `Sent`).
+        Ok(Sent::Sticky) => {}
         Err(e) => warn!(thread.id = %thread, error = %e, "publishing a task failed; the due scanner will retry"),
     }
 }
