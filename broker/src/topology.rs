@@ -32,11 +32,6 @@ pub struct Sticky {
     pub ttl_ms: u32,
 }
 
-/// How long a sticky queue lives on without a consumer before the broker deletes it
-/// (`x-expires`), at least: far past any message's TTL, so every message left in the queue
-/// of a worker that died has moved on to the task queue before the queue goes.
-const STICKY_EXPIRES_MS: u32 = 60_000;
-
 impl Topology {
     /// Builds the topology of queue `queue` in namespace `namespace`.
     pub fn new(namespace: &str, queue: &str) -> Self {
@@ -48,10 +43,11 @@ impl Topology {
         }
     }
 
-    /// Worker process `owner`'s sticky queue of this task queue: `"{ns}.s.{queue}.{owner}"`, a
-    /// durable classic queue bound to the task exchange under its own name, whose messages
-    /// go on to the task queue after `ttl_ms` and which the broker deletes a minute after its
-    /// consumer went away.
+    /// Worker process `owner`'s sticky queue of this task queue: `"{ns}.s.{queue}.{owner}"`, an
+    /// exclusive classic queue of the consumer's connection (it goes with that connection: a
+    /// worker that dies takes it along, and a publish to it is then unroutable), bound to the
+    /// task exchange under its own name, whose messages go on to the task queue after
+    /// `ttl_ms`.
     pub fn sticky(&self, owner: &str, ttl_ms: u32) -> Self {
         Topology {
             sticky: Some(Sticky {
@@ -199,9 +195,15 @@ async fn declare_sticky(ch: &Channel, topo: &Topology, sticky: &Sticky) -> Resul
     args.insert("x-message-ttl".into(), ms(sticky.ttl_ms));
     args.insert("x-dead-letter-exchange".into(), long(&exchange));
     args.insert("x-dead-letter-routing-key".into(), long(&topo.queue));
-    let expires = STICKY_EXPIRES_MS.max(sticky.ttl_ms.saturating_mul(10));
-    args.insert("x-expires".into(), ms(expires));
-    ch.queue_declare(short(&queue)?, QueueDeclareOptions::durable(), args.clone())
+    // Exclusive: the queue lives as long as the worker's consumer connection. A worker killed
+    // takes it along at once, so the scanner's rings for its runs are unroutable and go to the
+    // task queue instead of waiting out a TTL in a queue nobody reads; the tasks it held are
+    // rung again within their run's near net (a sticky task does not mark its run queued).
+    let opts = QueueDeclareOptions {
+        exclusive: true,
+        ..QueueDeclareOptions::default()
+    };
+    ch.queue_declare(short(&queue)?, opts, args.clone())
         .await
         .map_err(|e| BrokerError::declare(&queue, &args, e))?;
     ch.queue_bind(

@@ -176,3 +176,59 @@ conformance!(
     unsettled_delivery_returns_when_its_consumer_goes(20),
     requeued_past_the_delivery_limit_is_dead_lettered(2),
 );
+
+/// A sticky queue (RabbitMQ only: the embedded queue has none): a task its worker does not take
+/// within the TTL goes on to the task queue, where another consumer takes it; a task already
+/// handed to the worker's consumer (within its prefetch) waits for that worker; and the queue
+/// goes with its consumer's connection, after which a publish to it is unroutable (an error,
+/// so the publisher falls back to the task queue).
+#[cfg(feature = "services")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sticky_task_not_taken_within_its_ttl_goes_on_to_the_task_queue_on_rabbitmq() {
+    let s = savepoint_integration_tests::services().await;
+    let ns = fresh_namespace("bs");
+    let cfg = BrokerConfig {
+        prefetch: 1,
+        ..config(&s.amqp_url, &ns, 20)
+    };
+    let b = Broker::connect(cfg, STEP).await.expect("RabbitMQ must be reachable");
+    let (stop_sticky, stop_home) = (CancellationToken::new(), CancellationToken::new());
+    let mut sticky = b
+        .sticky_consumer("w-test", 300, "sticky", stop_sticky.clone())
+        .expect("RabbitMQ has sticky queues");
+    sticky.ready().await;
+    b.publish_sticky("w-test", b"one", &[])
+        .await
+        .expect("routed to the sticky queue");
+    b.publish_sticky("w-test", b"two", &[])
+        .await
+        .expect("routed to the sticky queue");
+    // "one" fills the sticky consumer's prefetch of one and is not settled; "two" waits in the
+    // queue, expires after 300 ms and is dead-lettered to the task queue.
+    let mut home = b.consumer("home", stop_home.clone());
+    let d = tokio::time::timeout(STEP, home.next())
+        .await
+        .expect("in time")
+        .expect("a delivery");
+    assert_eq!(d.data, b"two");
+    d.ack().await.expect("ack");
+    let d = tokio::time::timeout(STEP, sticky.next())
+        .await
+        .expect("in time")
+        .expect("a delivery");
+    assert_eq!(d.data, b"one", "the prefetched task stayed with its worker");
+    d.ack().await.expect("ack");
+    stop_sticky.cancel();
+    while sticky.next().await.is_some() {}
+    drop(sticky);
+    let deadline = tokio::time::Instant::now() + STEP;
+    while b.publish_sticky("w-test", b"three", &[]).await.is_ok() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sticky queue outlived its consumer"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop_home.cancel();
+    b.delete_topology().await.expect("cleanup");
+}

@@ -989,6 +989,11 @@ async fn poisoning(s: &ScriptStore) -> ScriptStore {
         max_crashes: 1,
         ..s.config().clone()
     };
+    reconfigured(s, cfg).await
+}
+
+/// A store on the backend and namespace of `s` with the settings `cfg`.
+async fn reconfigured(s: &ScriptStore, cfg: StoreConfig) -> ScriptStore {
     #[cfg(feature = "services")]
     if s.mem_engine().is_none() {
         let url = savepoint_integration_tests::services().await.redis_url.clone();
@@ -996,6 +1001,49 @@ async fn poisoning(s: &ScriptStore) -> ScriptStore {
     }
     let engine = s.mem_engine().expect("an embedded store").clone();
     ScriptStore::embedded(engine, s.keys().clone(), cfg)
+}
+
+/// A suspend by a worker with sticky queues names it as the run's holder (`held`); the scanner
+/// names the holder on the run's first ring since its last claim only (a task in a sticky
+/// queue does not mark the run queued, so a second ring means the holder did not take it, and
+/// goes to the task queue: one extra task per run at most), a running run names none, and a
+/// suspend by a worker without sticky queues takes the name away.
+async fn a_runs_holder_is_named_on_its_first_ring_only(s: ScriptStore) {
+    let cfg = StoreConfig {
+        sticky: true,
+        ..s.config().clone()
+    };
+    let sticky = reconfigured(&s, cfg).await;
+    let t = new_run(&s, json!(null)).await;
+    let mut c = claim(&sticky, &t, "w-sticky").await;
+    sticky
+        .suspend(&mut c.lease, None, sleeping(Duration::from_millis(1)), ("slept", ""))
+        .await
+        .unwrap();
+    assert_eq!(s.run_route(&t).await.unwrap(), (None, Some("w-sticky".to_owned())));
+    let p = s.keys().partition(&t);
+    let mut holders = Vec::new();
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let (_, rung) = s.scan_due(p, 100, Duration::from_millis(1)).await.unwrap();
+        let r = rung.into_iter().find(|r| r.thread == t).expect("the run is rung");
+        holders.push(r.holder);
+    }
+    assert_eq!(
+        holders,
+        [Some("w-sticky".to_owned()), None],
+        "first ring sticky, second to the queue"
+    );
+    let mut c = claim(&s, &t, "w-plain").await;
+    assert_eq!(s.run_route(&t).await.unwrap().1, None, "a running run names no holder");
+    s.suspend(&mut c.lease, None, sleeping(Duration::from_millis(1)), ("slept", ""))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.run_route(&t).await.unwrap().1,
+        None,
+        "a plain worker's suspend takes it away"
+    );
 }
 
 /// A block records its kind (`bk`) with its reason, and what makes the run runnable again
@@ -1454,4 +1502,5 @@ conformance!(
     a_pause_that_holds_timers_moves_a_stopped_timer_by_its_length,
     the_pause_sweep_repairs_copies_and_puts_back_what_no_pause_holds,
     a_flow_line_says_where_a_run_stands_and_how_fast_slots_turn,
+    a_runs_holder_is_named_on_its_first_ring_only,
 );

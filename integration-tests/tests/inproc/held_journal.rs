@@ -348,14 +348,12 @@ async fn b_completes(w: &World, t: &savepoint_core::ids::ThreadId, since: std::t
 #[tokio::test]
 async fn a_task_left_in_a_dead_workers_sticky_queue_goes_on_to_the_task_queue() {
     // Worker A takes the run, commits its first step and yields: the continuation goes to A's
-    // sticky queue, and A dies (as `kill -9`) right after the broker confirmed it, its
-    // consumer gone (A runs one slice at a time, so the slice that published holds the only
-    // permit and the continuation, if A's consumer prefetched it, is never claimed: the broker
-    // takes it back unacknowledged). The task waits out its TTL (1 s) there and moves on to the task queue,
-    // where worker B, started after A died, takes it and completes the run: every step once.
-    // (A task in a sticky queue leaves the run's safety net near, but the scanner's rings go
-    // to the same sticky queue while the run names A as its holder: only the TTL moves the
-    // task on; with a TTL 100 times longer the run stays pending.)
+    // sticky queue, and A dies (as `kill -9`) right after the broker confirmed it (A runs one
+    // slice at a time, so the slice that published holds the only permit and A never claims
+    // the continuation). The sticky queue goes with A's connection, and the task with it; the
+    // task did not mark the run queued, so the scanner rings the run within its near net
+    // (2 s here), the ring to A's queue is unroutable and goes to the task queue, and worker
+    // B, started after A died, completes the run: every step once.
     use std::sync::atomic::Ordering::SeqCst;
     let w = sticky_world("stickydead", 1_000).await;
     let sent = sticky_sent();
