@@ -196,8 +196,8 @@ impl Broker {
     ) -> Result<(), BrokerError> {
         match &self.kind {
             Kind::Amqp(b) => {
-                let key = b.topology().sticky(owner, 1).routing_key();
-                b.publish_routed(&key, payload, headers).await
+                b.publish_routed(&b.topology().sticky_name(owner), payload, headers)
+                    .await
             }
             #[cfg(feature = "mem")]
             Kind::Mem { queue, .. } => queue.publish(payload, headers).await,

@@ -73,9 +73,15 @@ impl Topology {
     /// dead-lettering to [`Topology::dlx`]).
     pub fn queue_name(&self) -> String {
         match &self.sticky {
-            Some(s) => format!("{}.s.{}.{}", self.namespace, self.queue, s.owner),
+            Some(s) => self.sticky_name(&s.owner),
             None => format!("{}.q.{}", self.namespace, self.queue),
         }
+    }
+
+    /// The name (and routing key) of worker process `owner`'s sticky queue of this task queue:
+    /// `"{ns}.s.{queue}.{owner}"`.
+    pub fn sticky_name(&self, owner: &str) -> String {
+        format!("{}.s.{}.{}", self.namespace, self.queue, owner)
     }
 
     /// Routing key binding the queue to the task exchange: `"{queue}"`, a sticky queue's own

@@ -120,6 +120,18 @@ pub struct WorkerSection {
     pub queues: String,
 }
 
+impl WorkerSection {
+    /// The sticky queues' TTL in effect (ms; 0: none): `sticky_ms`, if the worker keeps
+    /// journals (a sticky queue serves only the runs whose journal or body it keeps).
+    pub fn sticky_in_effect(&self) -> u32 {
+        if self.journal_cache_entries > 0 {
+            self.sticky_ms
+        } else {
+            0
+        }
+    }
+}
+
 impl Default for WorkerSection {
     fn default() -> Self {
         Self {

@@ -127,8 +127,9 @@ impl Publisher {
             .unwrap_or_default();
         let payload = task.encode();
         let sent = async {
+            let broker = self.broker_of(queue).await?;
             if let Some(holder) = holder {
-                match self.sticky(queue, holder, &payload, &headers).await {
+                match broker.publish_sticky(holder, &payload, &headers).await {
                     Ok(()) => {
                         inc(&metrics().sticky, &[("reason", reason_name(reason))]);
                         return Ok(Sent::Sticky);
@@ -138,28 +139,18 @@ impl Publisher {
                     }
                 }
             }
-            match (&self.queues, queue) {
-                (Some(qs), Some(q)) => qs.publish(Some(q), &payload, &headers).await,
-                _ => self.broker.publish(&payload, &headers).await,
-            }
-            .map(|()| Sent::Queue)
+            broker.publish(&payload, &headers).await.map(|()| Sent::Queue)
         };
         let sent = tracing::Instrument::instrument(sent, span).await?;
         inc(&metrics().published, &[("reason", reason_name(reason))]);
         Ok(sent)
     }
 
-    /// Publishes to worker `holder`'s sticky queue of task queue `queue`, confirmed.
-    async fn sticky(
-        &self,
-        queue: Option<&str>,
-        holder: &str,
-        payload: &[u8],
-        headers: &[(String, String)],
-    ) -> Result<(), savepoint_broker::BrokerError> {
+    /// The broker of task queue `queue` (`None` or empty, or no named queues: the default one).
+    async fn broker_of(&self, queue: Option<&str>) -> Result<savepoint_broker::Broker, savepoint_broker::BrokerError> {
         match (&self.queues, queue) {
-            (Some(qs), Some(q)) => qs.get(q).await?.publish_sticky(holder, payload, headers).await,
-            _ => self.broker.publish_sticky(holder, payload, headers).await,
+            (Some(qs), Some(q)) if !q.is_empty() => qs.get(q).await,
+            _ => Ok(self.broker.clone()),
         }
     }
 }

@@ -106,7 +106,7 @@ pub async fn run(cfg: Config, registry: Registry, shutdown: CancellationToken) -
 async fn connect_store(cfg: &Config, shutdown: &CancellationToken) -> Result<ScriptStore, WorkerError> {
     let store = until_ok("connecting to the store", None, shutdown, || {
         let mut store_cfg = cfg.store();
-        store_cfg.sticky = cfg.worker.sticky_ms > 0 && cfg.worker.journal_cache_entries > 0;
+        store_cfg.sticky = cfg.worker.sticky_in_effect() > 0;
         ScriptStore::connect(&cfg.redis_url, cfg.keys(), store_cfg)
     })
     .await?;
@@ -324,11 +324,7 @@ async fn start(
         slices: Default::default(),
         journals: crate::journals::Journals::new(cfg.worker.journal_cache_entries, cfg.worker.parked_bodies),
         park: cfg.worker.parked_bodies > 0 && cfg.worker.journal_cache_entries > 0,
-        sticky_ms: if cfg.worker.journal_cache_entries > 0 {
-            cfg.worker.sticky_ms
-        } else {
-            0
-        },
+        sticky_ms: cfg.worker.sticky_in_effect(),
         sticky: Default::default(),
     });
     Ok((shared, info))
