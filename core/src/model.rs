@@ -232,6 +232,10 @@ pub struct RunHeader {
     /// `None`: version 1): a worker upgrades an older input through the workflow's declared
     /// migrations before the code sees it.
     pub input_version: Option<u32>,
+    /// The version of the output's type as the code that completed the run declared it
+    /// (`ov`; `None`: version 1): a parent awaiting it as a child's output upgrades it
+    /// through the child's declared migrations.
+    pub output_version: Option<OutputVersion>,
     /// Takeovers at the current journal position (the worker died or stalled each time).
     pub crashes: u32,
     /// The workers that held the run when it crashed there.
@@ -371,6 +375,7 @@ impl RunHeader {
             }),
             retry_backoff: text(map, "rb").and_then(|s| RetryBackoff::parse(&s)),
             input_version: num(map, "iv").filter(|v: &u32| *v > 1),
+            output_version: text(map, "ov").and_then(|f| OutputVersion::parse(&f)),
         })
     }
 }
@@ -420,6 +425,40 @@ pub const FEATURES: &[&str] = &[
 /// of the old build, untouched, instead of blocking there.
 pub fn value_feature(type_name: &str, version: u32) -> String {
     format!("value:{type_name}@{version}")
+}
+
+/// The version of a completed run's output type as the code that completed it declared it
+/// (above 1; `Versioned`), kept with the output (`ov`: `<type>@<version>`) and told to a
+/// parent with it: the parent reads the output from that version, and a worker whose code
+/// knows only an older one and not this feature gives the parent back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputVersion {
+    /// The type's name (`std::any::type_name`), as in its [`value_feature`].
+    pub type_name: String,
+    /// Its version (above 1).
+    pub version: u32,
+}
+
+impl OutputVersion {
+    /// The run feature a value of it needs ([`value_feature`]).
+    pub fn feature(&self) -> String {
+        value_feature(&self.type_name, self.version)
+    }
+
+    /// How it is kept: `<type>@<version>`.
+    pub fn field(&self) -> String {
+        format!("{}@{}", self.type_name, self.version)
+    }
+
+    /// Reads [`OutputVersion::field`]; `None` for anything else or a version of 1 or less.
+    pub fn parse(field: &str) -> Option<Self> {
+        let (type_name, v) = field.rsplit_once('@')?;
+        let version: u32 = v.parse().ok().filter(|v| *v > 1)?;
+        (!type_name.is_empty()).then(|| Self {
+            type_name: type_name.to_owned(),
+            version,
+        })
+    }
 }
 
 /// Whether `feature` is [`value_feature`]`(type_name, version)`, read without building it (a
@@ -711,8 +750,10 @@ impl std::fmt::Display for Holder {
 /// How a slice ends a run (or stops it until an operator acts).
 #[derive(Debug, Clone, Copy)]
 pub enum Finish<'a> {
-    /// Completed with this output.
-    Completed(&'a Value),
+    /// Completed with this output, at this version of the output's type as the run's code
+    /// declares it (`Versioned`; `None`: 1), kept as `ov` so a parent reading it as a child's
+    /// output upgrades it from there.
+    Completed(&'a Value, Option<&'a OutputVersion>),
     /// Failed with this error.
     Failed(&'a str),
     /// Blocked with a reason, optionally on an in-doubt effect key and the record it waits on.
@@ -740,7 +781,7 @@ impl Finish<'_> {
     /// The status it writes.
     pub fn status(&self) -> RunStatus {
         match self {
-            Finish::Completed(_) => RunStatus::Completed,
+            Finish::Completed(..) => RunStatus::Completed,
             Finish::Failed(_) => RunStatus::Failed,
             Finish::Blocked { .. } | Finish::Rejected { .. } => RunStatus::Blocked,
         }
@@ -749,7 +790,7 @@ impl Finish<'_> {
     /// The kind of block it writes (`None`: it ends the run); a rejected value is undecodable.
     pub fn block_kind(&self) -> Option<BlockKind> {
         match self {
-            Finish::Completed(_) | Finish::Failed(_) => None,
+            Finish::Completed(..) | Finish::Failed(_) => None,
             Finish::Blocked { kind, .. } => Some(*kind),
             Finish::Rejected { .. } => Some(BlockKind::Undecodable),
         }

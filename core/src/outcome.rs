@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 pub use crate::model::Flow;
-use crate::model::{Holder, RunHeader, RunStatus, Wait};
+use crate::model::{Holder, OutputVersion, RunHeader, RunStatus, Wait};
 
 /// Outcome of creating a run.
 #[derive(Debug, Clone, PartialEq)]
@@ -143,8 +143,9 @@ pub struct Rerun {
 /// How a child run ended, as its parent sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ChildResult {
-    /// It completed with this output.
-    Completed(Value),
+    /// It completed with this output, at this version of the output's type as the child's
+    /// code declared it (`None`: 1).
+    Completed(Value, Option<OutputVersion>),
     /// It failed with this error.
     Failed(String),
     /// It was cancelled, with this reason.
@@ -156,7 +157,10 @@ impl ChildResult {
     /// can still go on (a blocked run can be resolved).
     pub fn of(h: &RunHeader) -> Option<Self> {
         match h.status {
-            RunStatus::Completed => Some(Self::Completed(h.output.clone().unwrap_or(Value::Null))),
+            RunStatus::Completed => Some(Self::Completed(
+                h.output.clone().unwrap_or(Value::Null),
+                h.output_version.clone(),
+            )),
             RunStatus::Failed => Some(Self::Failed(h.error.clone().unwrap_or_default())),
             RunStatus::Cancelled => Some(Self::Cancelled(h.reason.clone().unwrap_or_default())),
             _ => None,
@@ -166,7 +170,8 @@ impl ChildResult {
     /// The value sent to the parent.
     pub fn to_value(&self) -> Value {
         match self {
-            Self::Completed(v) => json!({"status": "completed", "output": v}),
+            Self::Completed(v, None) => json!({"status": "completed", "output": v}),
+            Self::Completed(v, Some(ov)) => json!({"status": "completed", "output": v, "ov": ov.field()}),
             Self::Failed(e) => json!({"status": "failed", "error": e}),
             Self::Cancelled(r) => json!({"status": "cancelled", "error": r}),
         }
@@ -176,7 +181,10 @@ impl ChildResult {
     pub fn from_value(v: &Value) -> Option<Self> {
         let error = || v["error"].as_str().unwrap_or_default().to_owned();
         match v["status"].as_str()? {
-            "completed" => Some(Self::Completed(v["output"].clone())),
+            "completed" => {
+                let ov = v["ov"].as_str().and_then(OutputVersion::parse);
+                Some(Self::Completed(v["output"].clone(), ov))
+            }
             "failed" => Some(Self::Failed(error())),
             "cancelled" => Some(Self::Cancelled(error())),
             _ => None,

@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use savepoint::ids::ThreadId;
 use savepoint::workflow::{Ctx, Migration, Registry, Versioned, Versions, Workflow, WorkflowError};
 use savepoint_testing::{
     replay_check, replay_export, CheckOptions, ReplayReport, RunStatus, TestEnv, TestError, Verdict,
@@ -520,5 +521,269 @@ async fn a_runs_input_is_upgraded_from_the_version_it_was_started_with() {
     env.deploy(|_| build(input::After)).await.unwrap();
     let done = env.settle(&newer).await.unwrap();
     assert_eq!(done.output(), Some(&json!("Globex")), "{:?}", done.header);
+    env.shutdown().await;
+}
+
+/// A child's output: its type is the child's, and the version of it travels with the output
+/// as the child's code declared it (kept with the child's run, told to the parent), so the
+/// parent's code upgrades it from there, whatever build the parent runs on.
+mod child {
+    use super::*;
+    use savepoint::workflow::ChildSpec;
+
+    /// The first build: a price as euros, as text.
+    pub(crate) mod v1 {
+        use super::*;
+
+        #[derive(Debug, Clone, Serialize, Deserialize)]
+        pub(crate) struct Price {
+            pub euros: String,
+        }
+
+        pub(crate) struct Quote;
+
+        impl Workflow for Quote {
+            const NAME: &'static str = "quote";
+            type Input = String;
+            type Output = Price;
+
+            async fn run(&self, ctx: &Ctx, sku: String) -> Result<Price, WorkflowError> {
+                let _: Value = ctx.interrupt("price", json!({"sku": sku})).await?;
+                Ok(Price { euros: "12.50".into() })
+            }
+        }
+
+        pub(crate) struct Order;
+
+        impl Workflow for Order {
+            const NAME: &'static str = "order";
+            type Input = String;
+            type Output = Value;
+
+            async fn run(&self, ctx: &Ctx, sku: String) -> Result<Value, WorkflowError> {
+                let p: Price = ctx.child::<Quote>("quote", sku).await?;
+                let _: Value = ctx.interrupt("confirm", json!({})).await?;
+                Ok(json!({ "euros": p.euros }))
+            }
+        }
+    }
+
+    /// The new build: cents (2). Only the child's workflow declares the type; the parent
+    /// reads it through the child's declaration.
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(crate) struct Price {
+        pub cents: u64,
+    }
+
+    impl Versioned for Price {
+        const VERSION: u32 = 2;
+
+        fn upgrade(from: u32, v: Value) -> Result<Value, Migration> {
+            match from {
+                1 => {
+                    let euros: f64 = v["euros"]
+                        .as_str()
+                        .ok_or_else(|| Migration::failed("euros is not text"))?
+                        .parse()
+                        .map_err(Migration::failed)?;
+                    Ok(json!({ "cents": (euros * 100.0).round() as u64 }))
+                }
+                _ => Err(Migration::Missing),
+            }
+        }
+    }
+
+    pub(crate) struct Quote;
+
+    impl Workflow for Quote {
+        const NAME: &'static str = "quote";
+        type Input = String;
+        type Output = Price;
+
+        fn versions() -> Versions {
+            Versions::new().of::<Price>()
+        }
+
+        async fn run(&self, ctx: &Ctx, sku: String) -> Result<Price, WorkflowError> {
+            let _: Value = ctx.interrupt("price", json!({"sku": sku})).await?;
+            Ok(Price { cents: 1250 })
+        }
+    }
+
+    pub(crate) struct Order;
+
+    impl Workflow for Order {
+        const NAME: &'static str = "order";
+        type Input = String;
+        type Output = Value;
+
+        async fn run(&self, ctx: &Ctx, sku: String) -> Result<Value, WorkflowError> {
+            let p: Price = ctx.child::<Quote>("quote", sku).await?;
+            let _: Value = ctx.interrupt("confirm", json!({})).await?;
+            Ok(json!({ "cents": p.cents }))
+        }
+    }
+
+    /// A parent that starts the child by name and reads its output as JSON: it gets the
+    /// output as the child wrote it, whatever its version, and never blocks on it.
+    pub(crate) struct ByName;
+
+    impl Workflow for ByName {
+        const NAME: &'static str = "order_by_name";
+        type Input = String;
+        type Output = Value;
+
+        async fn run(&self, ctx: &Ctx, sku: String) -> Result<Value, WorkflowError> {
+            let out: Value = ctx.child_with("quote", ChildSpec::named("quote", 1, sku)).await?;
+            Ok(out)
+        }
+    }
+
+    pub(crate) fn old(quote_only: bool) -> Registry {
+        let mut r = Registry::new();
+        r.register(v1::Quote);
+        if !quote_only {
+            r.register(v1::Order);
+        }
+        r
+    }
+
+    pub(crate) fn new(quote_only: bool) -> Registry {
+        let mut r = Registry::new();
+        r.register(Quote);
+        if !quote_only {
+            r.register(Order).register(ByName);
+        }
+        r
+    }
+}
+
+/// Starts `workflow` and settles it and its child (at its interrupt); returns both.
+async fn parent_waiting_on_child(env: &mut TestEnv, workflow: &str, sku: &str) -> (ThreadId, ThreadId) {
+    let parent = env.start_named(workflow, json!(sku)).await.expect("the parent starts");
+    let settled = env.settle(&parent).await.expect("the parent settles");
+    assert_eq!(settled.header.status, RunStatus::Waiting);
+    let kid = savepoint::workflow::child_thread_id(&parent, 0);
+    let settled = env.settle(&kid).await.expect("the child settles");
+    assert_eq!(settled.header.status, RunStatus::Waiting);
+    (parent, kid)
+}
+
+/// The child's entry in its parent's journal: its recorded version.
+fn child_entry_version(done: &savepoint_testing::Settled) -> Option<u32> {
+    let e = done
+        .journal
+        .iter()
+        .find(|e| e.name == "quote")
+        .expect("the child's entry");
+    e.tv
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_childs_output_is_upgraded_from_the_version_its_own_code_wrote_it_at() {
+    let mut env = TestEnv::new(|_| child::old(false)).await.unwrap();
+    let (early, early_kid) = parent_waiting_on_child(&mut env, "order", "A").await;
+    let (late, late_kid) = parent_waiting_on_child(&mut env, "order", "B").await;
+    // The first child completes under the old build (version 1) while no worker serves its
+    // parent, which takes the output only once the new build is deployed.
+    env.deploy(|_| child::old(true)).await.unwrap();
+    env.resume(&early_kid, json!("priced")).await.unwrap();
+    let kid = env.settle(&early_kid).await.unwrap();
+    assert_eq!(
+        (kid.header.status, kid.header.output_version.map(|o| o.version)),
+        (RunStatus::Completed, None)
+    );
+    env.deploy(|_| child::new(false)).await.unwrap();
+    // The second completes under the new build: its output is at version 2, kept with it.
+    env.resume(&late_kid, json!("priced")).await.unwrap();
+    let kid = env.settle(&late_kid).await.unwrap();
+    assert_eq!(
+        kid.header.output_version.as_ref().map(|o| o.version),
+        Some(2),
+        "{:?}",
+        kid.header
+    );
+    assert_eq!(kid.output(), Some(&json!({"cents": 1250})));
+    for (run, recorded) in [(&early, None), (&late, Some(2))] {
+        assert_eq!(env.settle(run).await.unwrap().header.status, RunStatus::Waiting);
+        env.resume(run, json!("confirmed")).await.unwrap();
+        let done = env.settle(run).await.unwrap();
+        assert_eq!(done.header.status, RunStatus::Completed, "{:?}", done.header);
+        // Read as the new code reads it, whichever build wrote it; journaled as it was written.
+        assert_eq!(done.output(), Some(&json!({"cents": 1250})), "{:?}", done.header);
+        assert_eq!(child_entry_version(&done), recorded);
+    }
+    // A parent that reads the child's output by name as JSON takes it as the child wrote it.
+    let (by_name, kid) = parent_waiting_on_child(&mut env, "order_by_name", "C").await;
+    env.resume(&kid, json!("priced")).await.unwrap();
+    assert_eq!(env.settle(&kid).await.unwrap().header.status, RunStatus::Completed);
+    let done = env.settle(&by_name).await.unwrap();
+    assert_eq!(done.output(), Some(&json!({"cents": 1250})), "{:?}", done.header);
+    assert_eq!(child_entry_version(&done), Some(2));
+    env.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_childs_output_newer_than_its_parents_code_is_given_back_never_misread() {
+    let mut env = TestEnv::new(|_| child::new(false)).await.unwrap();
+    let feature = format!("value:{}@2", std::any::type_name::<child::Price>());
+    // D: the new build's parent took its child's output (version 2): it needs the type's
+    // feature.
+    let (read, kid) = parent_waiting_on_child(&mut env, "order", "D").await;
+    env.resume(&kid, json!("priced")).await.unwrap();
+    assert_eq!(env.settle(&kid).await.unwrap().header.status, RunStatus::Completed);
+    let waiting = env.settle(&read).await.unwrap();
+    assert_eq!(waiting.header.status, RunStatus::Waiting);
+    assert!(waiting.header.needs.contains(&feature), "{:?}", waiting.header.needs);
+    // E: its child completed under the new build while no worker served the parent, so the
+    // output waits in the child's word.
+    let (unread, kid) = parent_waiting_on_child(&mut env, "order", "E").await;
+    env.deploy(|_| child::new(true)).await.unwrap();
+    env.resume(&kid, json!("priced")).await.unwrap();
+    let ov = env.settle(&kid).await.unwrap().header.output_version;
+    assert_eq!(ov.map(|o| o.version), Some(2));
+    let before = env.store().header(&unread).await.unwrap().unwrap();
+    // Rolled back: the old parent code knows only version 1 of the child's output.
+    env.deploy(|_| child::old(false)).await.unwrap();
+    env.resume(&read, json!("confirmed")).await.unwrap();
+    for run in [&read, &unread] {
+        match env.settle(run).await {
+            Err(TestError::Stuck { status, .. }) => assert_eq!(status, "pending"),
+            other => panic!("the old build must give {run} back, got {other:?}"),
+        }
+        let h = env.store().header(run).await.unwrap().unwrap();
+        assert!(h.needs.contains(&feature), "{:?}", h.needs);
+        let why = h.waiting_for.clone().unwrap_or_default();
+        assert!(why.contains(&format!("run feature {feature}")), "{why}");
+        assert_eq!(h.status, RunStatus::Pending, "{h:?}");
+    }
+    // D was not claimed at all; E was claimed once, met the output in the child's word, and
+    // went back with nothing journaled (the word still buffered).
+    let d = env.store().header(&read).await.unwrap().unwrap();
+    assert_eq!(
+        (d.fence, d.steps),
+        (waiting.header.fence, waiting.header.steps),
+        "{d:?}"
+    );
+    let e = env.store().header(&unread).await.unwrap().unwrap();
+    assert_eq!(e.steps, before.steps, "{e:?}");
+    let events = env.store().events(&unread, 100).await.unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.typ == "given_back" && e.detail.contains(&feature)),
+        "{events:?}"
+    );
+    // Rolled forward: both go on and read the output at its version (D's confirmation was
+    // answered during the rollback, E's is now).
+    env.deploy(|_| child::new(false)).await.unwrap();
+    assert_eq!(env.settle(&unread).await.unwrap().header.status, RunStatus::Waiting);
+    env.resume(&unread, json!("confirmed")).await.unwrap();
+    for run in [&read, &unread] {
+        let done = env.settle(run).await.unwrap();
+        assert_eq!(done.output(), Some(&json!({"cents": 1250})), "{:?}", done.header);
+        assert_eq!(child_entry_version(&done), Some(2));
+    }
     env.shutdown().await;
 }

@@ -304,6 +304,7 @@ fn replay_context(
         versions: wf.versions(),
         input_version,
         needs: Vec::new(),
+        value_features: std::sync::Arc::from([]),
         park: false,
     })
 }

@@ -316,6 +316,7 @@ async fn start(
         limits: cfg.limits(),
         slices_stop: CancellationToken::new(),
         served: served_spec(&catalog, &opts.registry, &served_queues),
+        value_features: opts.registry.value_features().into(),
         fleet: std::sync::RwLock::new(fleet),
         fleet_read: std::sync::Mutex::new(tokio::time::Instant::now()),
         stubs: opts.stubs.clone(),

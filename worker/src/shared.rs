@@ -27,6 +27,9 @@ pub(crate) struct Shared {
     pub incarnation: Incarnation,
     pub limits: SliceLimits,
     pub slices_stop: CancellationToken,
+    /// The value features (`value:<type>@<v>`) this worker's registry declares and its claims
+    /// name (a slice gates a child's output by its type's feature only where they include it).
+    pub value_features: std::sync::Arc<[String]>,
     /// What this worker serves, checked by the claim itself.
     pub served: ServedSpec,
     /// The live fleet as last read (refreshed with this worker's registration, and on demand).

@@ -589,6 +589,7 @@ fn parts(shared: &Shared, c: &Claimed, wf: &dyn DynWorkflow, s: Session) -> CtxP
         versions: wf.versions(),
         input_version: c.header.input_version,
         needs: c.header.needs.clone(),
+        value_features: shared.value_features.clone(),
         park: shared.park,
     }
 }
@@ -712,14 +713,16 @@ async fn carry_out(
 
 /// Records the run's completion with `output` and tells its parent.
 async fn complete(shared: &Shared, c: &Claimed, lease: &mut Lease, output: Value, tail: Tail<'_>) -> &'static str {
+    // (The version of the output's type as this build declares it, kept with the output.)
+    let ov = shared.registry.get(&c.header.workflow).and_then(|w| w.output_version());
     let r = shared
         .run_store
-        .finish(lease, tail, Finish::Completed(&output), ("completed", ""))
+        .finish(lease, tail, Finish::Completed(&output, ov.as_ref()), ("completed", ""))
         .await;
     match r {
         Ok(()) => {
             written(c, tail);
-            tell_parent(shared, c, ChildResult::Completed(output)).await;
+            tell_parent(shared, c, ChildResult::Completed(output, ov)).await;
             "completed"
         }
         Err(e) => {

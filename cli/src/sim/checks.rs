@@ -236,15 +236,16 @@ pub(super) async fn feature_checks(
     block_effect_checks(w, operated, bad);
     flow_checks(w, bad).await;
     // 7. Children.
-    for (i, (t, _, _)) in runs.iter().enumerate() {
+    for (i, (t, body, _)) in runs.iter().enumerate() {
         if kinds[i] != Kind::Parent {
             continue;
         }
-        let Some((h, _)) = w.read(t).await else { continue };
+        let Some((h, journal)) = w.read(t).await else { continue };
         for link in &h.children {
             child_checks(w, t, link, cancelled_at[i], bad).await;
         }
         child_word_checks(w, t, &h, bad).await;
+        child_output_checks(w, (t, body), &h, &journal, bad).await;
     }
     sealed_checks(w, bad).await;
     migration_checks(w, runs, kinds, bad).await;
@@ -333,6 +334,53 @@ async fn migration_checks(w: &World, runs: &[(ThreadId, Value, u64)], kinds: &[K
                 w.trace.count("approve.completed_with_v1_value");
             }
         }
+    }
+}
+
+/// Invariant 16 for a child's output: the second build's `kid` returns a versioned `KidOut`
+/// (`n` renamed `count`), and a parent reads its awaited child's output from the version the
+/// child's build wrote it at, whichever build each ran on. No parent blocks on a value (in
+/// the rolling window a first-build worker that meets a version-2 output gives the parent
+/// back); the child's entry is at version 1 or 2; a completed parent's `first` is the child's
+/// output in the first build's shape, `{n: 2 * id, gift}`.
+async fn child_output_checks(
+    w: &World,
+    (t, body): (&ThreadId, &Value),
+    h: &RunHeader,
+    journal: &[Entry],
+    bad: &mut Vec<String>,
+) {
+    if matches!(h.block_kind, Some(BlockKind::Migration | BlockKind::Undecodable)) {
+        bad.push(format!("parent run {t} blocked on a value: {:?}", h.reason));
+    }
+    let events = w.store.events(t, 10_000).await.unwrap_or_default();
+    if events.iter().any(|e| e.typ == "given_back") {
+        w.trace.count("parent.given_back_by_first_build.in_slice");
+    } else if events
+        .iter()
+        .any(|e| e.typ == "unserved" && e.detail.contains("run feature value:"))
+    {
+        w.trace.count("parent.given_back_by_first_build.at_claim");
+    }
+    if let Some(e) = journal.iter().find(|e| e.name == "kid-a") {
+        match (e.tv, &e.outcome) {
+            (_, savepoint_core::journal::Outcome::Err(_)) => {}
+            (None, _) => w.trace.count("parent.kid_output.recorded_v1"),
+            (Some(2), _) => w.trace.count("parent.kid_output.recorded_v2"),
+            (Some(v), _) => bad.push(format!("parent run {t}: kid-a's output recorded at version {v}")),
+        }
+    }
+    let Some(out) = h.output.as_ref().filter(|_| h.status == RunStatus::Completed) else {
+        return;
+    };
+    let id = body["input"]["id"].as_u64().unwrap_or(0);
+    let first = &out["first"];
+    let keys: Vec<&String> = first.as_object().map(|o| o.keys().collect()).unwrap_or_default();
+    if first["n"] != json!(id * 2) || keys != ["gift", "n"] {
+        bad.push(format!(
+            "parent run {t} (id {id}) completed with first = {first}, not {{n: {}, gift}}",
+            id * 2
+        ));
     }
 }
 

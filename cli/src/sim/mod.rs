@@ -94,6 +94,10 @@
 //!     `approve` run blocks on a value,
 //!     every `ask` entry is at version 1 or 2, a completed run asks the question its id asks,
 //!     and invariant 4 replays every completed run on the second build, through the migration.
+//!     The second build's `kid` returns a versioned `KidOut`: a `parent` reads its child's
+//!     output from the version the child's build wrote it at (a first-build worker that meets
+//!     a version-2 output gives the parent back), never blocks on it, and completes with the
+//!     child's output in the first build's shape.
 //! 17. parked bodies (`checks.rs`): every sleep and yield of a worker parks the run's body
 //!     there, and its next slice on that worker goes on from it when the journal is what the
 //!     body parked at (it replays otherwise: a slice on another worker wrote the run since,

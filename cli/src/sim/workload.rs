@@ -461,15 +461,48 @@ impl Workflow for Parent {
 
     async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let id = input["id"].as_u64().unwrap_or(0);
-        let first: Value = ctx
-            .child::<Kid>("kid-a", json!({"id": id, "nap_ms": (id * 131) % 900}))
-            .await?;
-        let other = ctx
-            .start_child::<Kid>("kid-b", json!({"id": id + 1000, "nap_ms": (id * 71) % 1500}))
-            .await?;
-        ctx.sleep("linger", Duration::from_millis((id * 53) % 1200)).await?;
-        Ok(json!({"first": first, "other": other, "secret": input["secret"]}))
+        let first: Value = ctx.child::<Kid>("kid-a", kid_a(id)).await?;
+        parent_after(ctx, input, first, ctx.start_child::<Kid>("kid-b", kid_b(id)).await?).await
     }
+}
+
+/// `parent` as the second build has it: the same calls and output, its first child's output
+/// read as the second build's [`KidOut`] (the first build's outputs upgraded on the way in).
+struct ParentV2;
+
+impl Workflow for ParentV2 {
+    const NAME: &'static str = "parent";
+    type Input = Value;
+    type Output = Value;
+
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
+        let id = input["id"].as_u64().unwrap_or(0);
+        let first: KidOut = ctx.child::<KidV2>("kid-a", kid_a(id)).await?;
+        let first = json!({"n": first.count, "gift": first.gift});
+        parent_after(ctx, input, first, ctx.start_child::<KidV2>("kid-b", kid_b(id)).await?).await
+    }
+}
+
+/// The input of `parent {id}`'s awaited child: its `n` is `2 * id`.
+fn kid_a(id: u64) -> Value {
+    json!({"id": id, "nap_ms": (id * 131) % 900})
+}
+
+/// The input of `parent {id}`'s detached child.
+fn kid_b(id: u64) -> Value {
+    json!({"id": id + 1000, "nap_ms": (id * 71) % 1500})
+}
+
+/// `parent`'s calls after its children, in both builds.
+async fn parent_after(
+    ctx: &Ctx,
+    input: Value,
+    first: Value,
+    other: savepoint_core::ids::ThreadId,
+) -> Result<Value, WorkflowError> {
+    let id = input["id"].as_u64().unwrap_or(0);
+    ctx.sleep("linger", Duration::from_millis((id * 53) % 1200)).await?;
+    Ok(json!({"first": first, "other": other, "secret": input["secret"]}))
 }
 
 /// `kid {id, nap_ms}`: a step, a sleep, then the effect `gift` (block) under its thread id.
@@ -481,17 +514,62 @@ impl Workflow for Kid {
     type Output = Value;
 
     async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
-        let id = input["id"].as_u64().unwrap_or(0);
-        let n: u64 = ctx.step("count", || async move { Ok(id * 2) }).await?;
-        ctx.sleep("nap", Duration::from_millis(input["nap_ms"].as_u64().unwrap_or(0)))
-            .await?;
-        let p = &self.0;
-        let gift: Value = ctx
-            .effect("gift", format!("gift:{}", ctx.thread_id()), |fx| async move {
-                p.apply(&fx).await
-            })
-            .await?;
+        let (n, gift) = kid_calls(ctx, &self.0, &input).await?;
         Ok(json!({"n": n, "gift": gift}))
+    }
+}
+
+/// `kid`'s calls, in both builds: its count and its gift.
+async fn kid_calls(ctx: &Ctx, p: &Provider, input: &Value) -> Result<(u64, Value), WorkflowError> {
+    let id = input["id"].as_u64().unwrap_or(0);
+    let n: u64 = ctx.step("count", || async move { Ok(id * 2) }).await?;
+    ctx.sleep("nap", Duration::from_millis(input["nap_ms"].as_u64().unwrap_or(0)))
+        .await?;
+    let gift: Value = ctx
+        .effect("gift", format!("gift:{}", ctx.thread_id()), |fx| async move {
+            p.apply(&fx).await
+        })
+        .await?;
+    Ok((n, gift))
+}
+
+/// What the second build's `kid` returns: the first build's `{n, gift}` with `n` renamed
+/// `count` (version 2). A parent of either build reads a kid's output from the version the
+/// kid's build wrote it at.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct KidOut {
+    count: u64,
+    gift: Value,
+}
+
+impl Versioned for KidOut {
+    const VERSION: u32 = 2;
+    fn upgrade(from: u32, mut v: Value) -> Result<Value, Migration> {
+        let Some(o) = v.as_object_mut().filter(|_| from == 1) else {
+            return Err(Migration::Missing);
+        };
+        let n = o.remove("n").ok_or_else(|| Migration::failed("no n"))?;
+        o.insert("count".into(), n);
+        Ok(v)
+    }
+}
+
+/// `kid` as the second build has it: the same calls, its output a [`KidOut`].
+struct KidV2(Arc<Provider>);
+
+impl Workflow for KidV2 {
+    const NAME: &'static str = "kid";
+    type Input = Value;
+    type Output = KidOut;
+
+    fn versions() -> Versions {
+        Versions::new().of::<KidOut>()
+    }
+
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<KidOut, WorkflowError> {
+        let (count, gift) = kid_calls(ctx, &self.0, &input).await?;
+        Ok(KidOut { count, gift })
     }
 }
 
@@ -568,18 +646,21 @@ impl Workflow for Pace {
 }
 
 /// The simulated workers' registry: the first build, or the second (`deployed`), whose
-/// `approve` records its question as a versioned [`Question`].
+/// `approve` records its question as a versioned [`Question`] and whose `kid` returns a
+/// versioned [`KidOut`].
 pub(crate) fn registry(provider: Arc<Provider>, unguarded: bool, deployed: bool) -> Registry {
     let mut r = Registry::new();
     r.register(Order(Arc::clone(&provider), unguarded));
     if deployed {
-        r.register(ApproveV2(Arc::clone(&provider)));
+        r.register(ApproveV2(Arc::clone(&provider)))
+            .register(ParentV2)
+            .register(KidV2(Arc::clone(&provider)));
     } else {
-        r.register(Approve(Arc::clone(&provider)));
+        r.register(Approve(Arc::clone(&provider)))
+            .register(Parent)
+            .register(Kid(Arc::clone(&provider)));
     }
     r.register(Metered(Arc::clone(&provider)))
-        .register(Parent)
-        .register(Kid(Arc::clone(&provider)))
         .register(Batch(Arc::clone(&provider)))
         .register(Pace)
         .register(Tock(provider));

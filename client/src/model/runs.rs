@@ -543,6 +543,10 @@ pub struct ExportView {
     pub input_version: Option<u32>,
     /// The output (null until completed).
     pub output: Option<Value>,
+    /// The version of the output's type as the completing code declared it (`Versioned`;
+    /// absent: 1): a parent awaiting the run as a child upgrades the output from there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_version: Option<u32>,
     /// The journal.
     pub journal: Vec<EntryView>,
 }

@@ -323,18 +323,28 @@ async fn sleeping_waiting_and_signals(s: ScriptStore) {
 async fn finish_cancel_unblock_and_retention(s: ScriptStore) {
     let t = new_run(&s, json!(null)).await;
     let mut c = claim(&s, &t, "w").await;
+    // Two unwritten entries (the second among the script's trailing arguments) and an output
+    // at version 3 of its type, kept with it for a parent.
+    let ov = savepoint_core::model::OutputVersion {
+        type_name: "shop::Price".into(),
+        version: 3,
+    };
     s.finish(
         &mut c.lease,
-        Some((0, std::slice::from_ref(&entry("s0")))),
-        Finish::Completed(&json!({"ok": true})),
+        Some((0, &[entry("s0"), entry("s1")])),
+        Finish::Completed(&json!({"ok": true}), Some(&ov)),
         ("completed", ""),
     )
     .await
     .unwrap();
-    let h = s.header(&t).await.unwrap().unwrap();
+    let (h, journal) = s.get(&t).await.unwrap().unwrap();
     assert_eq!(
-        (h.status, h.steps, h.output.clone()),
-        (RunStatus::Completed, 1, Some(json!({"ok": true})))
+        (h.status, h.steps, h.output.clone(), h.output_version),
+        (RunStatus::Completed, 2, Some(json!({"ok": true})), Some(ov))
+    );
+    assert_eq!(
+        journal.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(),
+        ["s0", "s1"]
     );
     let ttl: i64 = s.query(redis::cmd("PTTL").arg(&s.keys().run(&t).run)).await.unwrap();
     assert!(
@@ -1304,9 +1314,14 @@ async fn a_run_pause_keeps_its_answers_and_yields_to_a_wider_pause(s: ScriptStor
     // Ended runs are not paused; a run with no pause is not unpaused.
     let done = new_run(&s, json!(null)).await;
     let mut d = claim(&s, &done, "w").await;
-    s.finish(&mut d.lease, None, Finish::Completed(&json!(1)), ("completed", ""))
-        .await
-        .unwrap();
+    s.finish(
+        &mut d.lease,
+        None,
+        Finish::Completed(&json!(1), None),
+        ("completed", ""),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         s.pause_run(&done, &rec).await.unwrap(),
         RunPaused::Terminal(RunStatus::Completed)

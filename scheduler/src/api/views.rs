@@ -341,6 +341,7 @@ pub(crate) fn export_view(h: &RunHeader, journal: &[Entry]) -> ExportView {
         input: shown(&h.input),
         input_version: h.input_version,
         output: h.output.as_ref().map(shown),
+        output_version: h.output_version.as_ref().map(|o| o.version),
         journal: entries(journal),
     }
 }
@@ -403,6 +404,7 @@ mod tests {
             priority: 0,
             needs: Vec::new(),
             input_version: None,
+            output_version: None,
             crashes: 0,
             crashed_by: None,
             wait: Some(Wait {

@@ -135,18 +135,26 @@ impl Ctx {
         W::Input: Serialize,
         W::Output: DeserializeOwned,
     {
-        self.child_with(name, ChildSpec::of::<W>(input)).await
+        // The child's output is recorded at the version of its type the child's code declared
+        // (kept with the child's output) and upgraded to `W`'s declaration here before the code
+        // sees it, as any recorded value is.
+        let o = self
+            .exclusive(name)
+            .await
+            .child_call(name, ChildSpec::of::<W>(input), true, Reader::output_of::<W>())
+            .await;
+        decode_outcome(EntryKind::Child.as_str(), name, o)
     }
 
-    /// [`Ctx::child`] by workflow name, version and options.
+    /// [`Ctx::child`] by workflow name, version and options. The output is read as the child
+    /// recorded it: this build may not link the child's code, so it cannot know its output's
+    /// type versions (a shape the code cannot read blocks the run as undecodable). Use
+    /// [`Ctx::child`] for a child whose output's type is versioned.
     pub async fn child_with<T: DeserializeOwned>(&self, name: &str, spec: ChildSpec) -> Result<T, WorkflowError> {
         let o = self
             .exclusive(name)
             .await
-            // A child's output is written by the child's code, at a version of its type this
-            // run cannot know: it is not versioned (read as it is; a shape the code cannot
-            // read blocks the run as undecodable).
-            .child_call(name, spec, true, Reader::unversioned())
+            .child_call(name, spec, true, Reader::as_is())
             .await;
         decode_outcome(EntryKind::Child.as_str(), name, o)
     }
@@ -167,7 +175,7 @@ impl Ctx {
         let o = self
             .exclusive(name)
             .await
-            .child_call(name, spec, false, Reader::unversioned())
+            .child_call(name, spec, false, Reader::as_is())
             .await;
         let v: Value = decode_outcome(EntryKind::Child.as_str(), name, o)?;
         let t = v["thread_id"].as_str().unwrap_or_default();
@@ -256,8 +264,8 @@ impl Core {
             let o = Outcome::Ok(json!({ "thread_id": child }));
             return self.record_child(name, &child, o, ("", None)).await;
         }
-        let tv = self.stamp(reader).await;
-        self.await_child(name, (index, &child), &spec.workflow, fresh, tv).await
+        self.await_child(name, (index, &child), &spec.workflow, fresh, reader)
+            .await
     }
 
     /// The recorded outcome of the child call `name`, its value upgraded to this code's version
@@ -313,7 +321,7 @@ impl Core {
         (index, child): (u32, &ThreadId),
         workflow: &str,
         fresh: bool,
-        tv: Option<u32>,
+        reader: Reader,
     ) -> Outcome {
         let told = self.child_word(index).and_then(|(_, v)| ChildResult::from_value(&v));
         let result = match told {
@@ -329,12 +337,23 @@ impl Core {
             },
         };
         if let Some(r) = result {
-            let o = match r {
-                ChildResult::Completed(v) => Outcome::Ok(v),
-                ChildResult::Failed(e) => Outcome::Err(format!("child run {child} failed: {e}")),
-                ChildResult::Cancelled(e) => Outcome::Err(format!("child run {child} was cancelled: {e}")),
+            // Journaled as the child wrote it (at its output's version), then read as a replay
+            // reads it: upgraded to this code's version of the type.
+            let (o, ov) = match r {
+                ChildResult::Completed(v, ov) => (Outcome::Ok(v), ov),
+                ChildResult::Failed(e) => (Outcome::Err(format!("child run {child} failed: {e}")), None),
+                ChildResult::Cancelled(e) => (Outcome::Err(format!("child run {child} was cancelled: {e}")), None),
             };
-            return self.record_child(name, child, o, ("child_returned", tv)).await;
+            if let Some(ov) = &ov {
+                if !self.take_recorded(reader, ov).await {
+                    return self.give_back(ov, &format!("the output of child run {child}")).await;
+                }
+            }
+            let tv = ov.map(|o| o.version);
+            return match self.record_child(name, child, o, ("child_returned", tv)).await {
+                Outcome::Ok(v) => Outcome::Ok(self.upgraded(reader, (EntryKind::Child, name), tv, v).await),
+                err => err,
+            };
         }
         let wait = Wait {
             kind: "child".into(),
@@ -376,7 +395,14 @@ mod tests {
     #[test]
     fn a_childs_word_round_trips() {
         for r in [
-            ChildResult::Completed(json!({"n": 1})),
+            ChildResult::Completed(json!({"n": 1}), None),
+            ChildResult::Completed(
+                json!({"n": 2}),
+                Some(savepoint_core::model::OutputVersion {
+                    type_name: "a::Price".into(),
+                    version: 3,
+                }),
+            ),
             ChildResult::Failed("boom".into()),
             ChildResult::Cancelled("operator".into()),
         ] {

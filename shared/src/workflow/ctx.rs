@@ -22,7 +22,7 @@ use crate::journal::{Entry, EntryKind, Outcome};
 use savepoint_core::failpoints::{Action, Failpoints};
 use savepoint_core::lease::LeaseClock;
 use savepoint_core::metrics::{inc, metrics};
-use savepoint_core::model::{BlockKind, Finish, Holder, Lease, RunStatus};
+use savepoint_core::model::{value_feature, BlockKind, Finish, Holder, Lease, OutputVersion, RunStatus};
 use savepoint_core::outcome::Suspend;
 use savepoint_core::seam::RunStore;
 use savepoint_core::StoreError;
@@ -128,6 +128,11 @@ pub struct CtxParts {
     /// The run's `needs` (its header's): a slice that records a versioned value adds the run
     /// feature `value_versions` first, unless it is there.
     pub needs: Vec<String>,
+    /// The value features (`value:<type>@<v>`) the serving worker's claims name: a value
+    /// recorded at a version other code declared (a child's output) adds its type's feature
+    /// to the run's `needs` only where this worker knows it, so the run is never left waiting
+    /// for a feature no worker of its fleet names.
+    pub value_features: Arc<[String]>,
     /// The runtime may park the workflow between slices ([`Parked`]): a sleep, a wait or a
     /// yield then waits for the run's next slice instead of ending the body, so the next
     /// slice on this worker goes on from there instead of replaying the journal. `false`
@@ -171,6 +176,11 @@ pub(super) struct Reader {
     upgrade: fn(&super::Versions, Option<u32>, Value) -> super::versions::Upgrade,
     version_of: fn(&super::Versions) -> Option<u32>,
     name_of: fn(&super::Versions) -> Option<&'static str>,
+    /// Declarations beside the run's own workflow's: a child workflow's, where its output's
+    /// type is declared.
+    also: Option<fn() -> super::Versions>,
+    /// Every value is read as it was recorded, whatever its version.
+    as_is: bool,
 }
 
 impl Reader {
@@ -180,13 +190,29 @@ impl Reader {
             upgrade: super::Versions::upgrade::<T>,
             version_of: super::Versions::version_of::<T>,
             name_of: super::Versions::name_of::<T>,
+            also: None,
+            as_is: false,
         }
     }
 
-    /// The reader of values that carry no version (version 1: recorded as they are, never
-    /// upgraded), whatever type the code reads them into.
-    pub(super) fn unversioned() -> Self {
-        Self::of::<Unversioned>()
+    /// The reader of the outputs of `W`'s runs awaited as children: its output's type as `W`
+    /// declares it ([`Workflow::versions`](super::Workflow::versions)), or this run's workflow.
+    pub(super) fn output_of<W: super::Workflow>() -> Self {
+        Self {
+            also: Some(W::versions),
+            ..Self::of::<W::Output>()
+        }
+    }
+
+    /// The reader of values taken as they were recorded, whatever version of their type the
+    /// code that wrote them declared: never upgraded, never refused (a child run's output
+    /// awaited by workflow name, whose type's versions are the child's code's; a call's value
+    /// with no type, such as a started child's thread id).
+    pub(super) fn as_is() -> Self {
+        Self {
+            as_is: true,
+            ..Self::of::<Unversioned>()
+        }
     }
 }
 
@@ -199,7 +225,7 @@ pub(super) enum Subject<'a> {
     Input,
 }
 
-/// The type no workflow declares ([`Reader::unversioned`]).
+/// The type no workflow declares ([`Reader::as_is`]).
 struct Unversioned;
 
 /// What a worker serves and where a run belongs, for routing calls to task queues.
@@ -288,7 +314,19 @@ impl Core {
 
     /// The version this code records values of `reader`'s type at (`None`: 1, not written).
     pub(super) fn value_version(&self, reader: Reader) -> Option<u32> {
-        (reader.version_of)(&self.p.versions)
+        if reader.as_is {
+            return None;
+        }
+        (reader.version_of)(&self.versions_for(reader))
+    }
+
+    /// The declarations `reader`'s type is looked up in: the run's workflow's, and those the
+    /// reader brings (a child workflow's).
+    fn versions_for(&self, reader: Reader) -> std::borrow::Cow<'_, super::Versions> {
+        match reader.also {
+            None => std::borrow::Cow::Borrowed(&*self.p.versions),
+            Some(also) => std::borrow::Cow::Owned(also().and(&self.p.versions)),
+        }
     }
 
     /// [`Core::value_version`] for a value this slice is about to record. The first versioned
@@ -299,16 +337,54 @@ impl Core {
     /// note stops the slice as any write does.
     pub(super) async fn stamp(&mut self, reader: Reader) -> Option<u32> {
         let tv = self.value_version(reader)?;
-        if self.p.replay_only {
-            return Some(tv);
+        let typed = (reader.name_of)(&self.versions_for(reader)).map(|name| value_feature(name, tv));
+        self.need_value(typed).await;
+        Some(tv)
+    }
+
+    /// How a value of `reader`'s type recorded by other code at `ov` (a child's output, at
+    /// the version the child's code declared) is taken: `false` when this code knows only an
+    /// older version of the type and this worker does not know the value's feature, so the
+    /// run is to be given back ([`Core::give_back`]) to a worker that reads it. Otherwise
+    /// the run needs what reading it takes (`value_versions`, and the type's feature where
+    /// this worker knows it: a feature no worker of the fleet names would strand the run),
+    /// and the value is recorded and read as any other (a refusal blocks the run).
+    pub(super) async fn take_recorded(&mut self, reader: Reader, ov: &OutputVersion) -> bool {
+        let feature = ov.feature();
+        let known = self.p.value_features.contains(&feature);
+        let newer = self.value_version(reader).unwrap_or(1) < ov.version;
+        if !reader.as_is && newer && !known {
+            return false;
         }
-        use savepoint_core::model::{is_value_feature, value_feature};
+        self.need_value(known.then_some(feature)).await;
+        true
+    }
+
+    /// Gives the run back, untouched but for its `needs`, to a worker that reads a value this
+    /// code does not ([`Core::take_recorded`]): notes the value's feature, then suspends the
+    /// run as pending, so the claim's feature gate (§7a) hands it to a worker whose build
+    /// declares the version (the value stays where it was, a child's word or run).
+    pub(super) async fn give_back(&mut self, ov: &OutputVersion, what: &str) -> Outcome {
+        let feature = ov.feature();
+        self.need_value(Some(feature.clone())).await;
+        let how = Suspend::until(RunStatus::Pending, Duration::ZERO);
+        let detail = format!("{what} is at {feature}, which this build does not read");
+        match self.suspend_run(None, how, ("given_back", &detail)).await {
+            Ok(s) => self.stop(SliceExit::Suspended { woke: true, rv: s.rv }).await,
+            Err(e) => self.store_failed(e).await,
+        }
+    }
+
+    /// Makes the run need what reading a versioned value takes, before the value is written:
+    /// the run feature `value_versions`, and `typed` (`value:<type>@<version>`) if given.
+    pub(super) async fn need_value(&mut self, typed: Option<String>) {
+        if self.p.replay_only {
+            return;
+        }
         const BASE: &str = "value_versions";
         let needs = &self.p.needs;
         let base = (!needs.iter().any(|n| n == BASE)).then(|| BASE.to_owned());
-        let typed = (reader.name_of)(&self.p.versions)
-            .filter(|name| !needs.iter().any(|n| is_value_feature(n, name, tv)))
-            .map(|name| value_feature(name, tv));
+        let typed = typed.filter(|t| !needs.contains(t));
         // (Every value after the first of its type and version finds both and writes nothing.)
         let missing: Vec<String> = base.into_iter().chain(typed).collect();
         if !missing.is_empty() {
@@ -318,7 +394,6 @@ impl Core {
             }
             self.p.needs.extend(missing);
         }
-        Some(tv)
     }
 
     /// A value of `reader`'s type recorded at `tv` by the call `name`, as this code's version
@@ -344,10 +419,11 @@ impl Core {
         tv: Option<u32>,
         value: Value,
     ) -> Value {
-        if tv.is_none() && self.p.versions.is_empty() {
+        let undeclared = reader.also.is_none() && self.p.versions.is_empty();
+        if reader.as_is || (tv.is_none() && undeclared) {
             return value;
         }
-        match (reader.upgrade)(&self.p.versions, tv, value) {
+        match (reader.upgrade)(&self.versions_for(reader), tv, value) {
             super::versions::Upgrade::Done(v, n) => {
                 self.migrated += n;
                 v

@@ -137,6 +137,14 @@ impl Versions {
         self
     }
 
+    /// These declarations and `other`'s (a type both declare is the same type, declared once).
+    pub(crate) fn and(mut self, other: &Versions) -> Self {
+        for (t, d) in &other.by_type {
+            self.by_type.entry(*t).or_insert(*d);
+        }
+        self
+    }
+
     /// Whether no type is declared.
     pub fn is_empty(&self) -> bool {
         self.by_type.is_empty()

@@ -103,7 +103,7 @@ impl ScriptStore {
         let mut inv = Self::fenced(&self.scripts.finish, lease);
         self.entry_args(&mut inv, &lease.thread, entries);
         let (output, error, reason, effect) = match how {
-            Finish::Completed(o) => (o.to_string(), "", "", None),
+            Finish::Completed(o, _) => (o.to_string(), "", "", None),
             Finish::Failed(e) => (String::new(), e, "", None),
             Finish::Blocked { reason, effect, .. } => (String::new(), "", reason, effect),
             Finish::Rejected { reason, .. } => (String::new(), "", reason, None),
@@ -128,6 +128,11 @@ impl ScriptStore {
             _ => inv.arg("").arg("").arg("").arg(""),
         };
         inv.arg(how.block_kind().map(BlockKind::as_str).unwrap_or(""));
+        let ov = match how {
+            Finish::Completed(_, Some(ov)) => ov.field(),
+            _ => String::new(),
+        };
+        inv.arg(ov);
         self.more_entries(&mut inv, &lease.thread, entries);
         self.versioned_write(&inv, lease).await
     }

@@ -83,7 +83,7 @@ impl std::fmt::Display for PageCursor {
 }
 
 /// Every field of the run hash except the journal (`j:<i>`).
-const HEADER_FIELDS: [&str; 50] = [
+const HEADER_FIELDS: [&str; 51] = [
     "wf",
     "wfv",
     "schema",
@@ -134,6 +134,7 @@ const HEADER_FIELDS: [&str; 50] = [
     "ps",
     "rb",
     "iv",
+    "ov",
 ];
 
 /// A header from the values of `HMGET <run> HEADER_FIELDS…` (`None`: no such run).

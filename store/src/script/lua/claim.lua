@@ -49,7 +49,7 @@ local function incremental_fields(run, have, steps)
     'wait_fx', 'wait_fx_n', 'waiting_for', 'q', 'needs', 'created', 'updated', 'input', 'trace',
     'deadline', 'parent', 'parent_i', 'hq', 'fck', 'fcl', 'fcr', 'prio', 'bk', 'blocked_fx',
     'blocked_fx_owner', 'reason', 'error', 'output', 'finished', 'forked_from', 'restarted_from',
-    'restarts', 'wait_kind', 'wait_name', 'wait_payload', 'pz', 'ps', 'pzw', 'pzr', 'rb', 'iv', 'held' }
+    'restarts', 'wait_kind', 'wait_name', 'wait_payload', 'pz', 'ps', 'pzw', 'pzr', 'rb', 'iv', 'held', 'ov' }
   local n, created, restarts = string.match(have, '^(%d+)\30(%d+)\30(%d+)$')
   n = tonumber(n)
   if not n or n < 1 or n > steps then return nil end

@@ -11,7 +11,9 @@
 --          ('' = none), 18 wait kind, 19 wait name, 20 wait payload: the wait is kept, so the
 --          run takes a new answer (see signal.lua), 21 the kind of block (`bk`: in_doubt |
 --          non_determinism | panic | undecodable | other; '' = not blocked),
---       22.. the slice's unwritten entries after the first
+--       22 the version of the output's type as the run's code declares it, `<type>@<version>`
+--          (`ov`; '' = 1),
+--       23.. the slice's unwritten entries after the first
 -- Returns: {'ok', new_version} | {'missing'} | {'fenced', ...} | {'conflict', v} | {'index', steps}
 --        | {'unused', index, fence} (the in-doubt record of ARGV 16 is this run's own unused
 --          intent: not blocked)
@@ -27,7 +29,7 @@ if ARGV[7] == 'blocked' and ARGV[16] ~= '' then
 end
 local t = now_ms()
 if ARGV[5] ~= '' then
-  local refused = append_entries(KEYS[1], ARGV[5], ARGV[6], 22)
+  local refused = append_entries(KEYS[1], ARGV[5], ARGV[6], 23)
   if refused then return refused end
 end
 local ver = tonumber(ARGV[4]) + 1
@@ -40,6 +42,7 @@ if ARGV[17] ~= '' then
   redis.call('HSET', KEYS[1], 'wait_kind', ARGV[18], 'wait_name', ARGV[19], 'wait_payload', ARGV[20])
 end
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'output', ARGV[8]) end
+if ARGV[22] ~= '' then redis.call('HSET', KEYS[1], 'ov', ARGV[22]) end
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[9]) end
 if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'reason', ARGV[10]) end
 if ARGV[21] ~= '' then redis.call('HSET', KEYS[1], 'bk', ARGV[21]) end

@@ -27,7 +27,7 @@ local due = t + tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], 'status', 'pending', 'steps', n, 'ver', tonumber(h[3]) + 1, 'updated', t,
   'due', due, 'owner', '', 'lease', 0, 'restarts', tonumber(h[5] or '0') + 1, 'restarted_from', n)
 redis.call('HDEL', KEYS[1], 'pz', 'ps', 'pzw', 'pzr')
-redis.call('HDEL', KEYS[1], 'output', 'error', 'reason', 'bk', 'finished', 'blocked_fx', 'blocked_fx_owner',
+redis.call('HDEL', KEYS[1], 'output', 'ov', 'error', 'reason', 'bk', 'finished', 'blocked_fx', 'blocked_fx_owner',
   'crashes', 'crashed_by', 'cstep', 'cur', 'wait_kind', 'wait_name', 'wait_payload', 'deadline',
   'waiting_for', 'wait_fx', 'wait_fx_n', 'unserved_n', 'unserved_at')
 for i = 1, 4 do
