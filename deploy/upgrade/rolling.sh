@@ -5,13 +5,18 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-Usage: deploy/upgrade/rolling.sh [--from-ref REF | --from-bin DIR] [--runs N]
+Usage: deploy/upgrade/rolling.sh [--from-ref REF | --from-bin DIR] [--runs N] [--debug]
 
 Builds the previous build (REF, default the `PREVIOUS` line below: the last build before
-this one's engine formats changed) in a git worktree with its own target directory
-(release; about 6 minutes on 2 cores the first time), unless --from-bin names a directory
-holding its savepoint, savepoint-worker and savepoint-scheduler. This build's binaries are
-target/release (SAVEPOINT_BIN_DIR), built if missing.
+this one's engine formats changed) from its own source in a git worktree
+(target/upgrade/src-REF), unless --from-bin names a directory holding its savepoint,
+savepoint-worker and savepoint-scheduler. The worktree's package version is marked
+`+previous`, so its crates and this build's have distinct artifacts in this checkout's
+target directory and share every dependency's: after this build, the previous one compiles
+only the workspace's own crates (about 30 s in debug on 2 cores). Its binaries are kept in
+target/upgrade/REF-PROFILE and this build's, which its build replaced in target/PROFILE, are
+put back. This build's binaries are target/release, or target/debug with --debug
+(SAVEPOINT_BIN_DIR overrides), built if missing.
 
 Upgrade: two schedulers and two workers of the previous build run a fresh namespace on the
 local RabbitMQ and Redis. Runs are left in every state the demo workflows reach: waiting
@@ -42,7 +47,9 @@ the second build serves the two queues: all three complete, each effect performe
 Options:
   --from-ref REF    the previous build's commit (default: PREVIOUS below)
   --from-bin DIR    its prebuilt binaries instead
-  --runs N          webhook runs from the load generator per phase (default 300)
+  --runs N          webhook runs from the load generator per phase (default 300, at 15 a
+                    second: the load lasts while the fleet is replaced)
+  --debug           both builds' debug binaries (what .ci/run runs) instead of release
   -h, --help        this text
 EOF
 }
@@ -50,9 +57,10 @@ EOF
 # The previous build: main before versioned values (issue 28 §1) changed the entry, run
 # hash and catalog formats.
 PREVIOUS=a5bb795
-FROM_REF=$PREVIOUS FROM_BIN='' RUNS=300
+FROM_REF=$PREVIOUS FROM_BIN='' RUNS=300 PROFILE=release
 while (($#)); do
   case $1 in
+    --debug) PROFILE=debug; shift ;;
     --from-ref) FROM_REF=$2; shift 2 ;;
     --from-bin) FROM_BIN=$2; shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
@@ -63,21 +71,40 @@ done
 [[ $RUNS =~ ^[0-9]+$ && $RUNS -gt 0 ]] || { echo "--runs must be a positive integer" >&2; exit 2; }
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
-NEW_BIN=${SAVEPOINT_BIN_DIR:-$REPO/target/release}
+BINS=(savepoint savepoint-worker savepoint-scheduler)
+CARGO_PROFILE=(); [[ $PROFILE == release ]] && CARGO_PROFILE=(--release)
+# (The workspace's own lints are not the previous build's to pass: no Clippy driver.)
+plain_cargo() { env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS cargo "$@"; }
+NEW_BIN=${SAVEPOINT_BIN_DIR:-$REPO/target/$PROFILE}
 if [[ ! -x $NEW_BIN/savepoint-worker || ! -x $NEW_BIN/savepoint-scheduler || ! -x $NEW_BIN/savepoint ]]; then
-  (cd "$REPO" && cargo build --release --bin savepoint --bin savepoint-worker --bin savepoint-scheduler)
+  (cd "$REPO" && plain_cargo build "${CARGO_PROFILE[@]}" -p savepoint-cli -p savepoint-scheduler -p savepoint-demo --bins)
 fi
-if [[ -z $FROM_BIN ]]; then
-  FROM_BIN=/tmp/savepoint-prev-$FROM_REF/bin
-  if [[ ! -x $FROM_BIN/savepoint-worker ]]; then
-    wt=/tmp/savepoint-prev-$FROM_REF/src
-    [[ -d $wt ]] || git -C "$REPO" worktree add --detach "$wt" "$FROM_REF" >/dev/null
-    (cd "$wt" && CARGO_TARGET_DIR=/tmp/savepoint-prev-$FROM_REF/target \
-      cargo build --release --bin savepoint --bin savepoint-worker --bin savepoint-scheduler)
-    mkdir -p "$FROM_BIN"
-    cp "/tmp/savepoint-prev-$FROM_REF/target/release/"{savepoint,savepoint-worker,savepoint-scheduler} "$FROM_BIN/"
+
+# The previous build from its own source, in this checkout's target directory (see --help):
+# this build's binaries there are set aside (hard links) and put back after.
+build_previous() { # REF -> FROM_BIN
+  local wt=$REPO/target/upgrade/src-$1 out=$REPO/target/upgrade/$1-$PROFILE here=$REPO/target/$PROFILE b
+  FROM_BIN=$out
+  [[ -x $out/savepoint-worker && -x $out/savepoint-scheduler && -x $out/savepoint ]] && return 0
+  if [[ ! -d $wt ]]; then
+    git -C "$REPO" worktree prune
+    git -C "$REPO" worktree add --detach "$wt" "$1" >/dev/null
   fi
-fi
+  sed -i -E '0,/^version = "([^"+]*)"$/s//version = "\1+previous"/' "$wt/Cargo.toml"
+  grep -q '^version = ".*+previous"$' "$wt/Cargo.toml" || { echo "cannot mark $wt/Cargo.toml's version" >&2; exit 2; }
+  local keep=$REPO/target/upgrade/this-$PROFILE
+  rm -rf "$keep"; mkdir -p "$keep" "$out"
+  for b in "${BINS[@]}"; do [[ -e $here/$b ]] && ln "$here/$b" "$keep/$b"; done
+  (cd "$wt" && CARGO_TARGET_DIR=$REPO/target plain_cargo build "${CARGO_PROFILE[@]}" \
+    -p savepoint-cli -p savepoint-scheduler -p savepoint-demo --bins)
+  for b in "${BINS[@]}"; do
+    cp "$here/$b" "$out/$b.part" && mv "$out/$b.part" "$out/$b"
+    rm -f "$here/$b"
+    [[ -e $keep/$b ]] && ln "$keep/$b" "$here/$b"
+  done
+  rm -rf "$keep"
+}
+[[ -n $FROM_BIN ]] || build_previous "$FROM_REF"
 OLD_BIN=$FROM_BIN
 
 export SAVEPOINT_BIN_DIR=$NEW_BIN

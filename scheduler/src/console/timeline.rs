@@ -107,6 +107,7 @@ fn mark_label(e: &RunEvent) -> Option<String> {
         "effect_resolved" => format!("effect resolved: {d}"),
         "effect_in_doubt" => format!("effect in doubt: {d}"),
         "unserved" => format!("no worker serves it: {d}"),
+        "given_back" => format!("given back to a build that reads it: {d}"),
         "completed" => "completed".into(),
         "failed" => format!("failed: {d}"),
         "retry_later" => "handed back after a transient error".into(),
