@@ -9,12 +9,12 @@ Usage: deploy/upgrade/rolling.sh [--from-ref REF | --from-bin DIR] [--runs N] [-
 
 Builds the previous build (REF, default the `PREVIOUS` line below: the last build before
 this one's engine formats changed) from its own source in a git worktree
-(target/upgrade/src-REF), unless --from-bin names a directory holding its savepoint,
+(target/upgrade/src-COMMIT), unless --from-bin names a directory holding its savepoint,
 savepoint-worker and savepoint-scheduler. The worktree's package version is marked
 `+previous`, so its crates and this build's have distinct artifacts in this checkout's
 target directory and share every dependency's: after this build, the previous one compiles
-only the workspace's own crates (about 30 s in debug on 2 cores). Its binaries are kept in
-target/upgrade/REF-PROFILE and this build's, which its build replaced in target/PROFILE, are
+only the workspace's own crates (about 50 s in debug on 2 cores). Its binaries are kept in
+target/upgrade/COMMIT-PROFILE and this build's, which its build replaced in target/PROFILE, are
 put back. This build's binaries are target/release, or target/debug with --debug
 (SAVEPOINT_BIN_DIR overrides), built if missing.
 
@@ -80,29 +80,51 @@ if [[ ! -x $NEW_BIN/savepoint-worker || ! -x $NEW_BIN/savepoint-scheduler || ! -
   (cd "$REPO" && plain_cargo build "${CARGO_PROFILE[@]}" -p savepoint-cli -p savepoint-scheduler -p savepoint-demo --bins)
 fi
 
-# The previous build from its own source, in this checkout's target directory (see --help):
-# this build's binaries there are set aside (hard links) and put back after.
+# The previous build from its own source, in this checkout's target directory (see --help),
+# kept by commit. It builds with the features the build stage of .ci/run resolves (the whole
+# workspace, every feature, and the dev-dependencies' features, which `--examples` brings in
+# though no package has an example), so every dependency is the one already built. It links
+# its binaries and libraries into target/PROFILE as this build's do: every file there is set
+# aside (hard links) while it builds and put back after, also when the build fails or the
+# script is stopped.
 build_previous() { # REF -> FROM_BIN
-  local wt=$REPO/target/upgrade/src-$1 out=$REPO/target/upgrade/$1-$PROFILE here=$REPO/target/$PROFILE b
-  FROM_BIN=$out
-  [[ -x $out/savepoint-worker && -x $out/savepoint-scheduler && -x $out/savepoint ]] && return 0
+  local commit wt b f
+  commit=$(git -C "$REPO" rev-parse --verify "$1^{commit}") || { echo "no such commit: $1" >&2; exit 2; }
+  wt=$REPO/target/upgrade/src-$commit FROM_BIN=$REPO/target/upgrade/$commit-$PROFILE
+  KEEP=$REPO/target/upgrade/this-$PROFILE HERE=$REPO/target/$PROFILE
+  # (Left by a run that was stopped while the previous build built: this build's, put back.)
+  [[ -d $KEEP ]] && put_back
+  [[ -x $FROM_BIN/savepoint-worker && -x $FROM_BIN/savepoint-scheduler && -x $FROM_BIN/savepoint ]] && return 0
   if [[ ! -d $wt ]]; then
     git -C "$REPO" worktree prune
-    git -C "$REPO" worktree add --detach "$wt" "$1" >/dev/null
+    git -C "$REPO" worktree add --detach "$wt" "$commit" >/dev/null
   fi
   sed -i -E '0,/^version = "([^"+]*)"$/s//version = "\1+previous"/' "$wt/Cargo.toml"
   grep -q '^version = ".*+previous"$' "$wt/Cargo.toml" || { echo "cannot mark $wt/Cargo.toml's version" >&2; exit 2; }
-  local keep=$REPO/target/upgrade/this-$PROFILE
-  rm -rf "$keep"; mkdir -p "$keep" "$out"
-  for b in "${BINS[@]}"; do [[ -e $here/$b ]] && ln "$here/$b" "$keep/$b"; done
-  (cd "$wt" && CARGO_TARGET_DIR=$REPO/target plain_cargo build "${CARGO_PROFILE[@]}" \
-    -p savepoint-cli -p savepoint-scheduler -p savepoint-demo --bins)
+  mkdir -p "$KEEP" "$FROM_BIN" "$HERE"
+  while IFS= read -r -d '' f; do ln "$f" "$KEEP/"; done < <(find "$HERE" -maxdepth 1 -type f ! -name .cargo-lock -print0)
+  trap 'put_back; exit 130' INT TERM
+  if ! (cd "$wt" && CARGO_TARGET_DIR=$REPO/target plain_cargo build "${CARGO_PROFILE[@]}" \
+    --workspace --all-features --bins --examples); then
+    put_back
+    echo "the previous build ($1) did not build; this build's files are back in $HERE" >&2
+    exit 1
+  fi
   for b in "${BINS[@]}"; do
-    cp "$here/$b" "$out/$b.part" && mv "$out/$b.part" "$out/$b"
-    rm -f "$here/$b"
-    [[ -e $keep/$b ]] && ln "$keep/$b" "$here/$b"
+    cp "$HERE/$b" "$FROM_BIN/$b.part" || { put_back; exit 1; }
+    mv "$FROM_BIN/$b.part" "$FROM_BIN/$b"
   done
-  rm -rf "$keep"
+  put_back
+  trap - INT TERM
+}
+
+# This build's files, set aside in KEEP, back in HERE, and none of the previous build's
+# left there. (Cargo does not link a binary again over a file it finds in its place.)
+put_back() {
+  local f
+  while IFS= read -r -d '' f; do rm -f "$f"; done < <(find "$HERE" -maxdepth 1 -type f ! -name .cargo-lock -print0)
+  while IFS= read -r -d '' f; do ln "$f" "$HERE/"; done < <(find "$KEEP" -maxdepth 1 -type f -print0)
+  rm -rf "${KEEP:?}"
 }
 [[ -n $FROM_BIN ]] || build_previous "$FROM_REF"
 OLD_BIN=$FROM_BIN

@@ -346,6 +346,24 @@ async fn finish_cancel_unblock_and_retention(s: ScriptStore) {
         journal.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(),
         ["s0", "s1"]
     );
+    // A completion without a version clears one left in the hash (a restart by a scheduler
+    // from before the field keeps it).
+    let again = new_run(&s, json!(null)).await;
+    let mut c_again = claim(&s, &again, "w").await;
+    let run_key = s.keys().run(&again).run.clone();
+    let _: i64 = s
+        .query(redis::cmd("HSET").arg(&run_key).arg("ov").arg("shop::Price@3"))
+        .await
+        .unwrap();
+    s.finish(
+        &mut c_again.lease,
+        None,
+        Finish::Completed(&json!(1), None),
+        ("completed", ""),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.header(&again).await.unwrap().unwrap().output_version, None);
     let ttl: i64 = s.query(redis::cmd("PTTL").arg(&s.keys().run(&t).run)).await.unwrap();
     assert!(
         ttl > 0 && ttl <= s.config().retention.as_millis() as i64,

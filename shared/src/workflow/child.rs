@@ -17,7 +17,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use std::time::Duration;
 
-use super::ctx::{decode_outcome, Core, Reader, SliceExit};
+use super::ctx::{decode_outcome, Core, Reader, Recorded, SliceExit};
 use super::Ctx;
 use super::{Workflow, WorkflowError};
 use crate::ids::{stable_hash, ThreadId, MAX_THREAD_ID_LEN};
@@ -344,12 +344,13 @@ impl Core {
                 ChildResult::Failed(e) => (Outcome::Err(format!("child run {child} failed: {e}")), None),
                 ChildResult::Cancelled(e) => (Outcome::Err(format!("child run {child} was cancelled: {e}")), None),
             };
-            if let Some(ov) = &ov {
-                if !self.take_recorded(reader, ov).await {
-                    return self.give_back(ov, &format!("the output of child run {child}")).await;
-                }
-            }
-            let tv = ov.map(|o| o.version);
+            let tv = match &ov {
+                None => None,
+                Some(ov) => match self.take_recorded(reader, ov).await {
+                    Recorded::At(tv) => tv,
+                    Recorded::GiveBack => return self.give_back(ov, &format!("the output of child run {child}")).await,
+                },
+            };
             return match self.record_child(name, child, o, ("child_returned", tv)).await {
                 Outcome::Ok(v) => Outcome::Ok(self.upgraded(reader, (EntryKind::Child, name), tv, v).await),
                 err => err,

@@ -22,7 +22,9 @@ use crate::journal::{Entry, EntryKind, Outcome};
 use savepoint_core::failpoints::{Action, Failpoints};
 use savepoint_core::lease::LeaseClock;
 use savepoint_core::metrics::{inc, metrics};
-use savepoint_core::model::{value_feature, BlockKind, Finish, Holder, Lease, OutputVersion, RunStatus};
+use savepoint_core::model::{
+    is_value_feature, value_feature, BlockKind, Finish, Holder, Lease, OutputVersion, RunStatus,
+};
 use savepoint_core::outcome::Suspend;
 use savepoint_core::seam::RunStore;
 use savepoint_core::StoreError;
@@ -216,6 +218,14 @@ impl Reader {
     }
 }
 
+/// How a value recorded by other code is taken ([`Core::take_recorded`]).
+pub(super) enum Recorded {
+    /// Journaled at this version (`None`: as it is, no version).
+    At(Option<u32>),
+    /// Given back to a worker that reads it ([`Core::give_back`]).
+    GiveBack,
+}
+
 /// What a value being upgraded is, for the reason of a refusal.
 #[derive(Clone, Copy)]
 pub(super) enum Subject<'a> {
@@ -337,38 +347,43 @@ impl Core {
     /// note stops the slice as any write does.
     pub(super) async fn stamp(&mut self, reader: Reader) -> Option<u32> {
         let tv = self.value_version(reader)?;
-        let typed = (reader.name_of)(&self.versions_for(reader)).map(|name| value_feature(name, tv));
-        self.need_value(typed).await;
+        let typed = (reader.name_of)(&self.versions_for(reader));
+        self.need_value(typed.map(|name| (name, tv))).await;
         Some(tv)
     }
 
-    /// How a value of `reader`'s type recorded by other code at `ov` (a child's output, at
-    /// the version the child's code declared) is taken: `false` when this code knows only an
-    /// older version of the type and this worker does not know the value's feature, so the
-    /// run is to be given back ([`Core::give_back`]) to a worker that reads it. Otherwise
-    /// the run needs what reading it takes (`value_versions`, and the type's feature where
-    /// this worker knows it: a feature no worker of the fleet names would strand the run),
-    /// and the value is recorded and read as any other (a refusal blocks the run).
-    pub(super) async fn take_recorded(&mut self, reader: Reader, ov: &OutputVersion) -> bool {
-        let feature = ov.feature();
-        let known = self.p.value_features.contains(&feature);
-        let newer = self.value_version(reader).unwrap_or(1) < ov.version;
-        if !reader.as_is && newer && !known {
-            return false;
+    /// How a value of `reader`'s type recorded by other code at `ov` is taken (a child's
+    /// output, at the version the child's code declared):
+    /// - read as it is (`Reader::as_is`): journaled with no version;
+    /// - this code knows only an older version of the type and this worker's claims do not
+    ///   name the value's feature: given back ([`Core::give_back`]) to a worker that reads it;
+    /// - otherwise journaled at `ov`, after the run needs what reading it takes:
+    ///   `value_versions`, and the value's feature where this worker names it (one no worker
+    ///   of the fleet names would strand the run). A refusal then blocks the run, as for any
+    ///   recorded value.
+    pub(super) async fn take_recorded(&mut self, reader: Reader, ov: &OutputVersion) -> Recorded {
+        if reader.as_is {
+            return Recorded::At(None);
         }
-        self.need_value(known.then_some(feature)).await;
-        true
+        let (name, v) = (ov.type_name.as_str(), ov.version);
+        let known = self.p.value_features.iter().any(|f| is_value_feature(f, name, v));
+        if !known && self.value_version(reader).unwrap_or(1) < v {
+            return Recorded::GiveBack;
+        }
+        self.need_value(known.then_some((name, v))).await;
+        Recorded::At(Some(v))
     }
 
     /// Gives the run back, untouched but for its `needs`, to a worker that reads a value this
     /// code does not ([`Core::take_recorded`]): notes the value's feature, then suspends the
-    /// run as pending, so the claim's feature gate (§7a) hands it to a worker whose build
-    /// declares the version (the value stays where it was, a child's word or run).
+    /// run as pending, so the claim's feature gate (§7a) hands it to a worker that names the
+    /// feature (the value stays where it was, a child's word or run). Such a worker registers
+    /// the child's workflow, or serves a parent that lists it (`Versions::child`); until one
+    /// runs, the run waits with the feature in `waiting_for`.
     pub(super) async fn give_back(&mut self, ov: &OutputVersion, what: &str) -> Outcome {
-        let feature = ov.feature();
-        self.need_value(Some(feature.clone())).await;
+        self.need_value(Some((&ov.type_name, ov.version))).await;
         let how = Suspend::until(RunStatus::Pending, Duration::ZERO);
-        let detail = format!("{what} is at {feature}, which this build does not read");
+        let detail = format!("{what} is at {}, which this build does not read", ov.feature());
         match self.suspend_run(None, how, ("given_back", &detail)).await {
             Ok(s) => self.stop(SliceExit::Suspended { woke: true, rv: s.rv }).await,
             Err(e) => self.store_failed(e).await,
@@ -376,16 +391,19 @@ impl Core {
     }
 
     /// Makes the run need what reading a versioned value takes, before the value is written:
-    /// the run feature `value_versions`, and `typed` (`value:<type>@<version>`) if given.
-    pub(super) async fn need_value(&mut self, typed: Option<String>) {
+    /// the run feature `value_versions`, and `value:<type>@<version>` for `typed` if given.
+    /// (Checked without building the feature's name: every versioned value a slice records
+    /// after the first of its type and version finds both in `needs` and writes nothing.)
+    pub(super) async fn need_value(&mut self, typed: Option<(&str, u32)>) {
         if self.p.replay_only {
             return;
         }
         const BASE: &str = "value_versions";
         let needs = &self.p.needs;
         let base = (!needs.iter().any(|n| n == BASE)).then(|| BASE.to_owned());
-        let typed = typed.filter(|t| !needs.contains(t));
-        // (Every value after the first of its type and version finds both and writes nothing.)
+        let typed = typed
+            .filter(|(name, v)| !needs.iter().any(|n| is_value_feature(n, name, *v)))
+            .map(|(name, v)| value_feature(name, v));
         let missing: Vec<String> = base.into_iter().chain(typed).collect();
         if !missing.is_empty() {
             let field = savepoint_core::model::needs_field(self.p.needs.iter().chain(&missing).map(String::as_str));

@@ -137,6 +137,14 @@ impl Versions {
         self
     }
 
+    /// These declarations and those of `W` ([`Workflow::versions`](super::Workflow::versions)),
+    /// for a workflow that awaits runs of `W` as children (`ctx.child::<W>`): a worker serving
+    /// it then names the run features of `W`'s output type, so a parent given back by an older
+    /// build for a child's newer output finds it even where `W` is not registered.
+    pub fn child<W: super::Workflow>(self) -> Self {
+        self.and(&W::versions())
+    }
+
     /// These declarations and `other`'s (a type both declare is the same type, declared once).
     pub(crate) fn and(mut self, other: &Versions) -> Self {
         for (t, d) in &other.by_type {

@@ -42,7 +42,11 @@ if ARGV[17] ~= '' then
   redis.call('HSET', KEYS[1], 'wait_kind', ARGV[18], 'wait_name', ARGV[19], 'wait_payload', ARGV[20])
 end
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'output', ARGV[8]) end
-if ARGV[22] ~= '' then redis.call('HSET', KEYS[1], 'ov', ARGV[22]) end
+-- (A completion without a version clears one an earlier completion left: a restart by a
+-- scheduler from before `ov` keeps it.)
+if ARGV[7] == 'completed' then
+  if ARGV[22] ~= '' then redis.call('HSET', KEYS[1], 'ov', ARGV[22]) else redis.call('HDEL', KEYS[1], 'ov') end
+end
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[9]) end
 if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'reason', ARGV[10]) end
 if ARGV[21] ~= '' then redis.call('HSET', KEYS[1], 'bk', ARGV[21]) end
