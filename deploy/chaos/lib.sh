@@ -133,13 +133,25 @@ chaos_free_port() {
   chaos_die "no free port found"
 }
 
-chaos_wait_http() { # URL SECS
-  local url=$1 secs=$2 end=$((SECONDS + $2))
+# chaos_wait_http URL SECS [PID LOG]: until URL answers 2xx. With PID, a process that exits
+# meanwhile fails at once; with LOG, the failure shows that log's last lines (a CI run keeps
+# nothing else of it).
+chaos_wait_http() {
+  local url=$1 secs=$2 pid=${3:-} log=${4:-} end=$((SECONDS + $2)) why
   while ((SECONDS < end)); do
     curl -fsS -m 2 "$url" >/dev/null 2>&1 && return 0
+    if [[ -n $pid ]] && ! chaos_alive "$pid"; then
+      why="the process (pid $pid) exited before $url answered"
+      break
+    fi
     sleep 0.2
   done
-  chaos_die "$url not ready within ${secs}s"
+  why=${why:-"$url not ready within ${secs}s"}
+  if [[ -n $log && -s $log ]]; then
+    chaos_log "the last lines of $log:"
+    tail -n 40 "$log" | sed 's/^/    /' >&2
+  fi
+  chaos_die "$why"
 }
 
 chaos_start_scheduler() {
@@ -149,7 +161,7 @@ chaos_start_scheduler() {
   CHAOS_SCHED_PID=$!
   disown "$CHAOS_SCHED_PID" # no "Killed" job notices; its status is not needed
   chaos_track "$CHAOS_SCHED_PID" scheduler "$SP_SCHED"
-  chaos_wait_http "$CHAOS_API/readyz" 60
+  chaos_wait_http "$CHAOS_API/readyz" 60 "$CHAOS_SCHED_PID" "$CHAOS_TMP/scheduler.log"
   chaos_log "scheduler pid $CHAOS_SCHED_PID ready on $CHAOS_API"
 }
 

@@ -99,7 +99,12 @@ build_previous() { # REF -> FROM_BIN
     git -C "$REPO" worktree prune
     git -C "$REPO" worktree add --detach "$wt" "$commit" >/dev/null
   fi
-  sed -i -E '0,/^version = "([^"+]*)"$/s//version = "\1+previous"/' "$wt/Cargo.toml"
+  # Every package's own version is marked, the workspace's and those that set theirs (the
+  # example's): cargo keys a path crate's artifacts by name, version and path inside the
+  # workspace, so an unmarked one would overwrite this build's.
+  while IFS= read -r -d '' f; do
+    sed -i -E '/^\[(workspace\.)?package\]$/,/^\[/s/^version = "([^"+]*)"$/version = "\1+previous"/' "$wt/$f"
+  done < <(git -C "$wt" ls-files -z -- Cargo.toml '*/Cargo.toml')
   grep -q '^version = ".*+previous"$' "$wt/Cargo.toml" || { echo "cannot mark $wt/Cargo.toml's version" >&2; exit 2; }
   mkdir -p "$KEEP" "$FROM_BIN" "$HERE"
   while IFS= read -r -d '' f; do ln "$f" "$KEEP/"; done < <(find "$HERE" -maxdepth 1 -type f ! -name .cargo-lock -print0)
