@@ -121,11 +121,20 @@ chaos_stop() {
   wait "$pid" 2>/dev/null || true
 }
 
+# chaos_free_port: a port no socket uses, below the kernel's ephemeral range (an outgoing
+# connection may take any port inside it at any moment, and a server's bind to that port then
+# fails), and not one this script was already given (a script may take two before starting
+# either). 20000 up to that range (32767 with Linux's default).
 chaos_free_port() {
-  local p i
+  local p i eph=32768 lo=20000 hi
+  read -r eph _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+  hi=$((eph - 1))
+  ((hi > lo + 1000)) || lo=61000 hi=65000 # an ephemeral range that starts low: above it
   for i in $(seq 1 200); do
-    p=$((20000 + RANDOM % 25000))
-    if [[ -z $(ss -Htln "sport = :$p" 2>/dev/null) ]]; then
+    p=$((lo + RANDOM % (hi - lo + 1)))
+    grep -qx "$p" "$CHAOS_TMP/ports" 2>/dev/null && continue
+    if [[ -z $(ss -Htan "sport = :$p" 2>/dev/null) ]]; then
+      echo "$p" >>"$CHAOS_TMP/ports"
       echo "$p"
       return 0
     fi
