@@ -15,7 +15,7 @@ savepoint-worker and savepoint-scheduler. The worktree's package version is mark
 target directory and share every dependency's: after this build, the previous one compiles
 only the workspace's own crates (about 50 s in debug on 2 cores). Its binaries are kept in
 target/upgrade/COMMIT-PROFILE and this build's, which its build replaced in target/PROFILE, are
-put back. This build's binaries are target/release, or target/debug with --debug
+put back. Only one previous commit is kept there: another's worktree and binaries are removed. This build's binaries are target/release, or target/debug with --debug
 (SAVEPOINT_BIN_DIR overrides), built if missing.
 
 Upgrade: two schedulers and two workers of the previous build run a fresh namespace on the
@@ -94,6 +94,7 @@ build_previous() { # REF -> FROM_BIN
   KEEP=$REPO/target/upgrade/this-$PROFILE HERE=$REPO/target/$PROFILE
   # (Left by a run that was stopped while the previous build built: this build's, put back.)
   [[ -d $KEEP ]] && put_back
+  prune_previous "$commit"
   [[ -x $FROM_BIN/savepoint-worker && -x $FROM_BIN/savepoint-scheduler && -x $FROM_BIN/savepoint ]] && return 0
   if [[ ! -d $wt ]]; then
     git -C "$REPO" worktree prune
@@ -121,6 +122,24 @@ build_previous() { # REF -> FROM_BIN
   done
   put_back
   trap - INT TERM
+}
+
+# Only one previous build is kept: the worktrees and binaries of any other commit (a
+# PREVIOUS or --from-ref since moved on) are removed.
+prune_previous() { # COMMIT
+  local d c
+  for d in "$REPO"/target/upgrade/*; do
+    [[ -d $d ]] || continue
+    c=${d##*/}
+    case $c in
+      this-*) continue ;; # this build's files, set aside (handled by put_back)
+      src-"$1" | "$1"-*) continue ;;
+      src-*) git -C "$REPO" worktree remove --force "$d" 2>/dev/null || rm -rf "$d" ;;
+      *) rm -rf "$d" ;;
+    esac
+    echo "removed the kept previous build target/upgrade/$c (not $1)" >&2
+  done
+  git -C "$REPO" worktree prune
 }
 
 # This build's files, set aside in KEEP, back in HERE, and none of the previous build's
