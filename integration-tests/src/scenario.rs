@@ -131,16 +131,34 @@ impl World {
 
     /// Waits until the run's status is one of `want`; returns the run.
     pub async fn wait_status(&self, t: &ThreadId, want: &[&str], timeout: Duration) -> Value {
+        self.wait_run(t, &format!("{want:?}"), timeout, |run| {
+            want.contains(&run["status"].as_str().unwrap_or(""))
+        })
+        .await
+    }
+
+    /// Waits until the run waits for `name` (a signal's, an interrupt's or a child's wait:
+    /// `wait.name` of its view); returns the run. A run that waits at an earlier call is
+    /// `waiting` too, so a test that means one wait names it.
+    pub async fn wait_waiting_for(&self, t: &ThreadId, name: &str, timeout: Duration) -> Value {
+        self.wait_run(t, &format!("waiting for {name:?}"), timeout, |run| {
+            run["status"] == "waiting" && run["wait"]["name"] == name
+        })
+        .await
+    }
+
+    /// Polls the run until `done(run)`; panics with its view and history after `timeout`.
+    async fn wait_run(&self, t: &ThreadId, want: &str, timeout: Duration, done: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + timeout;
         loop {
             let run = self.run(t).await;
-            if want.contains(&run["status"].as_str().unwrap_or("")) {
+            if done(&run) {
                 return run;
             }
             if Instant::now() > deadline {
                 let (_, hist) = self.get(&format!("/v1/runs/{t}/history")).await;
                 panic!(
-                    "run {t} is {} after {timeout:?}, wanted {want:?}\nrun: {run}\nhistory: {hist}",
+                    "run {t} is {} after {timeout:?}, wanted {want}\nrun: {run}\nhistory: {hist}",
                     run["status"]
                 );
             }

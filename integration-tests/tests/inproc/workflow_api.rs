@@ -367,8 +367,7 @@ async fn a_wrong_shaped_answer_blocks_the_run_which_still_takes_the_right_one() 
         )
         .await;
     assert_eq!(code, 202, "{body}");
-    let waiting = w.wait_status(&t, &["waiting"], LONG).await;
-    assert_eq!(waiting["wait"]["name"], "count", "{waiting}");
+    let waiting = w.wait_waiting_for(&t, "count", LONG).await;
     assert!(waiting.get("blocked_reason").is_none(), "{waiting}");
     let (code, _) = w
         .post(&format!("/v1/runs/{t}/signals/count"), json!({"value": "three"}))
