@@ -119,12 +119,35 @@ pub fn killed_by_signal(s: &ExitStatus) -> bool {
     s.signal().is_some()
 }
 
-/// A free TCP port on 127.0.0.1 (bound and released: racy in theory, fine for tests).
+/// A free TCP port on 127.0.0.1 for a server a test starts (bound once to check, then
+/// released), below the kernel's ephemeral range and never the same twice in this process.
+/// Not port 0's pick: that is inside the ephemeral range, where any outgoing connection may
+/// take the port between this check and the server's bind (and the bind then fails, even
+/// with `SO_REUSEADDR`), and two tests could be handed one port in turn. deploy/chaos/lib.sh's
+/// `chaos_free_port` picks the same way.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    use std::hash::{BuildHasher, Hasher};
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|w| w.parse::<u16>().ok()))
+        .unwrap_or(32768);
+    let (lo, hi) = if ephemeral > 21_000 {
+        (20_000, ephemeral - 1)
+    } else {
+        (61_000, 65_000)
+    };
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..1000 {
+        // (A random draw from std alone: each RandomState has fresh keys.)
+        let draw = std::collections::hash_map::RandomState::new().build_hasher().finish();
+        let port = lo + (draw % u64::from(hi - lo + 1)) as u16;
+        if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
+            return port;
+        }
+    }
+    panic!("no free port in {lo}..={hi} after 1000 draws");
 }
 
 /// The value of one Prometheus series (`name{labels}` exactly as exposed) at `http://addr/metrics`;
