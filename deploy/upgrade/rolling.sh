@@ -15,18 +15,19 @@ savepoint-worker and savepoint-scheduler. The worktree's package version is mark
 target directory and share every dependency's: after this build, the previous one compiles
 only the workspace's own crates (about 50 s in debug on 2 cores). Its binaries are kept in
 target/upgrade/COMMIT-PROFILE and this build's, which its build replaced in target/PROFILE, are
-put back. Only one previous commit is kept there: another's worktree and binaries are removed. This build's binaries are target/release, or target/debug with --debug
+put back. Only one previous commit is kept there: another's worktree and binaries are
+removed. This build's binaries are target/release, or target/debug with --debug
 (SAVEPOINT_BIN_DIR overrides), built if missing.
 
 Upgrade: two schedulers and two workers of the previous build run a fresh namespace on the
-local RabbitMQ and Redis. Runs are left in every state the demo workflows reach: waiting
-for a human (`approval`), in a flow-control line holding its one slot (`metered`, a key of
-limit 1), under a run deadline (`metered`, timeout 600 s), a parent (`family`) waiting for
-children that wait for a signal, fired by a schedule every second, and `webhook` load from the load generator (runs pending and running, an effect each,
-delivered to the load generator's receiver, which counts every delivery). Then each
-process is replaced by this build's, one at a time (SIGTERM: a worker yields its runs),
-while the load goes on. The approvals are answered, the schedule deleted, and the script
-waits for every run to end.
+local RabbitMQ and Redis. Runs are left in every state the demo workflows reach: waiting for
+a human (`approval`), in a flow-control line holding its one slot (`metered`, a key of limit
+1), under a run deadline (`metered`, timeout 600 s), a parent (`family`) waiting for
+children that wait for a signal, fired by a schedule every second, and `webhook` load from
+the load generator (runs pending and running, an effect each, delivered to the load
+generator's receiver, which counts every delivery). Then each process is replaced by this
+build's, one at a time (SIGTERM: a worker yields its runs), while the load goes on. The
+approvals are answered, the schedule deleted, and the script waits for every run to end.
 
 Rollback: the same with this build's fleet first and the previous build's after.
 
@@ -193,10 +194,10 @@ start_fleet() { # DIR
 }
 
 # Runs in the states the demo workflows reach on their own (the load generator adds pending
-# and running webhook runs with effects; `leave_stuck` sleeping and blocked ones): waiting for a human, in a flow-control line and holding its
-# slot (`metered`: 20 steps of 200 ms, a witness outside the engine counts the runs of the
-# key inside a step at once), under a run deadline, a parent waiting for children that wait
-# for a signal, and a schedule's runs.
+# and running webhook runs with effects; `leave_stuck` sleeping and blocked ones): waiting for
+# a human, in a flow-control line and holding its slot (`metered`: 20 steps of 200 ms, a
+# witness outside the engine counts the runs of the key inside a step at once), under a run
+# deadline, a parent waiting for children that wait for a signal, and a schedule's runs.
 leave_runs() { # TAG
   local i
   for i in 1 2 3 4 5 6; do
