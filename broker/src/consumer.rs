@@ -1,12 +1,13 @@
 //! Consuming side: a self-healing [`Consumer`] yielding [`Delivery`] values.
 
-use super::amqp::{abandon, open_connection, Backoff, Link, ATTEMPT_TIMEOUT};
+use super::amqp::{self, abandon, open_connection, Backoff, Link, ATTEMPT_TIMEOUT};
+use super::backend::now_ms;
 use super::delivery::{Delivery, Session};
 use super::error::BrokerError;
-use super::topology::{self, short};
+use super::topology::{self, short, STICKY_AT_HEADER};
 use super::BrokerConfig;
 use futures::StreamExt;
-use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -92,6 +93,10 @@ impl AmqpConsumer {
             match step {
                 None => continue,
                 Some(Some(Ok(d))) => {
+                    if overdue_sticky(&self.cfg.topology, &d) {
+                        pass_on(&self.tag, d).await;
+                        continue;
+                    }
                     return Some(Delivery::from_amqp(d, Arc::clone(&active.session), shutdown));
                 }
                 Some(Some(Err(e))) => {
@@ -150,8 +155,12 @@ impl AmqpConsumer {
                 .await
                 .map_err(|e| BrokerError::amqp("channel.open", e))?;
             topology::declare(&channel, &self.cfg.topology, self.cfg.delivery_limit).await?;
+            let prefetch = match &self.cfg.topology.sticky {
+                Some(sticky) => sticky.prefetch(self.cfg.prefetch),
+                None => self.cfg.prefetch,
+            };
             channel
-                .basic_qos(self.cfg.prefetch, BasicQosOptions::default())
+                .basic_qos(prefetch, BasicQosOptions::default())
                 .await
                 .map_err(|e| BrokerError::amqp("basic.qos", e))?;
             let queue = self.cfg.topology.queue_name();
@@ -229,5 +238,35 @@ impl AmqpConsumer {
         }
         link.close().await;
         debug!(tag = %self.tag, "consumer stopped");
+    }
+}
+
+/// True for a delivery of a sticky queue that has waited out the queue's TTL: prefetched
+/// while its worker had no free slot, it would otherwise wait for one however long that
+/// takes, where the TTL promises any worker after it.
+fn overdue_sticky(topology: &topology::Topology, d: &lapin::message::Delivery) -> bool {
+    let Some(sticky) = &topology.sticky else {
+        return false;
+    };
+    let headers = amqp::from_field_table(d.properties.headers().as_ref());
+    let at = headers.get(STICKY_AT_HEADER).and_then(|v| v.parse().ok());
+    sticky.expired(at, now_ms())
+}
+
+/// Sends an overdue sticky task on to the task queue: rejected without requeue, the
+/// sticky queue dead-letters it to the task exchange under the task queue's routing key,
+/// as its TTL would have in the queue. A reject that fails leaves it unsettled: the
+/// channel's end returns it to the sticky queue, whose TTL then acts.
+async fn pass_on(tag: &str, d: lapin::message::Delivery) {
+    let opts = BasicNackOptions {
+        multiple: false,
+        requeue: false,
+    };
+    match d.acker.nack(opts).await {
+        Ok(_) => {
+            debug!(tag = %tag, "a sticky task past its TTL went on to the task queue");
+            savepoint_core::metrics::inc(&savepoint_core::metrics::metrics().sticky_expired, &[]);
+        }
+        Err(e) => warn!(tag = %tag, error = %e, "passing an overdue sticky task on failed"),
     }
 }

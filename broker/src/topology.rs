@@ -32,6 +32,35 @@ pub struct Sticky {
     pub ttl_ms: u32,
 }
 
+/// Header a sticky task carries: when it was published (ms since the epoch, the publishing
+/// worker's clock, which is the consuming worker's: a worker publishes only to its own sticky
+/// queue). A delivery older than the queue's TTL when its worker comes to take it goes on to
+/// the task queue instead of starting there (see [`Sticky::prefetch`]).
+pub const STICKY_AT_HEADER: &str = "x-savepoint-sticky-at";
+
+/// The most sticky tasks a worker holds prefetched at once. The queue's TTL acts only on a
+/// message in the queue: a small prefetch keeps the rest there, where it acts, and the
+/// age check at take ([`Sticky::expired`]) covers the few held.
+pub const STICKY_PREFETCH: u16 = 8;
+
+impl Sticky {
+    /// The consumer's prefetch on a sticky queue: the task queue's (`0`: unlimited), at most
+    /// [`STICKY_PREFETCH`].
+    pub fn prefetch(&self, task_queue_prefetch: u16) -> u16 {
+        match task_queue_prefetch {
+            0 => STICKY_PREFETCH,
+            p => p.min(STICKY_PREFETCH),
+        }
+    }
+
+    /// True when a task published at `published_ms` has waited out the queue's TTL by
+    /// `now_ms`: it goes on to the task queue, where any worker takes it, instead of starting
+    /// late on this busy one. A task without the header (from a build before it) is not.
+    pub fn expired(&self, published_ms: Option<u64>, now_ms: u64) -> bool {
+        published_ms.is_some_and(|at| now_ms.saturating_sub(at) >= u64::from(self.ttl_ms))
+    }
+}
+
 impl Topology {
     /// Builds the topology of queue `queue` in namespace `namespace`.
     pub fn new(namespace: &str, queue: &str) -> Self {
@@ -259,6 +288,24 @@ pub(crate) async fn delete(ch: &Channel, topo: &Topology) -> Result<(), BrokerEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sticky_consumer_holds_few_tasks_and_none_past_the_ttl() {
+        let s = Sticky {
+            owner: "w".into(),
+            ttl_ms: 2_000,
+        };
+        assert_eq!(s.prefetch(128), STICKY_PREFETCH);
+        assert_eq!(s.prefetch(0), STICKY_PREFETCH, "unlimited is not a sticky prefetch");
+        assert_eq!(s.prefetch(3), 3);
+        assert!(!s.expired(Some(10_000), 11_999));
+        assert!(s.expired(Some(10_000), 12_000));
+        assert!(
+            !s.expired(None, u64::MAX),
+            "a task from a build before the header waits as before"
+        );
+        assert!(!s.expired(Some(12_000), 10_000), "a clock step back is not an expiry");
+    }
 
     #[test]
     fn names() {

@@ -96,6 +96,15 @@ pub enum Command {
         /// Thread id of the blocked run.
         thread: String,
     },
+    /// Let a run go of a value feature no build names (`value:<type>@<version>`, as its
+    /// waiting_for says): a versioned type renamed or dropped without `Versioned::FORMERLY`.
+    /// The next worker reads the value if its code can, or blocks the run naming it.
+    ForgetFeature {
+        /// Thread id of the run.
+        thread: String,
+        /// The feature, e.g. `value:billing.Invoice@2`.
+        feature: String,
+    },
     /// Fork a run from a journal entry into a new run (time travel): the new run starts with
     /// the source's first N entries and goes on from there. Needs the admin role.
     Fork {
@@ -648,6 +657,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
             print(json, &v, |v| render::ack(&format!("signal {name} →"), v))
         }
         Command::Retry { thread } => print(json, &client.retry(&thread).await?, |v| render::ack("retry", v)),
+        Command::ForgetFeature { thread, feature } => forget_feature(&client, json, &thread, &feature).await,
         Command::Fork {
             thread,
             from_step,
@@ -690,6 +700,12 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Workers => print(json, &client.workers().await?, render::workers),
         Command::Workflows => print(json, &client.workflows().await?, render::workflows),
     }
+}
+
+/// `savepoint forget-feature`: the run stops needing a value feature no build names.
+async fn forget_feature(client: &ApiClient, json: bool, thread: &str, feature: &str) -> anyhow::Result<()> {
+    let v = client.forget_feature(thread, feature).await?;
+    print(json, &v, |v| render::ack(&format!("forget {feature} in"), v))
 }
 
 /// `savepoint start`: starts a run and prints its id and status.

@@ -247,6 +247,18 @@ impl ApiClient {
             .await
     }
 
+    /// `POST /v1/runs/{thread}/forget-feature`: the run stops needing a value feature
+    /// (`value:<type>@<version>`) that no build names.
+    pub async fn forget_feature(&self, thread: &str, feature: &str) -> Result<Value, ClientError> {
+        let body = serde_json::json!({ "feature": feature });
+        self.request(
+            Method::POST,
+            &format!("/v1/runs/{}/forget-feature", encode(thread)),
+            Some(&body),
+        )
+        .await
+    }
+
     /// `POST /v1/runs/{thread}/fork`.
     pub async fn fork(
         &self,

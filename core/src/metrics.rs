@@ -30,6 +30,9 @@ pub struct Metrics {
     pub published: Family<Labels, Counter>,
     /// Of those, the tasks a worker sent to its own sticky queue, by reason.
     pub sticky: Family<Labels, Counter>,
+    /// Sticky tasks a worker took past their queue's TTL (prefetched while it had no free
+    /// slot) and sent on to the task queue instead of starting them late.
+    pub sticky_expired: Family<Labels, Counter>,
     /// Messages dead-lettered, by reason class.
     pub dead_lettered: Family<Labels, Counter>,
     /// Runs started via the API, by outcome.
@@ -81,6 +84,7 @@ impl Metrics {
             slices: Family::default(),
             published: Family::default(),
             sticky: Family::default(),
+            sticky_expired: Family::default(),
             dead_lettered: Family::default(),
             runs_started: Family::default(),
             due_lag_seconds: latency(),
@@ -126,6 +130,11 @@ impl Metrics {
             "tasks_sticky",
             "Tasks a worker sent to its own sticky queue (counted in tasks_published too), by reason",
             m.sticky.clone(),
+        );
+        registry.register(
+            "tasks_sticky_passed_on",
+            "Sticky tasks a busy worker took past their queue's TTL and sent on to the task queue",
+            m.sticky_expired.clone(),
         );
         registry.register("dead_lettered", "Messages dead-lettered", m.dead_lettered.clone());
         registry.register("runs_started", "Runs started via the API", m.runs_started.clone());

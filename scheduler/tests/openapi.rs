@@ -144,6 +144,7 @@ fn every_operation_is_described_with_its_errors() {
             "delete_schedule",
             "diagnose_run",
             "export_run",
+            "forget_feature",
             "fork_run",
             "get_history",
             "get_run",

@@ -23,10 +23,10 @@ pub use savepoint_core::StoreError;
 
 pub use self::script::{
     child_signal, owns_partition, Acquired, Advance, Cancelled, Cascade, CatalogEntry, ChildResult, CreateOutcome,
-    EffectDone, EffectRecord, EffectRelease, EffectUnused, Flow, ForkOutcome, LineFacts, ListFilter, PageCursor, Pause,
-    PauseRecord, PauseScope, Rerun, Resealed, RestartOutcome, RetryOutcome, RunEvent, RunPaused, RunResumed, Rung,
-    SchedulePut, ScheduleRecord, ScriptStore, ServedSpec, SignalOutcome, StoreConfig, Suspend, Suspended, Unparked,
-    WorkerInfo, WorkflowCounts, FLOW_PARK, SCHEMA_VERSION,
+    EffectDone, EffectRecord, EffectRelease, EffectUnused, Flow, ForgetOutcome, ForkOutcome, LineFacts, ListFilter,
+    PageCursor, Pause, PauseRecord, PauseScope, Rerun, Resealed, RestartOutcome, RetryOutcome, RunEvent, RunPaused,
+    RunResumed, Rung, SchedulePut, ScheduleRecord, ScriptStore, ServedSpec, SignalOutcome, StoreConfig, Suspend,
+    Suspended, Unparked, WorkerInfo, WorkflowCounts, FLOW_PARK, SCHEMA_VERSION,
 };
 pub use engine::{AckScope, ReplicaAck};
 pub use model::{

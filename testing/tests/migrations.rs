@@ -76,6 +76,7 @@ fn object(v: &mut Value) -> Result<&mut serde_json::Map<String, Value>, Migratio
 }
 
 impl Versioned for Invoice {
+    const NAME: &'static str = "kit.Invoice";
     const VERSION: u32 = 4;
 
     fn upgrade(from: u32, mut v: Value) -> Result<Value, Migration> {
@@ -110,6 +111,7 @@ struct Approval {
 }
 
 impl Versioned for Approval {
+    const NAME: &'static str = "kit.Approval";
     const VERSION: u32 = 2;
 
     fn upgrade(from: u32, mut v: Value) -> Result<Value, Migration> {
@@ -166,6 +168,7 @@ struct InvoiceWithoutRetype {
 }
 
 impl Versioned for InvoiceWithoutRetype {
+    const NAME: &'static str = "kit.Invoice";
     const VERSION: u32 = 3;
 
     fn upgrade(from: u32, v: Value) -> Result<Value, Migration> {
@@ -312,7 +315,7 @@ async fn a_value_newer_than_the_code_is_given_back_to_a_build_that_reads_it() {
     let run = env.start::<Flow>(&"INV-4".to_owned()).await.unwrap();
     let waiting = env.settle(&run).await.unwrap();
     assert_eq!(waiting.header.status, RunStatus::Waiting);
-    let feature = format!("value:{}@4", std::any::type_name::<Invoice>());
+    let feature = format!("value:{}@4", <Invoice as Versioned>::NAME);
     assert!(waiting.header.needs.contains(&feature), "{:?}", waiting.header.needs);
     env.deploy(|_| build(v1::Flow)).await.unwrap();
     env.resume(&run, json!({"approved": true})).await.unwrap();
@@ -444,6 +447,7 @@ mod input {
     }
 
     impl Versioned for Order {
+        const NAME: &'static str = "kit.Order";
         const VERSION: u32 = 2;
         fn upgrade(from: u32, mut v: Value) -> Result<Value, Migration> {
             match from {
@@ -508,7 +512,7 @@ async fn a_runs_input_is_upgraded_from_the_version_it_was_started_with() {
     // would only block on it): the run waits for a build that reads it.
     let newer = env.start_named("order", json!({"client": "Globex"})).await.unwrap();
     let h = env.settle(&newer).await.unwrap().header;
-    let feature = format!("value:{}@2", std::any::type_name::<input::Order>());
+    let feature = format!("value:{}@2", <input::Order as Versioned>::NAME);
     assert!(h.needs.contains(&feature), "{:?}", h.needs);
     env.deploy(|_| build(input::Before)).await.unwrap();
     env.resume(&newer, json!(true)).await.unwrap();
@@ -577,6 +581,7 @@ mod child {
     }
 
     impl Versioned for Price {
+        const NAME: &'static str = "kit.Price";
         const VERSION: u32 = 2;
 
         fn upgrade(from: u32, v: Value) -> Result<Value, Migration> {
@@ -747,7 +752,7 @@ async fn a_childs_output_is_upgraded_from_the_version_its_own_code_wrote_it_at()
 #[tokio::test(start_paused = true)]
 async fn a_childs_output_newer_than_its_parents_code_is_given_back_never_misread() {
     let mut env = TestEnv::new(|_| child::new(false)).await.unwrap();
-    let feature = format!("value:{}@2", std::any::type_name::<child::Price>());
+    let feature = format!("value:{}@2", <child::Price as Versioned>::NAME);
     // D: the new build's parent took its child's output (version 2): it needs the type's
     // feature.
     let (read, kid) = parent_waiting_on_child(&mut env, "order", "D").await;

@@ -63,6 +63,11 @@ pub enum Verdict {
     /// This build does not serve the run's workflow or its version: it would wait for a worker
     /// that does (not a block).
     NotServed,
+    /// The run needs a run feature this build's workers do not name (a value recorded under a
+    /// versioned type's name this build does not declare, or an engine feature of a newer
+    /// build): its claims would give the run back, and once the builds that name it are gone
+    /// it waits for ever. The deploy must not go on.
+    WouldWait,
 }
 
 /// One kind of finding, with the runs that share it.
@@ -101,9 +106,12 @@ impl CheckReport {
     /// True when a run would block under the new code (non-determinism, an undecodable value):
     /// the deploy must not go on.
     pub fn blocks(&self) -> bool {
-        self.findings
-            .iter()
-            .any(|f| matches!(f.verdict, Verdict::NonDeterministic | Verdict::WouldBlock))
+        self.findings.iter().any(|f| {
+            matches!(
+                f.verdict,
+                Verdict::NonDeterministic | Verdict::WouldBlock | Verdict::WouldWait
+            )
+        })
     }
 
     /// Runs checked per second.
@@ -129,7 +137,8 @@ impl CheckReport {
             }
         }
         out.push_str(&format!(
-            "checked {} live run(s) in {:.1} s ({:.0}/s): {} clean, {} through migrations, {} would block\n",
+            "checked {} live run(s) in {:.1} s ({:.0}/s): {} clean, {} through migrations, {} would block, {} would \
+             wait for a feature this build does not name\n",
             self.checked,
             self.elapsed.as_secs_f64(),
             self.rate(),
@@ -142,6 +151,11 @@ impl CheckReport {
             self.findings
                 .iter()
                 .filter(|f| matches!(f.verdict, Verdict::NonDeterministic | Verdict::WouldBlock))
+                .map(|f| f.runs)
+                .sum::<usize>(),
+            self.findings
+                .iter()
+                .filter(|f| f.verdict == Verdict::WouldWait)
                 .map(|f| f.runs)
                 .sum::<usize>()
         ));
@@ -156,6 +170,7 @@ pub async fn replay_check(
     opts: &CheckOptions,
 ) -> Result<CheckReport, StoreError> {
     let started = tokio::time::Instant::now();
+    let known = crate::runtime::known_features(registry);
     let served: BTreeMap<String, (u32, u32)> = registry
         .catalog()
         .into_iter()
@@ -172,7 +187,7 @@ pub async fn replay_check(
             .collect();
         // Each replay reads its run's journal: CHECKS_AT_ONCE of them in flight.
         let checked: Vec<_> = futures::stream::iter(runs.iter())
-            .map(|h| check_one(store, registry, &served, &h.thread, h))
+            .map(|h| check_one(store, registry, (&served, &known), &h.thread, h))
             .buffered(CHECKS_AT_ONCE)
             .collect()
             .await;
@@ -208,7 +223,7 @@ pub async fn replay_check(
 async fn check_one(
     store: &ScriptStore,
     registry: &Registry,
-    served: &BTreeMap<String, (u32, u32)>,
+    (served, known): (&BTreeMap<String, (u32, u32)>, &[String]),
     thread: &ThreadId,
     h: &RunHeader,
 ) -> Result<(Verdict, String), StoreError> {
@@ -221,6 +236,15 @@ async fn check_one(
             ))
         }
         Some(_) => {}
+    }
+    if let Some(missing) = h.needs.iter().find(|n| !known.contains(n)) {
+        return Ok((
+            Verdict::WouldWait,
+            format!(
+                "the run needs the run feature {missing}, which this build's workers do not name: their claims \
+                 give it back"
+            ),
+        ));
     }
     let (report, migrated) = match replay_stored(store, registry, thread).await {
         Ok(r) => r,
@@ -271,6 +295,18 @@ fn hint(verdict: Verdict, h: &RunHeader, detail: &str, served: &BTreeMap<String,
         Verdict::NotServed => {
             format!("deploy the new build beside a worker that still serves {wf} v{v}, or lower MIN_VERSION to {v}")
         }
+        Verdict::WouldWait if detail.contains("run feature value:") => format!(
+            "a value these runs recorded is named by a versioned type this build does not declare under that name: \
+             if the type moved or was renamed, list the recorded name (after `value:`, before `@`) in its \
+             `Versioned::FORMERLY`; if this build dropped the type, declare it again, or keep a worker of the build \
+             that wrote it serving {wf} v{v} until these runs end; a run no build will ever read is let go with \
+             `savepoint forget-feature <thread> <feature>` (it then blocks on the value it cannot read, or runs \
+             on if it never reads it)"
+        ),
+        Verdict::WouldWait => format!(
+            "these runs use an engine feature of a newer build: keep a worker of that build serving {wf} v{v} \
+             until these runs end"
+        ),
         Verdict::Clean | Verdict::Migrated => String::new(),
     }
 }

@@ -37,6 +37,10 @@ pub enum WorkerError {
     /// RabbitMQ unusable at start.
     #[error("rabbitmq: {0}")]
     Broker(#[from] BrokerError),
+    /// The registered workflows cannot be served as declared (e.g. two versioned types
+    /// under one `Versioned::NAME`).
+    #[error("workflows: {0}")]
+    Registry(String),
     /// The health/metrics listener failed.
     #[error("http listener {addr}: {source}")]
     Http {
@@ -55,6 +59,7 @@ impl WorkerError {
         matches!(
             self,
             WorkerError::Config(_)
+                | WorkerError::Registry(_)
                 | WorkerError::Failpoints(_)
                 | WorkerError::Store(StoreError::Layout(_) | StoreError::Misconfigured(_))
                 | WorkerError::Broker(BrokerError::Refused(_) | BrokerError::QueueMismatch(_))
@@ -195,6 +200,9 @@ async fn keep_registered(shared: Arc<Shared>, info: WorkerInfo, ttl: Duration, c
 /// [`run`] with explicit options.
 pub async fn run_with(cfg: Config, opts: WorkerOptions, shutdown: CancellationToken) -> Result<(), WorkerError> {
     cfg.validate()?;
+    if let Some(why) = opts.registry.problem() {
+        return Err(WorkerError::Registry(why));
+    }
     let failpoints = match opts.failpoints.clone() {
         Some(f) => f,
         None => Failpoints::parse(&cfg.failpoints)?,
@@ -334,13 +342,20 @@ async fn start(
 /// What the worker's claims serve: its workflows and versions, its task queues, and the run
 /// features it knows: the engine's and every version of the value types its code declares.
 fn served_spec(catalog: &[CatalogEntry], registry: &Registry, queues: &[String]) -> ServedSpec {
-    let values = registry.value_features();
-    let known: Vec<&str> = savepoint_store::FEATURES
-        .iter()
-        .copied()
-        .chain(values.iter().map(String::as_str))
-        .collect();
+    let known = known_features(registry);
+    let known: Vec<&str> = known.iter().map(String::as_str).collect();
     ServedSpec::new(catalog).knowing(&known).on_queues(queues)
+}
+
+/// The run features a worker of `registry` names in its claims: the engine's
+/// ([`savepoint_store::FEATURES`]) and its code's value versions. A run that needs another is
+/// given back by its claim; `replay-check` reports such runs from the same list.
+pub(crate) fn known_features(registry: &Registry) -> Vec<String> {
+    savepoint_store::FEATURES
+        .iter()
+        .map(|f| (*f).to_owned())
+        .chain(registry.value_features())
+        .collect()
 }
 
 /// The worker's registration as it starts.
@@ -451,6 +466,7 @@ async fn consume(
 ) -> JoinSet<()> {
     let sem = Arc::new(Semaphore::new(concurrency));
     let mut tasks = JoinSet::new();
+    let mut turn = 0;
     loop {
         while tasks.try_join_next().is_some() {}
         let permit = tokio::select! {
@@ -463,7 +479,7 @@ async fn consume(
             biased;
             _ = shutdown.cancelled() => break,
             _ = crash.cancelled() => break,
-            d = next_delivery(consumers) => match d { Some(d) => d, None => break },
+            d = next_delivery(consumers, &mut turn) => match d { Some(d) => d, None => break },
         };
         metrics().reconnects.set(shared.broker.reconnects() as i64);
         let shared = shared.clone();
@@ -505,11 +521,20 @@ async fn shut_down(
     let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
 }
 
-/// The next delivery from any of the consumers (`None` once one has shut down).
-async fn next_delivery(consumers: &mut [Consumer]) -> Option<Delivery> {
+/// The next delivery from any of the consumers (`None` once one has shut down), taken in
+/// turn: the consumer asked first is the one after the last that delivered, so a sticky
+/// queue that always has a task (a worker whose own runs keep yielding) cannot keep the task
+/// queue's deliveries, prefetched here, waiting behind it. `turn` is where the next call
+/// starts.
+async fn next_delivery(consumers: &mut [Consumer], turn: &mut usize) -> Option<Delivery> {
     if let [only] = consumers {
         return only.next().await;
     }
-    let nexts = consumers.iter_mut().map(|c| Box::pin(c.next()));
-    futures::future::select_all(nexts).await.0
+    let n = consumers.len();
+    let first = *turn % n;
+    let (before, from) = consumers.split_at_mut(first);
+    let nexts = from.iter_mut().chain(before.iter_mut()).map(|c| Box::pin(c.next()));
+    let (got, i, _) = futures::future::select_all(nexts).await;
+    *turn = (first + i + 1) % n;
+    got
 }

@@ -370,6 +370,7 @@ pub(crate) struct Question {
 }
 
 impl Versioned for Question {
+    const NAME: &'static str = "sim.Question";
     const VERSION: u32 = 2;
     fn upgrade(from: u32, v: Value) -> Result<Value, Migration> {
         match (from, v) {
@@ -544,6 +545,7 @@ pub(crate) struct KidOut {
 }
 
 impl Versioned for KidOut {
+    const NAME: &'static str = "sim.KidOut";
     const VERSION: u32 = 2;
     fn upgrade(from: u32, mut v: Value) -> Result<Value, Migration> {
         let Some(o) = v.as_object_mut().filter(|_| from == 1) else {

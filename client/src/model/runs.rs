@@ -687,6 +687,16 @@ pub struct CancelReply {
     pub children_cancelled: Vec<String>,
 }
 
+/// Body of forget-feature.
+#[derive(Debug, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ForgetFeatureBody {
+    /// The value run feature to let go of, as the run's `waiting_for` names it:
+    /// `value:<type name>@<version>`.
+    pub feature: String,
+}
+
 /// Body of resolve.
 #[derive(Debug, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -441,3 +441,61 @@ async fn a_task_lost_with_a_sticky_queue_is_rung_again_soon_on_rabbitmq() {
     a.kill().await;
     b.stop().await;
 }
+
+#[tokio::test]
+async fn a_worker_whose_own_runs_keep_yielding_still_takes_new_runs() {
+    // One worker, three slots, twelve long runs that yield after every step: on RabbitMQ every
+    // continuation goes to the worker's own sticky queue, which therefore always has a task
+    // ready. A new one-step run's task comes through the task queue to the same worker. It
+    // must start within a slice or two, not after the long runs end: the worker takes its
+    // consumers in turn, and a sticky task it held past the queue's TTL goes on to the task
+    // queue. (Before the turns, the sticky consumer was asked first on every free slot, and
+    // the new run waited for all twelve long runs, 24,000 slices.) The bound below is the
+    // liveness promise, generous for a loaded machine: a slot frees every few milliseconds.
+    use std::sync::atomic::Ordering::SeqCst;
+    const LONG_RUNS: usize = 12;
+    const BOUND: Duration = Duration::from_secs(10);
+    let w = World::new("stickybusy", |cfg| {
+        cfg.worker.slice_max_steps = 1;
+        cfg.worker.sticky_ms = 2_000;
+        cfg.worker.concurrency = 3;
+    })
+    .await;
+    let (mut reg, _, calls) = counted(2_000);
+    reg.register(Sum { steps: 1 });
+    let wk = InProc::start(&w.cfg, reg);
+    w.wait_registered(Counted::NAME).await;
+    let mut long = Vec::new();
+    for _ in 0..LONG_RUNS {
+        long.push(w.start(Counted::NAME, json!({})).await);
+    }
+    // The long runs are going round the worker's sticky queue.
+    let busy = tokio::time::Instant::now() + LONG;
+    while calls.load(SeqCst) < 200 {
+        assert!(tokio::time::Instant::now() < busy, "the long runs did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let since = std::time::Instant::now();
+    let short = w.start(Sum::NAME, json!({})).await;
+    let run = w.wait_status(&short, &["completed", "blocked", "failed"], LONG).await;
+    let waited = since.elapsed();
+    assert_eq!(run["status"], "completed", "{run}");
+    let done_long = calls.load(SeqCst);
+    assert!(
+        waited < BOUND,
+        "a new run waited {waited:?} behind a worker's own yielding runs ({done_long} of their steps ran meanwhile)"
+    );
+    assert!(
+        done_long < (LONG_RUNS as u32) * 2_000,
+        "the long runs had ended before the new one completed: nothing was measured"
+    );
+    for t in &long {
+        let (status, body) = w.post(&format!("/v1/runs/{t}/cancel"), json!({})).await;
+        assert!(status < 300, "cancel {t}: {status} {body}");
+    }
+    for t in &long {
+        let run = w.wait_status(t, &["cancelled", "completed"], LONG).await;
+        assert_ne!(run["status"], "failed", "{run}");
+    }
+    wk.stop().await;
+}

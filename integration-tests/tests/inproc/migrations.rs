@@ -51,6 +51,7 @@ struct Order {
 }
 
 impl Versioned for Order {
+    const NAME: &'static str = "it.Order";
     const VERSION: u32 = 2;
     fn upgrade(from: u32, v: Value) -> Result<Value, Migration> {
         match (from, v) {
@@ -71,6 +72,7 @@ struct Price {
 }
 
 impl Versioned for Price {
+    const NAME: &'static str = "it.Price";
     const VERSION: u32 = 2;
     fn upgrade(from: u32, v: Value) -> Result<Value, Migration> {
         match from {
@@ -113,6 +115,7 @@ struct PriceNoWayUp {
 }
 
 impl Versioned for PriceNoWayUp {
+    const NAME: &'static str = "it.PriceNoWayUp";
     const VERSION: u32 = 2;
     fn upgrade(_from: u32, _v: Value) -> Result<Value, Migration> {
         Err(Migration::Missing)
@@ -232,4 +235,188 @@ async fn runs_of_the_old_build_migrate_block_without_a_migration_and_complete_af
         "{e}"
     );
     second.stop().await;
+}
+
+/// A versioned type as one build names it and a later build, having moved it, names it
+/// (issue 49 §1.3): three Rust types of one shape, each declared under the name its build
+/// gives it.
+mod moved {
+    use super::*;
+
+    fn up(from: u32, v: Value) -> Result<Value, Migration> {
+        match from {
+            1 => Ok(json!({"cents": v["euros"].as_u64().unwrap_or(0) * 100})),
+            _ => Err(Migration::Missing),
+        }
+    }
+
+    macro_rules! totals {
+        ($ty:ident, $name:expr, $formerly:expr) => {
+            #[derive(Serialize, Deserialize, Clone)]
+            pub(super) struct $ty {
+                pub(super) cents: u64,
+            }
+            impl Versioned for $ty {
+                const NAME: &'static str = $name;
+                const FORMERLY: &'static [&'static str] = $formerly;
+                const VERSION: u32 = 2;
+                fn upgrade(from: u32, v: Value) -> Result<Value, Migration> {
+                    up(from, v)
+                }
+            }
+        };
+    }
+    // The build that recorded the runs: the name a build before `Versioned::NAME` recorded,
+    // the type's Rust path.
+    totals!(Old, "old_crate::a::Totals", &[]);
+    // Moved and named, without its former name.
+    totals!(Named, "billing.Totals", &[]);
+    // Moved and named, listing its former name.
+    totals!(Formerly, "billing.Totals", &["old_crate::a::Totals"]);
+
+    /// A step that records the totals, a human's answer, then the cents.
+    pub(super) struct Bill<T>(pub(super) std::marker::PhantomData<T>);
+
+    pub(super) trait Cents: Versioned + Clone + Send + Sync {
+        fn new(cents: u64) -> Self;
+        fn cents(&self) -> u64;
+    }
+    macro_rules! cents {
+        ($($ty:ident),*) => {$(
+            impl Cents for $ty {
+                fn new(cents: u64) -> Self { Self { cents } }
+                fn cents(&self) -> u64 { self.cents }
+            }
+        )*};
+    }
+    cents!(Old, Named, Formerly);
+
+    impl<T: Cents> Workflow for Bill<T> {
+        const NAME: &'static str = "moved_type";
+        type Input = Value;
+        type Output = u64;
+        fn versions() -> Versions {
+            Versions::new().of::<T>()
+        }
+        async fn run(&self, ctx: &Ctx, _input: Value) -> Result<u64, WorkflowError> {
+            let t: T = ctx.step("totals", || async { Ok(T::new(1250)) }).await?;
+            let _: Value = ctx.interrupt("approve", json!({})).await?;
+            Ok(t.cents())
+        }
+    }
+
+    pub(super) fn build<T: Cents>() -> Registry {
+        let mut r = Registry::new();
+        r.register(Bill::<T>(std::marker::PhantomData));
+        r
+    }
+}
+
+/// Waits until the store's header of `t` says it waits for a worker naming `feature`.
+async fn wait_given_back(w: &World, t: &savepoint::ids::ThreadId, feature: &str) {
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        let h = w.store.header(t).await.expect("read").expect("the run");
+        if h.waiting_for.as_deref().is_some_and(|why| why.contains(feature)) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never given back for {feature}: {h:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_moved_type_is_read_under_its_former_name_and_one_no_build_names_is_let_go() {
+    use moved::{build, Formerly, Named, Old};
+    let feature = "value:old_crate::a::Totals@2";
+    let w = World::new("movedtype", |_| {}).await;
+    let old = InProc::start(&w.cfg, build::<Old>());
+    w.wait_registered("moved_type").await;
+    let (a, b) = (
+        w.start("moved_type", json!({})).await,
+        w.start("moved_type", json!({})).await,
+    );
+    for t in [&a, &b] {
+        w.wait_status(t, &["waiting"], LONG).await;
+        let h = w.store.header(t).await.unwrap().unwrap();
+        assert!(h.needs.iter().any(|n| n == feature), "{:?}", h.needs);
+    }
+    old.stop().await;
+
+    // The deploy gate: a build that moved the type without its former name would give these
+    // runs back for ever (exit 1, with the fix); one that lists it reads them.
+    let opts = CheckOptions {
+        workflow: Some("moved_type".into()),
+        ..CheckOptions::default()
+    };
+    let gate = replay_check(&w.store, &build::<Named>(), &opts).await.unwrap();
+    let text = gate.render();
+    assert!(gate.blocks(), "{text}");
+    assert_eq!(
+        (gate.findings[0].verdict, gate.findings[0].runs),
+        (Verdict::WouldWait, 2),
+        "{text}"
+    );
+    assert!(gate.findings[0].detail.contains(feature), "{text}");
+    assert!(
+        gate.findings[0].hint.contains("FORMERLY") && gate.findings[0].hint.contains("forget-feature"),
+        "{text}"
+    );
+    let gate = replay_check(&w.store, &build::<Formerly>(), &opts).await.unwrap();
+    assert!(!gate.blocks() && gate.findings.is_empty(), "{}", gate.render());
+
+    // Deployed without the former name: the claim gives run A back, naming the feature.
+    let named = InProc::start(&w.cfg, build::<Named>());
+    let (code, body) = w.post(&format!("/v1/runs/{a}/resume"), json!({"value": true})).await;
+    assert_eq!(code, 202, "{body}");
+    wait_given_back(&w, &a, feature).await;
+    // The way out: only a value feature the run needs, and not while a worker holds it.
+    let (code, body) = w
+        .post(
+            &format!("/v1/runs/{a}/forget-feature"),
+            json!({"feature": "value_versions"}),
+        )
+        .await;
+    assert_eq!(code, 409, "{body}");
+    let (code, body) = w
+        .post(
+            &format!("/v1/runs/{a}/forget-feature"),
+            json!({"feature": "value:billing.Totals@2"}),
+        )
+        .await;
+    assert_eq!(code, 409, "{body}");
+    assert!(body.to_string().contains(feature), "{body}");
+    let (code, body) = w
+        .post(&format!("/v1/runs/{a}/forget-feature"), json!({"feature": feature}))
+        .await;
+    assert_eq!(code, 202, "{body}");
+    assert_eq!(body["status"], "pending", "{body}");
+    // The new build reads the value (its shape is the same): the run completes.
+    let run = w.wait_status(&a, &["completed", "blocked", "failed"], LONG).await;
+    assert_eq!(
+        (&run["status"], &run["output"]),
+        (&json!("completed"), &json!(1250)),
+        "{run}"
+    );
+    assert!(w.event_types(&a).await.iter().any(|e| e == "feature_forgotten"));
+    named.stop().await;
+
+    // Deployed with the former name: run B is read without anyone's help.
+    let formerly = InProc::start(&w.cfg, build::<Formerly>());
+    let (code, body) = w.post(&format!("/v1/runs/{b}/resume"), json!({"value": true})).await;
+    assert_eq!(code, 202, "{body}");
+    let run = w.wait_status(&b, &["completed", "blocked", "failed"], LONG).await;
+    assert_eq!(
+        (&run["status"], &run["output"]),
+        (&json!("completed"), &json!(1250)),
+        "{run}"
+    );
+    let (code, body) = w
+        .post(&format!("/v1/runs/{b}/forget-feature"), json!({"feature": feature}))
+        .await;
+    assert_eq!(code, 409, "an ended run needs nothing: {body}");
+    formerly.stop().await;
 }

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use savepoint_core::ids::{EffectKey, ThreadId};
 use savepoint_core::protocol::TaskReason;
-use savepoint_store::{EffectDone, EffectRelease, Rerun, RetryOutcome, SignalOutcome};
+use savepoint_store::{EffectDone, EffectRelease, ForgetOutcome, Rerun, RetryOutcome, SignalOutcome};
 use savepoint_store::{Holder, RunHeader, RunStatus, StoreError};
 use serde_json::Value;
 use tracing::info;
@@ -15,8 +15,8 @@ use super::checks::{check_value, ring, schema_for, Expects};
 use super::extract::thread_id;
 use super::extract::{parse_object, read_body, ApiJson, ApiPath};
 use super::model::{
-    Accepted, CancelBody, CancelReply, ErrorBody, InDoubtEffect, ResolveBody, ResolveReply, Settled, SettledEffect,
-    Status, ValueBody,
+    Accepted, CancelBody, CancelReply, ErrorBody, ForgetFeatureBody, InDoubtEffect, ResolveBody, ResolveReply, Settled,
+    SettledEffect, Status, ValueBody,
 };
 use super::{ApiError, ApiState, Reply, Services};
 
@@ -311,6 +311,73 @@ pub(crate) async fn retry(State(st): State<ApiState>, ApiPath(raw): ApiPath<Stri
         Ok(RetryOutcome::OnEffect(key)) => Err(ApiError::conflict(format!(
             "run is blocked on the in-doubt effect {key:?}: settle it with POST /v1/runs/{thread}/effects/{key}/resolve \
              (savepoint resolve {thread} {key} --applied true|false) instead"
+        ))),
+        Err(StoreError::Missing(_)) => Err(ApiError::run_not_found(&thread)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Let a run go of a value feature no build names
+///
+/// A run that recorded a value under a versioned type's name that no deployed build declares
+/// (the type renamed or moved without `Versioned::FORMERLY`, or dropped) is given back by
+/// every claim, waiting "for a worker that knows the run feature value:<type>@<version>".
+/// Deploying a build that names it (FORMERLY) is the fix that keeps the run's values; this is
+/// the way out when no build ever will: the run stops needing the feature, and the worker
+/// that takes it next reads the value if its code can, or blocks the run naming the value it
+/// cannot read (never a misread). Engine features (of a newer build) are not forgotten.
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{thread_id}/forget-feature",
+    operation_id = "forget_feature",
+    tag = "control",
+    params(super::ThreadParam),
+    request_body = ForgetFeatureBody,
+    responses(
+        (status = 202, description = "The run no longer needs the feature (status pending: it was given back and is due now)", body = Accepted),
+        (status = 409, description = "The run has ended, is running, does not need the feature, or it is an engine feature", body = ErrorBody),
+    )
+)]
+pub(crate) async fn forget_feature(
+    State(st): State<ApiState>,
+    ApiPath(raw): ApiPath<String>,
+    ApiJson(body): ApiJson<ForgetFeatureBody>,
+) -> Reply<Accepted> {
+    let thread = thread_id(raw)?;
+    let svc = st.services()?;
+    let detail = format!("{} forgotten by an operator via API", body.feature);
+    match svc.store.forget_feature(&thread, &body.feature, &detail).await {
+        Ok(ForgetOutcome::Forgotten(r, due)) => {
+            info!(thread.id = %thread, feature = %body.feature, "run feature forgotten");
+            if due {
+                rerun(svc, &thread, TaskReason::Operator, &r).await;
+                return accepted(Accepted::pending(thread.as_str()));
+            }
+            accepted(Accepted {
+                thread_id: thread.to_string(),
+                status: None,
+                buffered: None,
+                duplicate: None,
+            })
+        }
+        Ok(ForgetOutcome::Ended(status)) => Err(ended(status, "need a feature")),
+        Ok(ForgetOutcome::Running) => Err(ApiError::conflict(
+            "a worker holds the run: it needs the feature only while no worker of the fleet names it; try again \
+             once its slice has ended",
+        )),
+        Ok(ForgetOutcome::Engine) => Err(ApiError::conflict(format!(
+            "{:?} is not a value feature (value:<type>@<version>): the run uses an engine feature of a newer build, \
+             and only a worker of such a build can run it",
+            body.feature
+        ))),
+        Ok(ForgetOutcome::NotNeeded(needs)) => Err(ApiError::conflict(format!(
+            "the run does not need {:?}; it needs {}",
+            body.feature,
+            if needs.is_empty() {
+                "no feature".to_owned()
+            } else {
+                needs.join(", ")
+            }
         ))),
         Err(StoreError::Missing(_)) => Err(ApiError::run_not_found(&thread)),
         Err(e) => Err(e.into()),

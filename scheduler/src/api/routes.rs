@@ -38,6 +38,7 @@ pub(super) fn api_routes() -> utoipa_axum::router::OpenApiRouter<ApiState> {
         .routes(routes!(control::signal))
         .routes(routes!(control::cancel))
         .routes(routes!(control::retry))
+        .routes(routes!(control::forget_feature))
         .routes(routes!(control::resolve))
         .routes(routes!(lineage::fork))
         .routes(routes!(lineage::restart))

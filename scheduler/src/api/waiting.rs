@@ -325,6 +325,23 @@ fn runnable(h: &RunHeader, f: &WaitFacts<'_>) -> Waiting {
     }
     let estimate = match f.depth {
         None => unknown("unknown: the broker did not say how many tasks are queued"),
+        Some(0)
+            if servers
+                .iter()
+                .all(|w| w.concurrency > 0 && w.in_flight >= w.concurrency) =>
+        {
+            unknown(format!(
+                "unknown: nothing is queued, so its task is with a worker (prefetched, or in the sticky queue of \
+             the worker that keeps its journal), and every live worker serving it is at its concurrency \
+             limit ({}): it starts when one of them ends a slice, or, from a sticky queue, goes on to any \
+             worker once the sticky TTL has passed",
+                servers
+                    .iter()
+                    .map(|w| format!("{} {}/{}", w.id, w.in_flight, w.concurrency))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        }
         Some(0) => known(f.now, "nothing queued ahead of it: as soon as a worker has room"),
         Some(_) if consume <= 0.0 => unknown(format!(
             "unknown: its {} worker(s) started no slice recently",
@@ -513,6 +530,28 @@ mod tests {
             home_queue: "tasks",
             ..WaitFacts::default()
         }
+    }
+
+    #[test]
+    fn nothing_queued_while_every_worker_is_full_is_not_as_soon_as_a_worker_has_room() {
+        let mut busy = worker("tasks", 50.0);
+        (busy.concurrency, busy.in_flight) = (64, 64);
+        let f = WaitFacts {
+            depth: Some(0),
+            ..facts(std::slice::from_ref(&busy))
+        };
+        let w = waiting(&header(RunStatus::Pending, &[]), &f).unwrap();
+        assert_eq!(w.on, WaitingOn::Backlog);
+        assert_eq!(w.estimate.at, None, "{w:?}");
+        assert!(w.estimate.how.contains("w-tasks 64/64"), "{w:?}");
+        // One free slot: it starts as soon as that worker takes it.
+        busy.in_flight = 63;
+        let f = WaitFacts {
+            depth: Some(0),
+            ..facts(std::slice::from_ref(&busy))
+        };
+        let w = waiting(&header(RunStatus::Pending, &[]), &f).unwrap();
+        assert_eq!(w.estimate.at, Some(95_000), "{w:?}");
     }
 
     #[test]

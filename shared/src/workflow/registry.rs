@@ -177,6 +177,17 @@ impl Registry {
             .collect()
     }
 
+    /// Why the registered workflows cannot be served as declared, if they cannot: a versioned
+    /// type's name that runs cannot record, or one name declared by two types
+    /// ([`Versioned::NAME`](super::Versioned::NAME)). A worker refuses to start with it.
+    pub fn problem(&self) -> Option<String> {
+        let all = self
+            .map
+            .values()
+            .fold(super::Versions::new(), |all, w| all.and(&w.versions()));
+        all.problem()
+    }
+
     /// The run features the registered code knows beyond the engine's: every declared version
     /// of every versioned value type ([`Versions::features`](super::Versions::features)).
     pub fn value_features(&self) -> Vec<String> {

@@ -32,6 +32,7 @@ use std::fmt;
 /// }
 ///
 /// impl Versioned for Invoice {
+///     const NAME: &'static str = "billing.Invoice";
 ///     const VERSION: u32 = 2;
 ///     fn upgrade(from: u32, mut v: Value) -> Result<Value, Migration> {
 ///         match from {
@@ -47,6 +48,20 @@ use std::fmt;
 /// }
 /// ```
 pub trait Versioned: Serialize + DeserializeOwned + 'static {
+    /// The type's name as runs record it (in their run features, `value:<NAME>@<version>`,
+    /// and a child's output version, `<NAME>@<version>`): yours, stable across moves of the
+    /// type to another module or crate and across compiler releases. Pick it once, like a
+    /// table name: letters, digits and `._-:` (e.g. `"billing.Invoice"`), unique among the
+    /// versioned types a worker registers (the registry refuses a clash at start-up).
+    const NAME: &'static str;
+
+    /// Names this type was recorded under before [`NAME`](Self::NAME): runs that recorded a
+    /// value under one of them are still read by this type. Builds before `NAME` existed
+    /// recorded `std::any::type_name` of the type (the path a waiting run's `waiting_for` shows,
+    /// e.g. `"my_crate::billing::Invoice"`); that path of the type where it is now is always
+    /// accepted, so list the old path here only after moving the type.
+    const FORMERLY: &'static [&'static str] = &[];
+
     /// This shape's version: 1 for the type as first written; raise it with each change an
     /// older value does not decode into.
     const VERSION: u32;
@@ -83,12 +98,42 @@ impl fmt::Display for Migration {
     }
 }
 
-/// One declared type: its name (for reasons), version and upgrade function.
+/// One declared type: its name, the names runs may have recorded it under before, its version
+/// and upgrade function.
 #[derive(Clone, Copy)]
 struct Declaration {
     name: &'static str,
+    formerly: &'static [&'static str],
+    /// `std::any::type_name` of the type where it is now: what builds before
+    /// [`Versioned::NAME`] recorded.
+    path: &'static str,
     version: u32,
     upgrade: fn(u32, Value) -> Result<Value, Migration>,
+}
+
+impl Declaration {
+    /// Every name a run may have recorded this type under: its own first.
+    fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        let mut seen = vec![self.name];
+        std::iter::once(self.name).chain(self.formerly.iter().copied().chain(std::iter::once(self.path)).filter(
+            move |n| {
+                let new = !seen.contains(n);
+                seen.push(n);
+                new
+            },
+        ))
+    }
+}
+
+/// Why a versioned type's name cannot be used: empty, or with a character that the run
+/// features' and output versions' encodings reserve (`@`, control characters, white space).
+pub(crate) fn bad_name(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("a versioned type's NAME is empty".into());
+    }
+    name.chars()
+        .find(|c| *c == '@' || c.is_control() || c.is_whitespace())
+        .map(|c| format!("the versioned type name {name:?} has {c:?}, which run features reserve"))
 }
 
 /// The versioned types a workflow records ([`Workflow::versions`](super::Workflow::versions)):
@@ -129,7 +174,9 @@ impl Versions {
         self.by_type.insert(
             TypeId::of::<T>(),
             Declaration {
-                name: std::any::type_name::<T>(),
+                name: T::NAME,
+                formerly: T::FORMERLY,
+                path: std::any::type_name::<T>(),
                 version: T::VERSION.max(1),
                 upgrade: T::upgrade,
             },
@@ -176,16 +223,45 @@ impl Versions {
     }
 
     /// The run features this code knows: every version above 1 of every declared type
-    /// (`value:<type>@<v>`), up to its declared one. A run that recorded a value of a version
-    /// past them is given back by this worker's claim, untouched.
+    /// (`value:<type>@<v>`), up to its declared one, under each name the type may have been
+    /// recorded under ([`Versioned::NAME`], [`Versioned::FORMERLY`], and its path, which
+    /// builds before `NAME` recorded). A run that recorded a value of a version past them is
+    /// given back by this worker's claim, untouched.
     pub fn features(&self) -> Vec<String> {
         let mut out: Vec<String> = self
             .by_type
             .values()
-            .flat_map(|d| (2..=d.version).map(|v| savepoint_core::model::value_feature(d.name, v)))
+            .flat_map(|d| {
+                d.names()
+                    .flat_map(move |n| (2..=d.version).map(move |v| savepoint_core::model::value_feature(n, v)))
+            })
             .collect();
         out.sort();
+        out.dedup();
         out
+    }
+
+    /// Why these declarations cannot be registered, if they cannot: a name that is not
+    /// usable ([`Versioned::NAME`]), or one name (own or former) declared by two types.
+    pub(crate) fn problem(&self) -> Option<String> {
+        let mut owner: HashMap<&str, &str> = HashMap::new();
+        for d in self.by_type.values() {
+            if let Some(why) = bad_name(d.name) {
+                return Some(format!("{why} ({})", d.path));
+            }
+            for n in d.names().filter(|n| *n != d.path) {
+                if let Some(other) = owner.insert(n, d.path) {
+                    if other != d.path {
+                        return Some(format!(
+                            "the versioned type name {n:?} is declared by both {other} and {}: give each \
+                             its own NAME",
+                            d.path
+                        ));
+                    }
+                }
+            }
+        }
+        None
     }
 
     /// Upgrades `value`, recorded at version `recorded` (`None`: 1) of `T`, to this code's
@@ -193,7 +269,10 @@ impl Versions {
     pub fn upgrade<T: 'static>(&self, recorded: Option<u32>, value: Value) -> Upgrade {
         let from = recorded.unwrap_or(1).max(1);
         let declared = self.by_type.get(&TypeId::of::<T>());
-        let (name, to) = declared.map_or((std::any::type_name::<T>(), 1), |d| (d.name, d.version));
+        let (name, to) = declared.map_or_else(
+            || (std::any::type_name::<T>().to_owned(), 1),
+            |d| (format!("{} ({})", d.name, d.path), d.version),
+        );
         if from == to {
             return Upgrade::Done(value, 0);
         }
@@ -232,6 +311,8 @@ mod tests {
     }
 
     impl Versioned for Totals {
+        const NAME: &'static str = "test.Totals";
+        const FORMERLY: &'static [&'static str] = &["old_crate::Totals"];
         const VERSION: u32 = 3;
         fn upgrade(from: u32, mut v: Value) -> Result<Value, Migration> {
             match from {
@@ -298,15 +379,52 @@ mod tests {
     }
 
     #[test]
-    fn knows_every_version_of_every_declared_type_above_one() {
+    fn knows_every_version_of_every_declared_type_above_one_under_each_of_its_names() {
         let vs = Versions::new().of::<Totals>();
-        let name = std::any::type_name::<Totals>();
-        assert_eq!(vs.name_of::<Totals>(), Some(name));
-        assert_eq!(vs.name_of::<String>(), None);
+        let path = std::any::type_name::<Totals>();
         assert_eq!(
-            vs.features(),
-            vec![format!("value:{name}@2"), format!("value:{name}@3")]
+            vs.name_of::<Totals>(),
+            Some("test.Totals"),
+            "its own name, not its path"
         );
+        assert_eq!(vs.name_of::<String>(), None);
+        let mut want: Vec<String> = ["test.Totals", "old_crate::Totals", path]
+            .iter()
+            .flat_map(|n| [format!("value:{n}@2"), format!("value:{n}@3")])
+            .collect();
+        want.sort();
+        assert_eq!(vs.features(), want);
         assert!(Versions::new().features().is_empty());
+        assert_eq!(vs.problem(), None);
+    }
+
+    #[derive(Debug, Serialize, Deserialize, PartialEq)]
+    struct Clash;
+
+    impl Versioned for Clash {
+        const NAME: &'static str = "test.Totals";
+        const VERSION: u32 = 2;
+        fn upgrade(_: u32, v: Value) -> Result<Value, Migration> {
+            Ok(v)
+        }
+    }
+
+    #[derive(Debug, Serialize, Deserialize, PartialEq)]
+    struct Unusable;
+
+    impl Versioned for Unusable {
+        const NAME: &'static str = "a@b";
+        const VERSION: u32 = 2;
+        fn upgrade(_: u32, v: Value) -> Result<Value, Migration> {
+            Ok(v)
+        }
+    }
+
+    #[test]
+    fn a_name_two_types_declare_or_one_runs_cannot_record_is_refused() {
+        let why = Versions::new().of::<Totals>().of::<Clash>().problem().unwrap();
+        assert!(why.contains("\"test.Totals\" is declared by both"), "{why}");
+        let why = Versions::new().of::<Unusable>().problem().unwrap();
+        assert!(why.contains("reserve"), "{why}");
     }
 }

@@ -206,6 +206,55 @@ impl ScriptStore {
             other => return Err(StoreError::Reply(format!("retry: {other}"))),
         })
     }
+
+    /// Lets a run go of the value run feature `feature` (`value:<type>@<version>`) that no
+    /// build will name, so claims stop giving it back (`forget_feature.lua`).
+    pub async fn forget_feature(
+        &self,
+        thread: &ThreadId,
+        feature: &str,
+        detail: &str,
+    ) -> Result<ForgetOutcome, StoreError> {
+        let k = self.keys.run(thread);
+        let mut inv = self.scripts.forget_feature.prepare_invoke();
+        inv.key(&k.run).key(&k.due).key(&k.events).key(&k.unserved);
+        inv.arg(thread.as_str())
+            .arg(feature)
+            .arg(self.cfg.event_cap)
+            .arg(detail);
+        let r = self.invoke(&inv).await?;
+        Ok(match r.tag().as_str() {
+            "ok" => ForgetOutcome::Forgotten(rerun_at(&r, 1), !r.text(3).is_empty()),
+            "ended" => ForgetOutcome::Ended(RunStatus::parse(&r.text(1)).unwrap_or(RunStatus::Completed)),
+            "running" => ForgetOutcome::Running,
+            "engine" => ForgetOutcome::Engine,
+            "not_needed" => ForgetOutcome::NotNeeded(
+                r.text(1)
+                    .split('\u{1f}')
+                    .filter(|f| !f.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            ),
+            "missing" => return Err(StoreError::Missing(thread.to_string())),
+            other => return Err(StoreError::Reply(format!("forget_feature: {other}"))),
+        })
+    }
+}
+
+/// Outcome of [`ScriptStore::forget_feature`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum ForgetOutcome {
+    /// The run no longer needs the feature; true when it was given back and is due now
+    /// (publish a task, as for a retry).
+    Forgotten(Rerun, bool),
+    /// The run has ended.
+    Ended(RunStatus),
+    /// A worker holds the run: forget it once the slice has ended.
+    Running,
+    /// Not a value feature (`value:<type>@<version>`): engine features are not forgotten.
+    Engine,
+    /// The run does not need it; the features it needs.
+    NotNeeded(Vec<String>),
 }
 
 /// Outcome of [`ScriptStore::retry`].

@@ -69,6 +69,7 @@ scripts!(
     cancel,
     unblock,
     retry,
+    forget_feature,
     restart,
     fork,
     sched_put,

@@ -13,9 +13,9 @@ use savepoint_core::ids::{EffectKey, ThreadId};
 use savepoint_core::journal::Entry;
 
 /// Event types whose detail carries user text (a step's error, the workflow's error, a block
-/// reason quoting a value, a flow key taken from an input): their details are sealed like
-/// payloads.
-pub(crate) const SEALED_EVENTS: [&str; 4] = ["retried", "failed", "blocked", "flow_waiting"];
+/// reason quoting a value, a flow key taken from an input, a reconcile function's error
+/// quoting a provider's answer): their details are sealed like payloads.
+pub(crate) const SEALED_EVENTS: [&str; 5] = ["retried", "failed", "blocked", "flow_waiting", "effect_reconciled"];
 
 /// The binding of a run hash or signals hash field: signals and answers are bound to the run,
 /// not to the field the script picks for them.
