@@ -263,10 +263,13 @@ async fn pass_on(tag: &str, d: lapin::message::Delivery) {
         requeue: false,
     };
     match d.acker.nack(opts).await {
-        Ok(_) => {
+        Ok(true) => {
             debug!(tag = %tag, "a sticky task past its TTL went on to the task queue");
             savepoint_core::metrics::inc(&savepoint_core::metrics::metrics().sticky_expired, &[]);
         }
+        // Not settled (the channel is going): the task goes with the exclusive queue, and the
+        // run's near net rings it again, as for a task lost with a dead worker's queue.
+        Ok(false) => warn!(tag = %tag, "an overdue sticky task could not be passed on; its run's net rings it again"),
         Err(e) => warn!(tag = %tag, error = %e, "passing an overdue sticky task on failed"),
     }
 }

@@ -32,10 +32,12 @@ pub struct Sticky {
     pub ttl_ms: u32,
 }
 
-/// Header a sticky task carries: when it was published (ms since the epoch, the publishing
-/// worker's clock, which is the consuming worker's: a worker publishes only to its own sticky
-/// queue). A delivery older than the queue's TTL when its worker comes to take it goes on to
-/// the task queue instead of starting there (see [`Sticky::prefetch`]).
+/// Header a sticky task carries: when it was published (ms since the epoch, the publisher's
+/// clock: the worker itself for its continuations, a scheduler for the wake-ups and rings it
+/// sends to a holder, so the fleet's clocks are taken to agree to well within the TTL). A
+/// delivery older than the queue's TTL when its worker comes to take it goes on to the task
+/// queue instead of starting there (see [`Sticky::prefetch`]); one without the header (from
+/// a build before it) starts where it is taken, as before.
 pub const STICKY_AT_HEADER: &str = "x-savepoint-sticky-at";
 
 /// The most sticky tasks a worker holds prefetched at once. The queue's TTL acts only on a

@@ -324,8 +324,11 @@ pub(crate) async fn retry(State(st): State<ApiState>, ApiPath(raw): ApiPath<Stri
 /// every claim, waiting "for a worker that knows the run feature value:<type>@<version>".
 /// Deploying a build that names it (FORMERLY) is the fix that keeps the run's values; this is
 /// the way out when no build ever will: the run stops needing the feature, and the worker
-/// that takes it next reads the value if its code can, or blocks the run naming the value it
-/// cannot read (never a misread). Engine features (of a newer build) are not forgotten.
+/// that takes it next reads the value as its own code's type at the recorded version (through
+/// its migrations from there), or blocks the run naming a value it cannot decode. The gate
+/// this lifts is what keeps a value from code that may not read it, so it needs the admin
+/// role: forget a feature only when the code now deployed reads that value (the type moved,
+/// same shape). Engine features (of a newer build) are not forgotten.
 #[utoipa::path(
     post,
     path = "/v1/runs/{thread_id}/forget-feature",
@@ -335,7 +338,8 @@ pub(crate) async fn retry(State(st): State<ApiState>, ApiPath(raw): ApiPath<Stri
     request_body = ForgetFeatureBody,
     responses(
         (status = 202, description = "The run no longer needs the feature (status pending: it was given back and is due now)", body = Accepted),
-        (status = 409, description = "The run has ended, is running, does not need the feature, or it is an engine feature", body = ErrorBody),
+        (status = 400, description = "Not a value feature (value:<type name>@<version above 1>)", body = ErrorBody),
+        (status = 409, description = "The run has ended, is running, or does not need the feature", body = ErrorBody),
     )
 )]
 pub(crate) async fn forget_feature(
@@ -344,6 +348,18 @@ pub(crate) async fn forget_feature(
     ApiJson(body): ApiJson<ForgetFeatureBody>,
 ) -> Reply<Accepted> {
     let thread = thread_id(raw)?;
+    let well_formed = body
+        .feature
+        .strip_prefix("value:")
+        .and_then(|f| f.rsplit_once('@'))
+        .is_some_and(|(name, v)| !name.is_empty() && v.parse::<u32>().is_ok_and(|v| v > 1));
+    if !well_formed {
+        return Err(ApiError::bad_request(format!(
+            "feature must be a value feature, value:<type name>@<version above 1> (as the run's waiting_for names \
+             it), got {:?}",
+            body.feature
+        )));
+    }
     let svc = st.services()?;
     let detail = format!("{} forgotten by an operator via API", body.feature);
     match svc.store.forget_feature(&thread, &body.feature, &detail).await {

@@ -328,15 +328,15 @@ fn runnable(h: &RunHeader, f: &WaitFacts<'_>) -> Waiting {
         Some(0)
             if servers
                 .iter()
-                .all(|w| w.concurrency > 0 && w.in_flight >= w.concurrency) =>
+                .any(|w| w.concurrency > 0 && w.in_flight >= w.concurrency) =>
         {
             unknown(format!(
                 "unknown: nothing is queued, so its task is with a worker (prefetched, or in the sticky queue of \
-             the worker that keeps its journal), and every live worker serving it is at its concurrency \
-             limit ({}): it starts when one of them ends a slice, or, from a sticky queue, goes on to any \
-             worker once the sticky TTL has passed",
+             the worker that keeps its journal), and a worker serving it is at its concurrency limit ({}): a \
+             task such a worker holds starts when one of its slices ends",
                 servers
                     .iter()
+                    .filter(|w| w.concurrency > 0 && w.in_flight >= w.concurrency)
                     .map(|w| format!("{} {}/{}", w.id, w.in_flight, w.concurrency))
                     .collect::<Vec<_>>()
                     .join(", ")

@@ -246,7 +246,8 @@ impl Versions {
     pub(crate) fn problem(&self) -> Option<String> {
         let mut owner: HashMap<&str, &str> = HashMap::new();
         for d in self.by_type.values() {
-            if let Some(why) = bad_name(d.name) {
+            let own = std::iter::once(d.name).chain(d.formerly.iter().copied());
+            if let Some(why) = own.filter_map(bad_name).next() {
                 return Some(format!("{why} ({})", d.path));
             }
             for n in d.names().filter(|n| *n != d.path) {
