@@ -380,7 +380,7 @@ async fn a_moved_type_is_read_under_its_former_name_and_one_no_build_names_is_le
             json!({"feature": "value_versions"}),
         )
         .await;
-    assert_eq!(code, 400, "not a value feature: {body}");
+    assert_eq!(code, 422, "not a value feature: {body}");
     let (code, body) = w
         .post(
             &format!("/v1/runs/{a}/forget-feature"),

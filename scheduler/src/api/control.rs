@@ -338,7 +338,7 @@ pub(crate) async fn retry(State(st): State<ApiState>, ApiPath(raw): ApiPath<Stri
     request_body = ForgetFeatureBody,
     responses(
         (status = 202, description = "The run no longer needs the feature (status pending: it was given back and is due now)", body = Accepted),
-        (status = 400, description = "Not a value feature (value:<type name>@<version above 1>)", body = ErrorBody),
+        (status = 422, description = "Not a value feature (value:<type name>@<version above 1>)", body = ErrorBody),
         (status = 409, description = "The run has ended, is running, or does not need the feature", body = ErrorBody),
     )
 )]
@@ -354,7 +354,7 @@ pub(crate) async fn forget_feature(
         .and_then(|f| f.rsplit_once('@'))
         .is_some_and(|(name, v)| !name.is_empty() && v.parse::<u32>().is_ok_and(|v| v > 1));
     if !well_formed {
-        return Err(ApiError::bad_request(format!(
+        return Err(ApiError::unprocessable(format!(
             "feature must be a value feature, value:<type name>@<version above 1> (as the run's waiting_for names \
              it), got {:?}",
             body.feature
