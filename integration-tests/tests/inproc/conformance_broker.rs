@@ -178,8 +178,9 @@ conformance!(
 );
 
 /// A sticky queue (RabbitMQ only: the embedded queue has none): a task its worker does not take
-/// within the TTL goes on to the task queue, where another consumer takes it; a task already
-/// handed to the worker's consumer (within its prefetch) waits for that worker; and the queue
+/// within the TTL goes on to the task queue, where another consumer takes it; so does a task
+/// already handed to the worker's consumer (within its prefetch) that its worker comes to take
+/// only after the TTL; and the queue
 /// goes with its consumer's connection, after which a publish to it is unroutable (an error,
 /// so the publisher falls back to the task queue).
 #[cfg(feature = "services")]
@@ -212,11 +213,17 @@ async fn a_sticky_task_not_taken_within_its_ttl_goes_on_to_the_task_queue_on_rab
         .expect("a delivery");
     assert_eq!(d.data, b"two");
     d.ack().await.expect("ack");
-    let d = tokio::time::timeout(STEP, sticky.next())
+    // "one", held in the sticky consumer's prefetch past the TTL, is not started late when its
+    // worker comes to take it: it goes on to the task queue too (issue 49).
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), sticky.next()).await.is_err(),
+        "a sticky task held past its TTL was handed to its busy worker"
+    );
+    let d = tokio::time::timeout(STEP, home.next())
         .await
         .expect("in time")
         .expect("a delivery");
-    assert_eq!(d.data, b"one", "the prefetched task stayed with its worker");
+    assert_eq!(d.data, b"one", "the overdue prefetched task went on to the task queue");
     d.ack().await.expect("ack");
     stop_sticky.cancel();
     while sticky.next().await.is_some() {}
