@@ -216,7 +216,9 @@ async fn a_sticky_task_not_taken_within_its_ttl_goes_on_to_the_task_queue_on_rab
     // "one", held in the sticky consumer's prefetch past the TTL, is not started late when its
     // worker comes to take it: it goes on to the task queue too (issue 49).
     assert!(
-        tokio::time::timeout(Duration::from_millis(500), sticky.next()).await.is_err(),
+        tokio::time::timeout(Duration::from_millis(500), sticky.next())
+            .await
+            .is_err(),
         "a sticky task held past its TTL was handed to its busy worker"
     );
     let d = tokio::time::timeout(STEP, home.next())
