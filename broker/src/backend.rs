@@ -197,7 +197,10 @@ impl Broker {
         match &self.kind {
             Kind::Amqp(b) => {
                 let mut headers = headers.to_vec();
-                headers.push((crate::topology::STICKY_AT_HEADER.to_owned(), now_ms().to_string()));
+                headers.push((
+                    crate::topology::STICKY_AT_HEADER.to_owned(),
+                    savepoint_core::journal::now_ms().to_string(),
+                ));
                 b.publish_routed(&b.topology().sticky_name(owner), payload, &headers)
                     .await
             }
@@ -281,14 +284,4 @@ impl Consumer {
             c.ready().await;
         }
     }
-}
-
-/// Milliseconds since the epoch, this process's clock: a sticky task's age is measured by
-/// the worker that published it, which is the one that consumes it (no run's time is taken
-/// from it, and the simulator has no sticky queues to replay).
-#[allow(clippy::disallowed_methods)]
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

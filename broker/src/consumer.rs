@@ -1,7 +1,6 @@
 //! Consuming side: a self-healing [`Consumer`] yielding [`Delivery`] values.
 
 use super::amqp::{self, abandon, open_connection, Backoff, Link, ATTEMPT_TIMEOUT};
-use super::backend::now_ms;
 use super::delivery::{Delivery, Session};
 use super::error::BrokerError;
 use super::topology::{self, short, STICKY_AT_HEADER};
@@ -250,7 +249,7 @@ fn overdue_sticky(topology: &topology::Topology, d: &lapin::message::Delivery) -
     };
     let headers = amqp::from_field_table(d.properties.headers().as_ref());
     let at = headers.get(STICKY_AT_HEADER).and_then(|v| v.parse().ok());
-    sticky.expired(at, now_ms())
+    sticky.expired(at, savepoint_core::journal::now_ms())
 }
 
 /// Sends an overdue sticky task on to the task queue: rejected without requeue, the

@@ -98,7 +98,8 @@ pub enum Command {
     },
     /// Let a run go of a value feature no build names (`value:<type>@<version>`, as its
     /// waiting_for says): a versioned type renamed or dropped without `Versioned::FORMERLY`.
-    /// The next worker reads the value if its code can, or blocks the run naming it.
+    /// The next worker upgrades the value as its own type from the recorded version, or blocks
+    /// the run on one it cannot decode. Needs the admin role (README §10 says when it is safe).
     ForgetFeature {
         /// Thread id of the run.
         thread: String,

@@ -328,7 +328,8 @@ impl Entry {
 
 /// Wall-clock milliseconds since the Unix epoch.
 // The one wall-clock read outside the store: callers that stamp informational records (the
-// demo effects log, replay-only contexts); a run's own time is the store server's.
+// demo effects log, replay-only contexts) and a sticky task's publish time (its age is
+// compared with the queue's TTL); a run's own time is the store server's.
 #[allow(clippy::disallowed_methods)]
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()

@@ -325,23 +325,17 @@ fn runnable(h: &RunHeader, f: &WaitFacts<'_>) -> Waiting {
     }
     let estimate = match f.depth {
         None => unknown("unknown: the broker did not say how many tasks are queued"),
-        Some(0)
-            if servers
-                .iter()
-                .any(|w| w.concurrency > 0 && w.in_flight >= w.concurrency) =>
-        {
-            unknown(format!(
-                "unknown: nothing is queued, so its task is with a worker (prefetched, or in the sticky queue of \
+        Some(0) if servers.iter().any(|w| full(w)) => unknown(format!(
+            "unknown: nothing is queued, so its task is with a worker (prefetched, or in the sticky queue of \
              the worker that keeps its journal), and a worker serving it is at its concurrency limit ({}): a \
              task such a worker holds starts when one of its slices ends",
-                servers
-                    .iter()
-                    .filter(|w| w.concurrency > 0 && w.in_flight >= w.concurrency)
-                    .map(|w| format!("{} {}/{}", w.id, w.in_flight, w.concurrency))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        }
+            servers
+                .iter()
+                .filter(|w| full(w))
+                .map(|w| format!("{} {}/{}", w.id, w.in_flight, w.concurrency))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
         Some(0) => known(f.now, "nothing queued ahead of it: as soon as a worker has room"),
         Some(_) if consume <= 0.0 => unknown(format!(
             "unknown: its {} worker(s) started no slice recently",
@@ -366,6 +360,12 @@ fn runnable(h: &RunHeader, f: &WaitFacts<'_>) -> Waiting {
             estimate,
         )
     }
+}
+
+/// Whether worker `w` ran as many runs as it may at its last heartbeat (a worker from before
+/// `concurrency` was registered says 0: never full).
+fn full(w: &WorkerInfo) -> bool {
+    w.concurrency > 0 && w.in_flight >= w.concurrency
 }
 
 /// A run in its flow-control key's line: for a slot (every slot held, or runs ahead take the

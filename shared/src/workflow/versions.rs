@@ -112,16 +112,15 @@ struct Declaration {
 }
 
 impl Declaration {
-    /// Every name a run may have recorded this type under: its own first.
-    fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
-        let mut seen = vec![self.name];
-        std::iter::once(self.name).chain(self.formerly.iter().copied().chain(std::iter::once(self.path)).filter(
-            move |n| {
-                let new = !seen.contains(n);
-                seen.push(n);
-                new
-            },
-        ))
+    /// Every name a run may have recorded this type under, each once: its own first.
+    fn names(&self) -> Vec<&'static str> {
+        let mut names = vec![self.name];
+        for n in self.formerly.iter().copied().chain([self.path]) {
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+        names
     }
 }
 
@@ -233,6 +232,7 @@ impl Versions {
             .values()
             .flat_map(|d| {
                 d.names()
+                    .into_iter()
                     .flat_map(move |n| (2..=d.version).map(move |v| savepoint_core::model::value_feature(n, v)))
             })
             .collect();
@@ -250,7 +250,7 @@ impl Versions {
             if let Some(why) = own.filter_map(bad_name).next() {
                 return Some(format!("{why} ({})", d.path));
             }
-            for n in d.names().filter(|n| *n != d.path) {
+            for n in d.names().into_iter().filter(|n| *n != d.path) {
                 if let Some(other) = owner.insert(n, d.path) {
                     if other != d.path {
                         return Some(format!(

@@ -1,9 +1,10 @@
 -- forget_feature: an operator lets a run go of a value run feature no build will ever name
 -- (`value:<type>@<version>`: a versioned type renamed or dropped without `FORMERLY`), so the
--- claim's feature gate stops giving it back. The run is not changed otherwise: a worker that
--- takes it and cannot read the value blocks it with the reason (a value never misreads), one
--- that reads it (the type declared again) goes on. Engine features cannot be forgotten: a run
--- that uses one is executed only by a build that has it.
+-- claim's feature gate stops giving it back. The run is not changed otherwise: the next worker
+-- upgrades the value as its own type from the recorded version, and blocks the run on one it
+-- cannot decode (a version carries no type name, so this is an admin's call: README §10).
+-- Engine features cannot be forgotten: a run that uses one is executed only by a build that
+-- has it.
 -- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 partition unserved index
 -- ARGV: 1 thread id, 2 the feature, 3 event cap, 4 event detail
 -- Returns: {'ok', rv, trace, due} | {'missing'} | {'ended', status} | {'running'} | {'engine'} |
