@@ -1491,3 +1491,97 @@ async fn a_group_effect_done_before_the_run_blocked_is_not_repeated_after_its_re
     wk.stop().await;
     cleanup(&w.cfg).await;
 }
+
+/// One effect, counted at its provider, then a step.
+struct SendOnce {
+    calls: Arc<Mutex<u32>>,
+}
+
+impl Workflow for SendOnce {
+    const NAME: &'static str = "send_once";
+    type Input = Value;
+    type Output = Value;
+
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let calls = Arc::clone(&self.calls);
+        let sent: Value = ctx
+            .effect("send", format!("send:{}", ctx.thread_id()), move |_fx: EffectCtx| {
+                let calls = Arc::clone(&calls);
+                async move {
+                    *calls.lock().unwrap() += 1;
+                    Ok(json!("sent"))
+                }
+            })
+            .await?;
+        let _: u32 = ctx.step("after", || async { Ok(1u32) }).await?;
+        Ok(sent)
+    }
+}
+
+fn send_once(calls: &Arc<Mutex<u32>>) -> Registry {
+    let mut reg = Registry::new();
+    reg.register(SendOnce {
+        calls: Arc::clone(calls),
+    });
+    reg
+}
+
+/// The PTTL of the done record of `key` (-2: none, -1: no expiry).
+async fn record_ttl(w: &World, key: &str) -> i64 {
+    let key = EffectKey::new(key.to_owned()).unwrap();
+    w.store
+        .query(redis::cmd("PTTL").arg(w.store.keys().effect(&key)))
+        .await
+        .unwrap()
+}
+
+/// A worker dies right after an effect's done record and before its entry (issue 49, hole
+/// 2); an operator pauses the run, which stays stopped for longer than
+/// `SAVEPOINT_EFFECT_TTL_SECS` (1 s here). The record is the only proof the effect happened,
+/// so it has no expiry until the entry is journaled: after the unpause the run journals the
+/// recorded result and the provider is called once. (Before, the record kept its TTL, expired
+/// under the paused run, and the resumed run called the provider a second time.) A run that
+/// is cancelled instead gives the record its TTL: nothing needs it any more.
+#[tokio::test]
+async fn an_effect_done_before_a_crash_is_not_repeated_after_a_pause_longer_than_its_records_ttl() {
+    let w = World::new("donepause", |c| c.effect_ttl_secs = 1).await;
+    let calls = Arc::new(Mutex::new(0));
+    let a = InProc::with_failpoints(&w.cfg, send_once(&calls), "effect.after_done=abort@1");
+    w.wait_registered(SendOnce::NAME).await;
+    let t = w.start(SendOnce::NAME, json!({})).await;
+    a.crashed().await;
+    let key = format!("send:{t}");
+    assert_eq!(*calls.lock().unwrap(), 1);
+    assert_eq!(record_ttl(&w, &key).await, -1, "the only proof has no expiry");
+    let (code, body) = w.post(&format!("/v1/runs/{t}/pause"), json!({})).await;
+    assert_eq!(code, 200, "{body}");
+    let b = InProc::start(&w.cfg, send_once(&calls));
+    w.wait_status(&t, &["paused"], LONG).await;
+    // Stopped past the effect TTL.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(record_ttl(&w, &key).await, -1, "kept while the run is stopped");
+    let (code, body) = w.post(&format!("/v1/runs/{t}/unpause"), json!({})).await;
+    assert_eq!(code, 200, "{body}");
+    let run = w.wait_status(&t, &["completed", "failed", "blocked"], LONG).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["output"], json!("sent"), "{run}");
+    assert_eq!(*calls.lock().unwrap(), 1, "the provider was called again");
+    let ttl = record_ttl(&w, &key).await;
+    assert!(
+        ttl > 0 || ttl == -2,
+        "journaled, the record is in its dedup window: {ttl}"
+    );
+
+    // The same crash, then a cancel: the record no run needs any more expires.
+    let c = InProc::with_failpoints(&w.cfg, send_once(&calls), "effect.after_done=abort@1");
+    b.stop().await;
+    let t2 = w.start(SendOnce::NAME, json!({})).await;
+    c.crashed().await;
+    let key2 = format!("send:{t2}");
+    assert_eq!(record_ttl(&w, &key2).await, -1);
+    let (code, body) = w.post(&format!("/v1/runs/{t2}/cancel"), json!({})).await;
+    assert!(code < 300, "{code} {body}");
+    let ttl = record_ttl(&w, &key2).await;
+    assert!(ttl > 0 || ttl == -2, "a cancelled run's record expires: {ttl}");
+    cleanup(&w.cfg).await;
+}

@@ -23,9 +23,10 @@ pub(super) struct Write {
     pub step: bool,
     /// The `outcome` label of the steps metric.
     pub outcome: &'static str,
-    /// An effect this run found done: its record, kept from expiring while the run was
-    /// blocked, gets its expiry back once journaled.
-    pub restore_expiry: bool,
+    /// An effect: journaled now, its done record is no longer the only proof it happened and
+    /// gets its expiry (the dedup window), whether this run wrote it (it has none until
+    /// journaled) or found it (kept from expiring while the run was blocked).
+    pub expire_record: bool,
 }
 
 /// The sizes a commit checks against the journal's byte cap.
@@ -57,7 +58,9 @@ pub(super) fn plan_commit(entry: &Entry, idx: u32, event: &str, size: JournalSiz
         detail,
         step: entry.kind == EntryKind::Step,
         outcome: outcome_label(&entry.outcome, event),
-        restore_expiry: entry.key.is_some() && event == "effect_skipped",
+        // (A failed effect released its key: the record is gone, or another run's intent,
+        // which must never expire.)
+        expire_record: entry.key.is_some() && matches!(entry.outcome, Outcome::Ok(_)),
     })
 }
 
@@ -109,7 +112,7 @@ mod tests {
                 detail: String::new(),
                 step: true,
                 outcome: "ok",
-                restore_expiry: false,
+                expire_record: false,
             })
         );
         let failed = Entry::new("fetch", EntryKind::Step, Outcome::Err("boom".into()), 3);
@@ -128,13 +131,13 @@ mod tests {
                 detail: "4 gate".into(),
                 step: false,
                 outcome: "ok",
-                restore_expiry: false,
+                expire_record: false,
             })
         );
     }
 
     #[test]
-    fn an_effect_found_done_gets_its_expiry_back() {
+    fn a_journaled_effect_gives_its_record_its_expiry() {
         let e = effect("charge", Outcome::Ok(json!(1)));
         assert_eq!(
             plan_commit(&e, 2, "effect_skipped", size(0, 10)),
@@ -142,14 +145,22 @@ mod tests {
                 detail: "2 charge".into(),
                 step: false,
                 outcome: "skipped",
-                restore_expiry: true,
+                expire_record: true,
             })
         );
         assert!(matches!(
             plan_commit(&e, 2, "effect_done", size(0, 10)),
             CommitPlan::Write(Write {
                 outcome: "ok",
-                restore_expiry: false,
+                expire_record: true,
+                ..
+            })
+        ));
+        let failed = effect("charge", Outcome::Err("declined".into()));
+        assert!(matches!(
+            plan_commit(&failed, 2, "", size(0, 10)),
+            CommitPlan::Write(Write {
+                expire_record: false,
                 ..
             })
         ));

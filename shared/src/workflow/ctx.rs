@@ -947,21 +947,22 @@ impl Core {
         );
         if let Some(key) = entry.key.as_deref() {
             self.unjournaled.retain(|k| k.as_str() != key);
-            if w.restore_expiry {
-                self.restore_expiry(key).await;
+            if w.expire_record {
+                self.expire_record(key).await;
             }
         }
         self.p.journal.push(entry);
         self.cursor += 1;
     }
 
-    /// Gives a kept effect record its expiry back.
-    async fn restore_expiry(&mut self, key: &str) {
-        // A record this run found done may have been kept from expiring while the run was
-        // blocked: journaled now, it expires like any other.
+    /// Gives a journaled effect's done record its expiry: until the entry, the record had none
+    /// (`effect_done.lua`) or was kept from expiring (a block), being the only proof the
+    /// effect happened. (If this fails, or the worker dies first, the record outlives its
+    /// dedup window: memory, never a repeat.)
+    async fn expire_record(&mut self, key: &str) {
         if let Ok(key) = EffectKey::new(key.to_owned()) {
             if let Err(e) = self.p.store.effect_expire(&key).await {
-                tracing::debug!(error = %e, "could not give a kept effect record its expiry back");
+                tracing::debug!(error = %e, "could not give a journaled effect's record its expiry");
             }
         }
     }

@@ -131,8 +131,7 @@ impl ScriptStore {
         let mut inv = self.scripts.effect_done.prepare_invoke();
         inv.key(self.keys.effect(key));
         inv.arg(thread.as_str()).arg(index_arg(index)).arg(fence);
-        inv.arg(self.seal_effect(key, result.to_string()))
-            .arg(ms(self.cfg.effect_ttl));
+        inv.arg(self.seal_effect(key, result.to_string()));
         inv.arg(expect.map(Holder::token).unwrap_or_default());
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
@@ -216,7 +215,8 @@ impl ScriptStore {
     }
 
     /// The run `owner` ended (cancelled, expired) while holding the intent at `index`: the
-    /// intent becomes an explicit in-doubt record naming it. True when it changed.
+    /// intent becomes an explicit in-doubt record naming it. True when it changed. A done
+    /// record of `owner` at `index` (never journaled) gets the effect TTL instead.
     pub async fn effect_orphan(
         &self,
         key: &EffectKey,
@@ -226,7 +226,10 @@ impl ScriptStore {
     ) -> Result<bool, StoreError> {
         let mut inv = self.scripts.effect_orphan.prepare_invoke();
         inv.key(self.keys.effect(key));
-        inv.arg(owner.as_str()).arg(index).arg(owner_status);
+        inv.arg(owner.as_str())
+            .arg(index)
+            .arg(owner_status)
+            .arg(ms(self.cfg.effect_ttl));
         Ok(self.invoke(&inv).await?.tag() == "ok")
     }
 
@@ -257,14 +260,16 @@ impl ScriptStore {
     }
 
     /// Keeps effect `key`'s record from expiring: a run about to block still needs it as the
-    /// only proof its effect happened (its entry is not journaled yet).
+    /// only proof its effect happened (its entry is not journaled yet). A record this run wrote
+    /// has no expiry until then anyway; this keeps one it found (another run's, journaled
+    /// there and so expiring, or one an older build wrote with its expiry).
     pub async fn effect_keep(&self, key: &EffectKey) -> Result<(), StoreError> {
         let _: i64 = self.query(redis::cmd("PERSIST").arg(self.keys.effect(key))).await?;
         Ok(())
     }
 
-    /// Gives effect `key`'s record its expiry back (`SAVEPOINT_EFFECT_TTL_SECS` from now), once
-    /// the run that needed it journaled its entry.
+    /// Gives effect `key`'s done record its expiry (`SAVEPOINT_EFFECT_TTL_SECS` from now, the
+    /// dedup window), once the run that needed it as proof journaled its entry.
     pub async fn effect_expire(&self, key: &EffectKey) -> Result<(), StoreError> {
         let _: i64 = self
             .query(
