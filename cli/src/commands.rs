@@ -106,6 +106,15 @@ pub enum Command {
         /// The feature, e.g. `value:billing.Invoice@2`.
         feature: String,
     },
+    /// Say which version a completed child's output was written at (`<type>@<version>`), for
+    /// a child an older build completed without one: its parent blocks on it rather than
+    /// guess (README §10). Then `savepoint retry <parent>`. Needs the admin role.
+    OutputVersion {
+        /// Thread id of the completed child run.
+        thread: String,
+        /// The version, e.g. `billing.Price@2` (`@1`: its build declared none).
+        version: String,
+    },
     /// Fork a run from a journal entry into a new run (time travel): the new run starts with
     /// the source's first N entries and goes on from there. Needs the admin role.
     Fork {
@@ -659,6 +668,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Retry { thread } => print(json, &client.retry(&thread).await?, |v| render::ack("retry", v)),
         Command::ForgetFeature { thread, feature } => forget_feature(&client, json, &thread, &feature).await,
+        Command::OutputVersion { thread, version } => set_output_version(&client, json, &thread, &version).await,
         Command::Fork {
             thread,
             from_step,
@@ -707,6 +717,14 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
 async fn forget_feature(client: &ApiClient, json: bool, thread: &str, feature: &str) -> anyhow::Result<()> {
     let v = client.forget_feature(thread, feature).await?;
     print(json, &v, |v| render::ack(&format!("forget {feature} in"), v))
+}
+
+/// `savepoint output-version`: the version a completed child's output was written at.
+async fn set_output_version(client: &ApiClient, json: bool, thread: &str, output_version: &str) -> anyhow::Result<()> {
+    let v = client.set_output_version(thread, output_version).await?;
+    print(json, &v, |v| {
+        render::ack(&format!("output version {output_version} for"), v)
+    })
 }
 
 /// `savepoint start`: starts a run and prints its id and status.

@@ -259,6 +259,18 @@ impl ApiClient {
         .await
     }
 
+    /// `POST /v1/runs/{thread}/output-version`: the version (`<type>@<version>`) a completed
+    /// run's output was written at, for a run an older build completed without one.
+    pub async fn set_output_version(&self, thread: &str, output_version: &str) -> Result<Value, ClientError> {
+        let body = serde_json::json!({ "output_version": output_version });
+        self.request(
+            Method::POST,
+            &format!("/v1/runs/{}/output-version", encode(thread)),
+            Some(&body),
+        )
+        .await
+    }
+
     /// `POST /v1/runs/{thread}/fork`.
     pub async fn fork(
         &self,

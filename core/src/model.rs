@@ -233,8 +233,10 @@ pub struct RunHeader {
     /// migrations before the code sees it.
     pub input_version: Option<u32>,
     /// The version of the output's type as the code that completed the run declared it
-    /// (`ov`; `None`: version 1): a parent awaiting it as a child's output upgrades it
-    /// through the child's declared migrations.
+    /// (`ov`): a parent awaiting it as a child's output upgrades it through the child's
+    /// declared migrations. Every completion from 2026-12-07 on records it, version 1
+    /// included; `None` is a completion by an older build, whose version is not known
+    /// (builds from 3992e27 to before 0084d6c declared versions without recording them).
     pub output_version: Option<OutputVersion>,
     /// Takeovers at the current journal position (the worker died or stalled each time).
     pub crashes: u32,
@@ -428,14 +430,16 @@ pub fn value_feature(type_name: &str, version: u32) -> String {
 }
 
 /// The version of a completed run's output type as the code that completed it declared it
-/// (above 1; `Versioned`), kept with the output (`ov`: `<type>@<version>`) and told to a
-/// parent with it: the parent reads the output from that version, and a worker whose code
-/// knows only an older one and not this feature gives the parent back.
+/// (`Versioned`; 1 for a type it does not declare, whose name is then empty), kept with the
+/// output (`ov`: `<type>@<version>`) and told to a parent with it: the parent reads the
+/// output from that version, and a worker whose code knows only an older one and not this
+/// feature gives the parent back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutputVersion {
-    /// The type's name (`std::any::type_name`), as in its [`value_feature`].
+    /// The type's name (`Versioned::NAME`), as in its [`value_feature`]; empty at version 1
+    /// for a type the code does not declare.
     pub type_name: String,
-    /// Its version (above 1).
+    /// Its version (1 or above).
     pub version: u32,
 }
 
@@ -450,14 +454,20 @@ impl OutputVersion {
         format!("{}@{}", self.type_name, self.version)
     }
 
-    /// Reads [`OutputVersion::field`]; `None` for anything else or a version of 1 or less.
+    /// Reads [`OutputVersion::field`]; `None` for anything else (a version of 0, or a version
+    /// above 1 without a type name).
     pub fn parse(field: &str) -> Option<Self> {
         let (type_name, v) = field.rsplit_once('@')?;
-        let version: u32 = v.parse().ok().filter(|v| *v > 1)?;
-        (!type_name.is_empty()).then(|| Self {
+        let version: u32 = v.parse().ok().filter(|v| *v >= 1)?;
+        (version == 1 || !type_name.is_empty()).then(|| Self {
             type_name: type_name.to_owned(),
             version,
         })
+    }
+
+    /// Whether it says version 1: the output is read as it is.
+    pub fn is_first(&self) -> bool {
+        self.version <= 1
     }
 }
 
@@ -883,6 +893,19 @@ pub struct Flow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_output_version_says_one_too_and_nothing_else_is_one() {
+        let first = OutputVersion::parse("@1").unwrap();
+        assert!(first.is_first() && first.type_name.is_empty());
+        assert_eq!(OutputVersion::parse("kit.Price@1").unwrap().field(), "kit.Price@1");
+        let two = OutputVersion::parse("kit.Price@2").unwrap();
+        assert!(!two.is_first());
+        assert_eq!(two.feature(), "value:kit.Price@2");
+        for bad in ["", "kit.Price", "@2", "kit.Price@0", "kit.Price@x"] {
+            assert_eq!(OutputVersion::parse(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn a_value_feature_is_recognised_without_building_it() {

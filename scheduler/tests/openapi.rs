@@ -167,6 +167,7 @@ fn every_operation_is_described_with_its_errors() {
             "resume_schedule",
             "retry_run",
             "send_signal",
+            "set_output_version",
             "start_run",
             "trigger_schedule",
             "unpause_run",

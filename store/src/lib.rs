@@ -24,14 +24,14 @@ pub use savepoint_core::StoreError;
 pub use self::script::{
     child_signal, owns_partition, Acquired, Advance, Cancelled, Cascade, CatalogEntry, ChildResult, CreateOutcome,
     EffectDone, EffectRecord, EffectRelease, EffectUnused, Flow, ForgetOutcome, ForkOutcome, LineFacts, ListFilter,
-    PageCursor, Pause, PauseRecord, PauseScope, Rerun, Resealed, RestartOutcome, RetryOutcome, RunEvent, RunPaused,
-    RunResumed, Rung, SchedulePut, ScheduleRecord, ScriptStore, ServedSpec, SignalOutcome, StoreConfig, Suspend,
-    Suspended, Unparked, WorkerInfo, WorkflowCounts, FLOW_PARK, SCHEMA_VERSION,
+    OutputVersionOutcome, PageCursor, Pause, PauseRecord, PauseScope, Rerun, Resealed, RestartOutcome, RetryOutcome,
+    RunEvent, RunPaused, RunResumed, Rung, SchedulePut, ScheduleRecord, ScriptStore, ServedSpec, SignalOutcome,
+    StoreConfig, Suspend, Suspended, Unparked, WorkerInfo, WorkflowCounts, FLOW_PARK, SCHEMA_VERSION,
 };
 pub use engine::{AckScope, ReplicaAck};
 pub use model::{
     needs_field, BlockKind, ChildLink, ClaimOutcome, Claimed, CreateOptions, EffectClaim, Finish, Holder, JournalHeld,
-    Lease, ParentCancel, ParentLink, RetryBackoff, RunHeader, RunStatus, Wait, FEATURES,
+    Lease, OutputVersion, ParentCancel, ParentLink, RetryBackoff, RunHeader, RunStatus, Wait, FEATURES,
 };
 #[cfg(feature = "embedded")]
 pub(crate) use script::scripts::{prelude_lines, sources as script_sources};

@@ -687,6 +687,16 @@ pub struct CancelReply {
     pub children_cancelled: Vec<String>,
 }
 
+/// Body of output-version.
+#[derive(Debug, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct OutputVersionBody {
+    /// The version the run's output was written at, `<type name>@<version>` as the parent's
+    /// block reason names the type (`@1` for a build that declared no version of it).
+    pub output_version: String,
+}
+
 /// Body of forget-feature.
 #[derive(Debug, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -420,3 +420,148 @@ async fn a_moved_type_is_read_under_its_former_name_and_one_no_build_names_is_le
     assert_eq!(code, 409, "an ended run needs nothing: {body}");
     formerly.stop().await;
 }
+
+/// A child whose output type is at version 2, and a parent that reads it (issue 49 §1.4).
+mod unversioned {
+    use super::*;
+
+    #[derive(Serialize, Deserialize)]
+    pub(super) struct Price {
+        pub(super) cents: u64,
+    }
+
+    impl Versioned for Price {
+        const NAME: &'static str = "it.ChildPrice";
+        const VERSION: u32 = 2;
+        fn upgrade(from: u32, v: Value) -> Result<Value, Migration> {
+            // Version 1 was euros as a number; a lenient migration, as authors write them: a
+            // value already at 2 read as 1 would become 0 cents, not an error.
+            match from {
+                1 => Ok(json!({"cents": (v["euros"].as_f64().unwrap_or(0.0) * 100.0).round() as u64})),
+                _ => Err(Migration::Missing),
+            }
+        }
+    }
+
+    pub(super) struct Quote;
+    impl Workflow for Quote {
+        const NAME: &'static str = "uv_quote";
+        type Input = Value;
+        type Output = Price;
+        fn versions() -> Versions {
+            Versions::new().of::<Price>()
+        }
+        async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Price, WorkflowError> {
+            let _: Value = ctx.interrupt("price", json!({})).await?;
+            Ok(Price { cents: 1250 })
+        }
+    }
+
+    pub(super) struct Order;
+    impl Workflow for Order {
+        const NAME: &'static str = "uv_order";
+        type Input = Value;
+        type Output = u64;
+        async fn run(&self, ctx: &Ctx, _input: Value) -> Result<u64, WorkflowError> {
+            let p: Price = ctx.child::<Quote>("quote", json!({})).await?;
+            Ok(p.cents)
+        }
+    }
+
+    pub(super) fn build(orders: bool) -> Registry {
+        let mut r = Registry::new();
+        r.register(Quote);
+        if orders {
+            r.register(Order);
+        }
+        r
+    }
+}
+
+#[tokio::test]
+async fn a_childs_output_without_a_version_is_never_read_as_version_one() {
+    // A build from 3992e27 to before 0084d6c completed children whose output type it declared
+    // at version 2 without recording `ov`; a parent read such an output as version 1, applied
+    // the 1 → 2 migration to a value already at 2, and went on with 0 cents instead of 1250.
+    // The child's record and its word to the parent are left as such a build left them; the
+    // parent blocks instead, the operator says the version, and a retry reads 1250.
+    use unversioned::{build, Order};
+    let w = World::new("noov", |_| {}).await;
+    let wk = InProc::start(&w.cfg, build(true));
+    w.wait_registered(Order::NAME).await;
+    let parent = w.start(Order::NAME, json!({})).await;
+    let kid = savepoint::workflow::child_thread_id(&parent, 0);
+    w.wait_status(&parent, &["waiting"], LONG).await;
+    w.wait_status(&kid, &["waiting"], LONG).await;
+    wk.stop().await;
+    // The child completes on a fleet that does not serve the parent: its word waits there.
+    let quotes = InProc::start(&w.cfg, build(false));
+    let (code, body) = w.post(&format!("/v1/runs/{kid}/resume"), json!({"value": 1})).await;
+    assert_eq!(code, 202, "{body}");
+    w.wait_status(&kid, &["completed"], LONG).await;
+    quotes.stop().await;
+    let h = w.store.header(&kid).await.unwrap().unwrap();
+    assert_eq!(
+        h.output_version.as_ref().map(|o| o.field()),
+        Some("it.ChildPrice@2".to_owned())
+    );
+    // As the older build left them: no `ov` on the child, none in its word.
+    let k = w.store.keys();
+    let _: i64 = w
+        .store
+        .query(redis::cmd("HDEL").arg(&k.run(&kid).run).arg("ov"))
+        .await
+        .unwrap();
+    let signals = &k.run(&parent).signals;
+    let fields: std::collections::HashMap<String, String> =
+        w.store.query(redis::cmd("HGETALL").arg(signals)).await.unwrap();
+    let (field, word) = fields
+        .iter()
+        .find(|(f, _)| f.starts_with("s:child:"))
+        .expect("the child's word waits in the parent's signals");
+    let mut word: Value = serde_json::from_str(word).expect("the word is JSON");
+    assert_eq!(word["ov"], "it.ChildPrice@2", "{word}");
+    word.as_object_mut().unwrap().remove("ov");
+    let _: i64 = w
+        .store
+        .query(redis::cmd("HSET").arg(signals).arg(field).arg(word.to_string()))
+        .await
+        .unwrap();
+
+    let wk = InProc::start(&w.cfg, build(true));
+    let run = w.wait_status(&parent, &["completed", "blocked", "failed"], LONG).await;
+    assert_eq!(run["status"], "blocked", "read as a guess: {run}");
+    let reason = run["blocked_reason"].as_str().unwrap_or_default().to_owned();
+    for says in [
+        "carries no version",
+        "it.ChildPrice",
+        "savepoint output-version",
+        "savepoint retry",
+    ] {
+        assert!(reason.contains(says), "{says:?} not in {reason:?}");
+    }
+    // The operator says which version the child's code wrote it at, then retries the parent.
+    let path = format!("/v1/runs/{kid}/output-version");
+    let (code, body) = w.post(&path, json!({"output_version": "it.ChildPrice@0"})).await;
+    assert_eq!(code, 422, "{body}");
+    let (code, body) = w.post(&path, json!({"output_version": "it.ChildPrice@2"})).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = w.post(&path, json!({"output_version": "it.ChildPrice@1"})).await;
+    assert_eq!(code, 409, "a recorded version is never replaced: {body}");
+    let (code, body) = w
+        .post(
+            &format!("/v1/runs/{parent}/output-version"),
+            json!({"output_version": "@1"}),
+        )
+        .await;
+    assert_eq!(code, 409, "only a completed run: {body}");
+    let (code, body) = w.post(&format!("/v1/runs/{parent}/retry"), json!({})).await;
+    assert_eq!(code, 202, "{body}");
+    let run = w.wait_status(&parent, &["completed", "blocked", "failed"], LONG).await;
+    assert_eq!(
+        (&run["status"], &run["output"]),
+        (&json!("completed"), &json!(1250)),
+        "{run}"
+    );
+    wk.stop().await;
+}

@@ -75,9 +75,9 @@ pub(crate) fn required_role(method: &Method, path: &str) -> Option<Role> {
         return Some(Role::Read);
     }
     // Anything that can make an effect run again: resolve, and time travel (fork, restart);
-    // and letting a run go of a value feature (the gate that keeps a value from code that
-    // may not read it).
-    let admin = ["/resolve", "/fork", "/restart", "/forget-feature"];
+    // and what decides how a value is read (letting a run go of a value feature, saying a
+    // child output's version).
+    let admin = ["/resolve", "/fork", "/restart", "/forget-feature", "/output-version"];
     if method == Method::POST && path.starts_with("/v1/runs/") && admin.iter().any(|a| path.ends_with(a)) {
         return Some(Role::Admin);
     }

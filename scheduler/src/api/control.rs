@@ -6,7 +6,9 @@ use axum::http::StatusCode;
 use axum::Json;
 use savepoint_core::ids::{EffectKey, ThreadId};
 use savepoint_core::protocol::TaskReason;
-use savepoint_store::{EffectDone, EffectRelease, ForgetOutcome, Rerun, RetryOutcome, SignalOutcome};
+use savepoint_store::{
+    EffectDone, EffectRelease, ForgetOutcome, OutputVersion, OutputVersionOutcome, Rerun, RetryOutcome, SignalOutcome,
+};
 use savepoint_store::{Holder, RunHeader, RunStatus, StoreError};
 use serde_json::Value;
 use tracing::info;
@@ -15,8 +17,8 @@ use super::checks::{check_value, ring, schema_for, Expects};
 use super::extract::thread_id;
 use super::extract::{parse_object, read_body, ApiJson, ApiPath};
 use super::model::{
-    Accepted, CancelBody, CancelReply, ErrorBody, ForgetFeatureBody, InDoubtEffect, ResolveBody, ResolveReply, Settled,
-    SettledEffect, Status, ValueBody,
+    Accepted, CancelBody, CancelReply, ErrorBody, ForgetFeatureBody, InDoubtEffect, OutputVersionBody, ResolveBody,
+    ResolveReply, Settled, SettledEffect, Status, ValueBody,
 };
 use super::{ApiError, ApiState, Reply, Services};
 
@@ -394,6 +396,67 @@ pub(crate) async fn forget_feature(
             } else {
                 needs.join(", ")
             }
+        ))),
+        Err(StoreError::Missing(_)) => Err(ApiError::run_not_found(&thread)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Say which version a child's output was written at
+///
+/// A run completed by a build from before 2026-12-07 kept no version of its output's type
+/// (builds from 3992e27 to before 0084d6c declared versions above 1 without recording them),
+/// so a parent whose code reads a later version of the type blocks on it rather than guess.
+/// This records the version the child's code wrote it at; `retry` on the parent then reads
+/// the output from there through the declared migrations. Only a completed run without a
+/// recorded version takes one: a recorded version is never replaced.
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{thread_id}/output-version",
+    operation_id = "set_output_version",
+    tag = "control",
+    params(super::ThreadParam),
+    request_body = OutputVersionBody,
+    responses(
+        (status = 200, description = "Recorded", body = Accepted),
+        (status = 409, description = "The run has not completed, or its output already carries a version", body = ErrorBody),
+        (status = 422, description = "Not `<type name>@<version>` with a version of 1 or more", body = ErrorBody),
+    )
+)]
+pub(crate) async fn set_output_version(
+    State(st): State<ApiState>,
+    ApiPath(raw): ApiPath<String>,
+    ApiJson(body): ApiJson<OutputVersionBody>,
+) -> Reply<Accepted> {
+    let thread = thread_id(raw)?;
+    let Some(ov) = OutputVersion::parse(&body.output_version) else {
+        return Err(ApiError::unprocessable(format!(
+            "output_version must be <type name>@<version> (a version of 1 or more; a name above 1), got {:?}",
+            body.output_version
+        )));
+    };
+    let svc = st.services()?;
+    let detail = format!("{} set by an operator via API", ov.field());
+    match svc.store.set_output_version(&thread, &ov, &detail).await {
+        Ok(OutputVersionOutcome::Set) => {
+            info!(thread.id = %thread, output_version = %ov.field(), "output version set");
+            Ok((
+                StatusCode::OK,
+                Json(Accepted {
+                    thread_id: thread.to_string(),
+                    status: None,
+                    buffered: None,
+                    duplicate: None,
+                }),
+            ))
+        }
+        Ok(OutputVersionOutcome::NotCompleted(status)) => Err(ApiError::conflict(format!(
+            "run is {status}: only a completed run's output has a version"
+        ))),
+        Ok(OutputVersionOutcome::Recorded(recorded)) => Err(ApiError::conflict(format!(
+            "the run's output already carries version {} (recorded by the build that completed it): it is never \
+             replaced",
+            recorded.field()
         ))),
         Err(StoreError::Missing(_)) => Err(ApiError::run_not_found(&thread)),
         Err(e) => Err(e.into()),

@@ -39,6 +39,7 @@ pub(super) fn api_routes() -> utoipa_axum::router::OpenApiRouter<ApiState> {
         .routes(routes!(control::cancel))
         .routes(routes!(control::retry))
         .routes(routes!(control::forget_feature))
+        .routes(routes!(control::set_output_version))
         .routes(routes!(control::resolve))
         .routes(routes!(lineage::fork))
         .routes(routes!(lineage::restart))

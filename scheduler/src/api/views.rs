@@ -341,7 +341,7 @@ pub(crate) fn export_view(h: &RunHeader, journal: &[Entry]) -> ExportView {
         input: shown(&h.input),
         input_version: h.input_version,
         output: h.output.as_ref().map(shown),
-        output_version: h.output_version.as_ref().map(|o| o.version),
+        output_version: h.output_version.as_ref().map(|o| o.version).filter(|v| *v > 1),
         journal: entries(journal),
     }
 }

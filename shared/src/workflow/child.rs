@@ -344,8 +344,19 @@ impl Core {
                 ChildResult::Failed(e) => (Outcome::Err(format!("child run {child} failed: {e}")), None),
                 ChildResult::Cancelled(e) => (Outcome::Err(format!("child run {child} was cancelled: {e}")), None),
             };
+            // A completed child's output without a version was written by an older build: its
+            // version is not known (§8c), so it is never taken as 1 where this code reads a
+            // later one.
+            let ov = match ov {
+                None if matches!(o, Outcome::Ok(_)) => match self.unrecorded_output(reader, child).await {
+                    Ok(ov) => ov,
+                    Err(blocked) => return blocked,
+                },
+                ov => ov,
+            };
             let tv = match &ov {
                 None => None,
+                Some(ov) if ov.is_first() => None,
                 Some(ov) => match self.take_recorded(reader, ov).await {
                     Recorded::At(tv) => tv,
                     Recorded::GiveBack => return self.give_back(ov, &format!("the output of child run {child}")).await,
@@ -402,6 +413,15 @@ mod tests {
                 Some(savepoint_core::model::OutputVersion {
                     type_name: "a::Price".into(),
                     version: 3,
+                }),
+            ),
+            // Version 1 of a type the child's code does not declare: recorded as such, so
+            // it is told apart from a word with no version (an older build's).
+            ChildResult::Completed(
+                json!({"n": 3}),
+                Some(savepoint_core::model::OutputVersion {
+                    type_name: String::new(),
+                    version: 1,
                 }),
             ),
             ChildResult::Failed("boom".into()),

@@ -374,6 +374,40 @@ impl Core {
         Recorded::At(Some(v))
     }
 
+    /// The version of a completed child's output that came without one (a build from before
+    /// 2026-12-07 completed the child: builds from 3992e27 to before 0084d6c declared versions
+    /// above 1 without recording them, so "no version" is not "version 1"):
+    /// - read as it is, or this code knows no version of the type above 1: `None` (version 1
+    ///   is the only reading, and what it means to this code);
+    /// - the version an operator set on the child since (`savepoint output-version`), from
+    ///   the child's record;
+    /// - otherwise the run blocks (`Err`) naming the child, the type, and the command that
+    ///   says which version the child's code wrote: it is never read as a guess.
+    pub(super) async fn unrecorded_output(
+        &mut self,
+        reader: Reader,
+        child: &ThreadId,
+    ) -> Result<Option<OutputVersion>, Outcome> {
+        let Some(reads) = self.value_version(reader).filter(|v| *v > 1) else {
+            return Ok(None);
+        };
+        match self.p.store.header(child).await {
+            Ok(Some(h)) if h.output_version.is_some() => return Ok(h.output_version),
+            Ok(_) => {}
+            Err(e) => return Err(self.store_failed(e).await),
+        }
+        let name = (reader.name_of)(&self.versions_for(reader)).unwrap_or("<type>");
+        let reason = format!(
+            "the output of child run {child} carries no version: a build from before 2026-12-07 completed it, and \
+             this code reads version {reads} of {name}; builds from 3992e27 to before 0084d6c wrote versions above \
+             1 without recording them, so it is not read as a guess: say which version the child's code wrote it at \
+             with `savepoint output-version {child} {name}@<version>` (1 if that build declared no version of the \
+             type), then `savepoint retry {}`",
+            self.p.lease.thread
+        );
+        Err(self.block(BlockKind::Migration, &reason, None).await)
+    }
+
     /// Gives the run back, untouched but for its `needs`, to a worker that reads a value this
     /// code does not ([`Core::take_recorded`]): notes the value's feature, then suspends the
     /// run as pending, so the claim's feature gate (§7a) hands it to a worker that names the

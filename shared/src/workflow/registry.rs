@@ -40,8 +40,9 @@ pub trait DynWorkflow: Send + Sync {
     fn input_version(&self) -> Option<u32>;
     /// The name of its input's type, when it declares a version of it above 1.
     fn input_type(&self) -> Option<&'static str>;
-    /// The version of its output's type (`None`: 1): a completed run keeps it with its output,
-    /// so a parent awaiting the run as a child upgrades the output from there.
+    /// The version of its output's type (1 for a type it does not declare above 1): a
+    /// completed run keeps it with its output, so a parent awaiting the run as a child
+    /// upgrades the output from there (and knows the version was recorded: §8c).
     fn output_version(&self) -> Option<savepoint_core::model::OutputVersion>;
     /// Runs the body on JSON input.
     fn run<'a>(&'a self, ctx: &'a Ctx, input: Value) -> BoxFuture<'a, Result<Value, RunError>>;
@@ -81,8 +82,8 @@ impl<W: Workflow> DynWorkflow for Erased<W> {
     }
     fn output_version(&self) -> Option<savepoint_core::model::OutputVersion> {
         Some(savepoint_core::model::OutputVersion {
-            type_name: self.versions.name_of::<W::Output>()?.to_owned(),
-            version: self.versions.version_of::<W::Output>()?,
+            type_name: self.versions.name_of::<W::Output>().unwrap_or_default().to_owned(),
+            version: self.versions.version_of::<W::Output>().unwrap_or(1),
         })
     }
     fn run<'a>(&'a self, ctx: &'a Ctx, input: Value) -> BoxFuture<'a, Result<Value, RunError>> {

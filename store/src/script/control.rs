@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::{ms, ScriptStore};
-use crate::{needs_field, RunStatus, StoreError};
+use crate::{needs_field, OutputVersion, RunStatus, StoreError};
 use savepoint_core::ids::{EffectKey, ThreadId};
 use savepoint_core::outcome::Rerun;
 
@@ -207,6 +207,38 @@ impl ScriptStore {
         })
     }
 
+    /// Records the version `ov` of a completed run's output that a build from before
+    /// 2026-12-07 completed without one (`output_version.lua`).
+    pub async fn set_output_version(
+        &self,
+        thread: &ThreadId,
+        ov: &OutputVersion,
+        detail: &str,
+    ) -> Result<OutputVersionOutcome, StoreError> {
+        let k = self.keys.run(thread);
+        let mut inv = self.scripts.output_version.prepare_invoke();
+        inv.key(&k.run).key(&k.events);
+        inv.arg(ov.field()).arg(self.cfg.event_cap).arg(detail);
+        let r = self.invoke(&inv).await?;
+        Ok(match r.tag().as_str() {
+            "ok" => OutputVersionOutcome::Set,
+            "not_completed" => {
+                OutputVersionOutcome::NotCompleted(RunStatus::parse(&r.text(1)).unwrap_or(RunStatus::Pending))
+            }
+            "recorded" => match OutputVersion::parse(&r.text(1)) {
+                Some(recorded) => OutputVersionOutcome::Recorded(recorded),
+                None => {
+                    return Err(StoreError::Reply(format!(
+                        "output_version: unreadable ov {:?}",
+                        r.text(1)
+                    )))
+                }
+            },
+            "missing" => return Err(StoreError::Missing(thread.to_string())),
+            other => return Err(StoreError::Reply(format!("output_version: {other}"))),
+        })
+    }
+
     /// Lets a run go of the value run feature `feature` (`value:<type>@<version>`) that no
     /// build will name, so claims stop giving it back (`forget_feature.lua`).
     pub async fn forget_feature(
@@ -239,6 +271,17 @@ impl ScriptStore {
             other => return Err(StoreError::Reply(format!("forget_feature: {other}"))),
         })
     }
+}
+
+/// Outcome of [`ScriptStore::set_output_version`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutputVersionOutcome {
+    /// Recorded.
+    Set,
+    /// Only a completed run has an output (its status).
+    NotCompleted(RunStatus),
+    /// The run's output already carries a version (never replaced).
+    Recorded(OutputVersion),
 }
 
 /// Outcome of [`ScriptStore::forget_feature`].

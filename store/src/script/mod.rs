@@ -27,7 +27,9 @@ pub use savepoint_core::outcome::{
 
 pub use children::Cascade;
 pub use config::StoreConfig;
-pub use control::{Cancelled, ForgetOutcome, ForkOutcome, RestartOutcome, RetryOutcome, SignalOutcome};
+pub use control::{
+    Cancelled, ForgetOutcome, ForkOutcome, OutputVersionOutcome, RestartOutcome, RetryOutcome, SignalOutcome,
+};
 pub use create::SCHEMA_VERSION;
 pub use fleet::{owns_partition, ServedSpec, WorkerInfo};
 pub use flow::{Acquired, LineFacts, FLOW_PARK};

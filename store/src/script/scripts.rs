@@ -70,6 +70,7 @@ scripts!(
     unblock,
     retry,
     forget_feature,
+    output_version,
     restart,
     fork,
     sched_put,

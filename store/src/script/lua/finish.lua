@@ -12,7 +12,7 @@
 --          run takes a new answer (see signal.lua), 21 the kind of block (`bk`: in_doubt |
 --          non_determinism | panic | undecodable | other; '' = not blocked),
 --       22 the version of the output's type as the run's code declares it, `<type>@<version>`
---          (`ov`; '' = 1),
+--          (`ov`; `@1` for a type it does not declare; '' from a build before it said 1),
 --       23.. the slice's unwritten entries after the first
 -- Returns: {'ok', new_version} | {'missing'} | {'fenced', ...} | {'conflict', v} | {'index', steps}
 --        | {'unused', index, fence} (the in-doubt record of ARGV 16 is this run's own unused
