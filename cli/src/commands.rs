@@ -106,15 +106,10 @@ pub enum Command {
         /// The feature, e.g. `value:billing.Invoice@2`.
         feature: String,
     },
-    /// Say which version a completed child's output was written at (`<type>@<version>`), for
-    /// a child an older build completed without one: its parent blocks on it rather than
-    /// guess (README §10). Then `savepoint retry <parent>`. Needs the admin role.
-    OutputVersion {
-        /// Thread id of the completed child run.
-        thread: String,
-        /// The version, e.g. `billing.Price@2` (`@1`: its build declared none).
-        version: String,
-    },
+    /// Say which version a child's output was written at (`<type>@<version>`), for a child an
+    /// older build completed without one: its parent blocks on it rather than guess, naming
+    /// the call (README §10). Then `savepoint retry <parent>`. Needs the admin role.
+    OutputVersion(OutputVersionArgs),
     /// Fork a run from a journal entry into a new run (time travel): the new run starts with
     /// the source's first N entries and goes on from there. Needs the admin role.
     Fork {
@@ -263,6 +258,17 @@ pub struct DevCmd {
     /// Story and serving options.
     #[command(flatten)]
     pub dev: crate::dev::DevArgs,
+}
+
+/// Arguments of `savepoint output-version`.
+#[derive(Debug, Args)]
+pub struct OutputVersionArgs {
+    /// Thread id of the parent run (the one blocked).
+    pub thread: String,
+    /// The journal index of its child call, as the block reason names it.
+    pub call: u32,
+    /// The version, e.g. `billing.Price@2` (`@1`: the child's build declared none).
+    pub version: String,
 }
 
 /// Arguments of `savepoint start`.
@@ -668,7 +674,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Retry { thread } => print(json, &client.retry(&thread).await?, |v| render::ack("retry", v)),
         Command::ForgetFeature { thread, feature } => forget_feature(&client, json, &thread, &feature).await,
-        Command::OutputVersion { thread, version } => set_output_version(&client, json, &thread, &version).await,
+        Command::OutputVersion(a) => set_output_version(&client, json, a).await,
         Command::Fork {
             thread,
             from_step,
@@ -720,10 +726,10 @@ async fn forget_feature(client: &ApiClient, json: bool, thread: &str, feature: &
 }
 
 /// `savepoint output-version`: the version a completed child's output was written at.
-async fn set_output_version(client: &ApiClient, json: bool, thread: &str, output_version: &str) -> anyhow::Result<()> {
-    let v = client.set_output_version(thread, output_version).await?;
+async fn set_output_version(client: &ApiClient, json: bool, a: OutputVersionArgs) -> anyhow::Result<()> {
+    let v = client.set_output_version(&a.thread, a.call, &a.version).await?;
     print(json, &v, |v| {
-        render::ack(&format!("output version {output_version} for"), v)
+        render::ack(&format!("output version {} for call {} of", a.version, a.call), v)
     })
 }
 

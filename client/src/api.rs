@@ -259,10 +259,16 @@ impl ApiClient {
         .await
     }
 
-    /// `POST /v1/runs/{thread}/output-version`: the version (`<type>@<version>`) a completed
-    /// run's output was written at, for a run an older build completed without one.
-    pub async fn set_output_version(&self, thread: &str, output_version: &str) -> Result<Value, ClientError> {
-        let body = serde_json::json!({ "output_version": output_version });
+    /// `POST /v1/runs/{thread}/output-version`: the version (`<type>@<version>`) the output
+    /// of the run's child call at journal index `call` was written at, for a child an older
+    /// build completed without one.
+    pub async fn set_output_version(
+        &self,
+        thread: &str,
+        call: u32,
+        output_version: &str,
+    ) -> Result<Value, ClientError> {
+        let body = serde_json::json!({ "call": call, "output_version": output_version });
         self.request(
             Method::POST,
             &format!("/v1/runs/{}/output-version", encode(thread)),

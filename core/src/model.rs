@@ -632,7 +632,8 @@ pub struct Claimed {
     /// past a journal the worker holds ([`JournalHeld`]); `journal` holds entries `i..`, the
     /// first of which is the last one the worker holds (to check them against each other).
     pub journal_from: Option<u32>,
-    /// Buffered signal fields (`i:<name>`, `s:<name>:<seq>`) → JSON values.
+    /// Buffered signal fields (`i:<name>`, `s:<name>:<seq>`) → JSON values, and the versions
+    /// an operator gave child outputs that came without one (`v:child:<index>`).
     pub signals: BTreeMap<String, Value>,
     /// Failed attempts recorded so far by journal index (`t:<index>`), for calls a previous
     /// slice retried and did not record.

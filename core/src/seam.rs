@@ -176,8 +176,14 @@ pub trait RunStore: Send + Sync + 'static {
     /// Removes the effect record's expiry (a run still needs it).
     fn effect_keep<'a>(&'a self, key: &'a EffectKey) -> BoxFut<'a, StoreResult<()>>;
 
-    /// Gives the effect record its expiry back.
-    fn effect_expire<'a>(&'a self, key: &'a EffectKey) -> BoxFut<'a, StoreResult<()>>;
+    /// Run `thread` journaled its entry at `index` for the effect: its done record gets its
+    /// expiry where that run owns it or its owner journaled it already. True when it did.
+    fn effect_expire<'a>(
+        &'a self,
+        key: &'a EffectKey,
+        thread: &'a ThreadId,
+        index: u32,
+    ) -> BoxFut<'a, StoreResult<bool>>;
 
     // ---- children and reads ----
 

@@ -161,8 +161,13 @@ impl RunStore for ScriptStore {
         Box::pin(ScriptStore::effect_keep(self, key))
     }
 
-    fn effect_expire<'a>(&'a self, key: &'a EffectKey) -> BoxFut<'a, StoreResult<()>> {
-        Box::pin(ScriptStore::effect_expire(self, key))
+    fn effect_expire<'a>(
+        &'a self,
+        key: &'a EffectKey,
+        thread: &'a ThreadId,
+        index: u32,
+    ) -> BoxFut<'a, StoreResult<bool>> {
+        Box::pin(ScriptStore::effect_expire(self, key, thread, index))
     }
 
     fn header<'a>(&'a self, thread: &'a ThreadId) -> BoxFut<'a, StoreResult<Option<RunHeader>>> {

@@ -278,8 +278,13 @@ impl RunStore for Witness {
         self.inner.effect_keep(key)
     }
 
-    fn effect_expire<'a>(&'a self, key: &'a EffectKey) -> BoxFut<'a, StoreResult<()>> {
-        self.inner.effect_expire(key)
+    fn effect_expire<'a>(
+        &'a self,
+        key: &'a EffectKey,
+        thread: &'a ThreadId,
+        index: u32,
+    ) -> BoxFut<'a, StoreResult<bool>> {
+        self.inner.effect_expire(key, thread, index)
     }
 
     fn header<'a>(&'a self, thread: &'a ThreadId) -> BoxFut<'a, StoreResult<Option<RunHeader>>> {

@@ -692,8 +692,11 @@ pub struct CancelReply {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct OutputVersionBody {
-    /// The version the run's output was written at, `<type name>@<version>` as the parent's
-    /// block reason names the type (`@1` for a build that declared no version of it).
+    /// The journal index of the run's child call whose output came without a version (as
+    /// the run's block reason names it).
+    pub call: u32,
+    /// The version the child's output was written at, `<type name>@<version>` as the block
+    /// reason names the type (`@1` for a build that declared no version of it).
     pub output_version: String,
 }
 

@@ -499,6 +499,58 @@ async fn a_task_published_before_a_suspend_does_not_delay_the_wake_up(s: ScriptS
     assert_eq!(s.mark_queued(&[(t.clone(), slept.rv)]).await.unwrap(), 1);
 }
 
+/// A done record's lifetime (issue 49, hole 2): no expiry until its owner journals it; then
+/// the effect TTL. Another run that found it done does not give it one before the owner has
+/// journaled it; an intent never gets one; a cancel gives one to what its run recorded, by
+/// its own call or by an operator's settle for it.
+async fn a_done_record_lives_until_its_owner_journals_it_or_ends(s: ScriptStore) {
+    let ttl = |key: EffectKey| {
+        let s = s.clone();
+        async move {
+            let t: i64 = s.query(redis::cmd("PTTL").arg(s.keys().effect(&key))).await.unwrap();
+            t
+        }
+    };
+    let (a, b) = (ThreadId::generate("a"), ThreadId::generate("b"));
+    let key = EffectKey::new(format!("mail:{}", uuid::Uuid::new_v4())).unwrap();
+    assert_eq!(s.effect_intent(&key, &a, 2, 1, false).await.unwrap(), EffectClaim::Won);
+    assert!(!s.effect_expire(&key, &a, 2).await.unwrap(), "an intent never expires");
+    assert_eq!(ttl(key.clone()).await, -1);
+    s.effect_done(&key, &a, 2, 1, &json!("sent")).await.unwrap();
+    assert_eq!(ttl(key.clone()).await, -1, "the only proof: no expiry");
+    assert!(
+        !s.effect_expire(&key, &b, 0).await.unwrap(),
+        "another run found it: the owner still needs it"
+    );
+    assert_eq!(ttl(key.clone()).await, -1);
+    assert!(!s.effect_expire(&key, &a, 3).await.unwrap(), "not the owner's call");
+    assert!(s.effect_expire(&key, &a, 2).await.unwrap(), "the owner journaled it");
+    assert!(ttl(key.clone()).await > 0);
+    assert!(
+        s.effect_expire(&key, &b, 0).await.unwrap(),
+        "journaled by its owner: refreshed"
+    );
+    // An operator's settle for a run that is then cancelled before it journals it.
+    let settled = EffectKey::new(format!("mail:{}", uuid::Uuid::new_v4())).unwrap();
+    assert_eq!(
+        s.effect_intent(&settled, &a, 4, 1, false).await.unwrap(),
+        EffectClaim::Won
+    );
+    s.settle_done(&settled, &a, &json!("sent"), None).await.unwrap();
+    assert_eq!(ttl(settled.clone()).await, -1);
+    assert!(
+        !s.effect_orphan(&settled, &a, 4, "cancelled").await.unwrap(),
+        "done, not an intent"
+    );
+    assert!(ttl(settled.clone()).await > 0, "its run ended: the record expires");
+    // The run's own done record, never journaled, at a cancel.
+    let own = EffectKey::new(format!("mail:{}", uuid::Uuid::new_v4())).unwrap();
+    assert_eq!(s.effect_intent(&own, &b, 1, 1, false).await.unwrap(), EffectClaim::Won);
+    s.effect_done(&own, &b, 1, 1, &json!("sent")).await.unwrap();
+    assert!(!s.effect_orphan(&own, &b, 1, "cancelled").await.unwrap());
+    assert!(ttl(own.clone()).await > 0);
+}
+
 async fn effect_records_intent_done_release(s: ScriptStore) {
     let key = EffectKey::new(format!("charge:{}", uuid::Uuid::new_v4())).unwrap();
     let (t1, t2) = (ThreadId::generate("a"), ThreadId::generate("b"));
@@ -1523,6 +1575,7 @@ conformance!(
     a_task_published_before_a_suspend_does_not_delay_the_wake_up,
     a_task_for_a_leased_run_does_not_push_its_safety_net_out,
     effect_records_intent_done_release,
+    a_done_record_lives_until_its_owner_journals_it_or_ends,
     rejected_answers_and_reopened_results,
     orphaned_intents_and_operator_settlement,
     a_run_that_needs_a_feature_the_worker_does_not_know_is_given_back_untouched,

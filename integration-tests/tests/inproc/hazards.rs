@@ -1502,10 +1502,13 @@ impl Workflow for SendOnce {
     type Input = Value;
     type Output = Value;
 
-    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let calls = Arc::clone(&self.calls);
+        let key = input["key"]
+            .as_str()
+            .map_or_else(|| format!("send:{}", ctx.thread_id()), str::to_owned);
         let sent: Value = ctx
-            .effect("send", format!("send:{}", ctx.thread_id()), move |_fx: EffectCtx| {
+            .effect("send", key, move |_fx: EffectCtx| {
                 let calls = Arc::clone(&calls);
                 async move {
                     *calls.lock().unwrap() += 1;
@@ -1583,5 +1586,37 @@ async fn an_effect_done_before_a_crash_is_not_repeated_after_a_pause_longer_than
     assert!(code < 300, "{code} {body}");
     let ttl = record_ttl(&w, &key2).await;
     assert!(ttl > 0 || ttl == -2, "a cancelled run's record expires: {ttl}");
+    cleanup(&w.cfg).await;
+}
+
+/// The same crash and pause, and meanwhile another run with the same key finds the record
+/// done and journals it (review of hole 2's fix): that run must not give the record its TTL
+/// while its owner, paused, has not journaled it, or the owner calls the provider again.
+#[tokio::test]
+async fn a_run_sharing_the_key_does_not_expire_the_proof_its_paused_owner_needs() {
+    let w = World::new("donepshared", |c| c.effect_ttl_secs = 1).await;
+    let calls = Arc::new(Mutex::new(0));
+    let key = format!("shared:{}", w.cfg.namespace);
+    let a = InProc::with_failpoints(&w.cfg, send_once(&calls), "effect.after_done=abort@1");
+    w.wait_registered(SendOnce::NAME).await;
+    let owner = w.start(SendOnce::NAME, json!({"key": key})).await;
+    a.crashed().await;
+    let (code, body) = w.post(&format!("/v1/runs/{owner}/pause"), json!({})).await;
+    assert_eq!(code, 200, "{body}");
+    let b = InProc::start(&w.cfg, send_once(&calls));
+    w.wait_status(&owner, &["paused"], LONG).await;
+    let other = w.start(SendOnce::NAME, json!({"key": key})).await;
+    let run = w.wait_status(&other, &["completed", "failed", "blocked"], LONG).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(record_ttl(&w, &key).await, -1, "the paused owner still needs it");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (code, body) = w.post(&format!("/v1/runs/{owner}/unpause"), json!({})).await;
+    assert_eq!(code, 200, "{body}");
+    let run = w.wait_status(&owner, &["completed", "failed", "blocked"], LONG).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(*calls.lock().unwrap(), 1, "the provider was called again");
+    let ttl = record_ttl(&w, &key).await;
+    assert!(ttl > 0 || ttl == -2, "journaled by its owner: {ttl}");
+    b.stop().await;
     cleanup(&w.cfg).await;
 }

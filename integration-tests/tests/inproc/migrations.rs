@@ -532,29 +532,35 @@ async fn a_childs_output_without_a_version_is_never_read_as_version_one() {
     let run = w.wait_status(&parent, &["completed", "blocked", "failed"], LONG).await;
     assert_eq!(run["status"], "blocked", "read as a guess: {run}");
     let reason = run["blocked_reason"].as_str().unwrap_or_default().to_owned();
+    let command = format!("savepoint output-version {parent} 0 it.ChildPrice@<version>");
     for says in [
         "carries no version",
         "it.ChildPrice",
-        "savepoint output-version",
+        command.as_str(),
         "savepoint retry",
     ] {
         assert!(reason.contains(says), "{says:?} not in {reason:?}");
     }
-    // The operator says which version the child's code wrote it at, then retries the parent.
-    let path = format!("/v1/runs/{kid}/output-version");
-    let (code, body) = w.post(&path, json!({"output_version": "it.ChildPrice@0"})).await;
-    assert_eq!(code, 422, "{body}");
-    let (code, body) = w.post(&path, json!({"output_version": "it.ChildPrice@2"})).await;
-    assert_eq!(code, 200, "{body}");
-    let (code, body) = w.post(&path, json!({"output_version": "it.ChildPrice@1"})).await;
-    assert_eq!(code, 409, "a recorded version is never replaced: {body}");
+    // The operator says which version the child's code wrote it at, for the parent's call,
+    // then retries the parent. A type the parent's code does not read is refused at the read.
+    let path = format!("/v1/runs/{parent}/output-version");
     let (code, body) = w
-        .post(
-            &format!("/v1/runs/{parent}/output-version"),
-            json!({"output_version": "@1"}),
-        )
+        .post(&path, json!({"call": 0, "output_version": "it.ChildPrice@0"}))
         .await;
-    assert_eq!(code, 409, "only a completed run: {body}");
+    assert_eq!(code, 422, "{body}");
+    let (code, body) = w
+        .post(&path, json!({"call": 0, "output_version": "other.Price@2"}))
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = w.post(&format!("/v1/runs/{parent}/retry"), json!({})).await;
+    assert_eq!(code, 202, "{body}");
+    let run = w.wait_status(&parent, &["completed", "blocked"], LONG).await;
+    let reason = run["blocked_reason"].as_str().unwrap_or_default().to_owned();
+    assert!(reason.contains("names a type this code does not read"), "{run}");
+    let (code, body) = w
+        .post(&path, json!({"call": 0, "output_version": "it.ChildPrice@2"}))
+        .await;
+    assert_eq!(code, 200, "a later answer replaces an earlier one: {body}");
     let (code, body) = w.post(&format!("/v1/runs/{parent}/retry"), json!({})).await;
     assert_eq!(code, 202, "{body}");
     let run = w.wait_status(&parent, &["completed", "blocked", "failed"], LONG).await;
@@ -563,5 +569,9 @@ async fn a_childs_output_without_a_version_is_never_read_as_version_one() {
         (&json!("completed"), &json!(1250)),
         "{run}"
     );
+    let (code, body) = w
+        .post(&path, json!({"call": 0, "output_version": "it.ChildPrice@2"}))
+        .await;
+    assert_eq!(code, 409, "an ended run reads no output: {body}");
     wk.stop().await;
 }

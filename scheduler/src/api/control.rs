@@ -404,12 +404,13 @@ pub(crate) async fn forget_feature(
 
 /// Say which version a child's output was written at
 ///
-/// A run completed by a build from before 2026-12-07 kept no version of its output's type
+/// A child completed by a build from before 2026-12-07 kept no version of its output's type
 /// (builds from 3992e27 to before 0084d6c declared versions above 1 without recording them),
-/// so a parent whose code reads a later version of the type blocks on it rather than guess.
-/// This records the version the child's code wrote it at; `retry` on the parent then reads
-/// the output from there through the declared migrations. Only a completed run without a
-/// recorded version takes one: a recorded version is never replaced.
+/// so a parent whose code reads a later version of the type blocks on it rather than guess,
+/// naming the call. This records, for that run and call, the version the child's code wrote
+/// the output at (a later answer replaces an earlier one); `retry` on the run then reads the
+/// output from there through the declared migrations. A version naming a type the run's code
+/// does not read blocks it again, saying so.
 #[utoipa::path(
     post,
     path = "/v1/runs/{thread_id}/output-version",
@@ -418,8 +419,8 @@ pub(crate) async fn forget_feature(
     params(super::ThreadParam),
     request_body = OutputVersionBody,
     responses(
-        (status = 200, description = "Recorded", body = Accepted),
-        (status = 409, description = "The run has not completed, or its output already carries a version", body = ErrorBody),
+        (status = 200, description = "Recorded for the run to read", body = Accepted),
+        (status = 409, description = "The run has ended", body = ErrorBody),
         (status = 422, description = "Not `<type name>@<version>` with a version of 1 or more", body = ErrorBody),
     )
 )]
@@ -436,10 +437,10 @@ pub(crate) async fn set_output_version(
         )));
     };
     let svc = st.services()?;
-    let detail = format!("{} set by an operator via API", ov.field());
-    match svc.store.set_output_version(&thread, &ov, &detail).await {
+    let detail = format!("{} for call {} set by an operator via API", ov.field(), body.call);
+    match svc.store.set_output_version(&thread, body.call, &ov, &detail).await {
         Ok(OutputVersionOutcome::Set) => {
-            info!(thread.id = %thread, output_version = %ov.field(), "output version set");
+            info!(thread.id = %thread, call = body.call, output_version = %ov.field(), "child output version set");
             Ok((
                 StatusCode::OK,
                 Json(Accepted {
@@ -450,14 +451,7 @@ pub(crate) async fn set_output_version(
                 }),
             ))
         }
-        Ok(OutputVersionOutcome::NotCompleted(status)) => Err(ApiError::conflict(format!(
-            "run is {status}: only a completed run's output has a version"
-        ))),
-        Ok(OutputVersionOutcome::Recorded(recorded)) => Err(ApiError::conflict(format!(
-            "the run's output already carries version {} (recorded by the build that completed it): it is never \
-             replaced",
-            recorded.field()
-        ))),
+        Ok(OutputVersionOutcome::Ended(status)) => Err(ended(status, "read a child's output")),
         Err(StoreError::Missing(_)) => Err(ApiError::run_not_found(&thread)),
         Err(e) => Err(e.into()),
     }

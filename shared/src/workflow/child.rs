@@ -348,7 +348,7 @@ impl Core {
             // version is not known (§8c), so it is never taken as 1 where this code reads a
             // later one.
             let ov = match ov {
-                None if matches!(o, Outcome::Ok(_)) => match self.unrecorded_output(reader, child).await {
+                None if matches!(o, Outcome::Ok(_)) => match self.unrecorded_output(reader, (index, child)).await {
                     Ok(ov) => ov,
                     Err(blocked) => return blocked,
                 },

@@ -379,31 +379,49 @@ impl Core {
     /// above 1 without recording them, so "no version" is not "version 1"):
     /// - read as it is, or this code knows no version of the type above 1: `None` (version 1
     ///   is the only reading, and what it means to this code);
-    /// - the version an operator set on the child since (`savepoint output-version`), from
-    ///   the child's record;
+    /// - the version an operator gave the output of the call at `index` since
+    ///   (`savepoint output-version`, `v:child:<index>` beside the child's word), if it names
+    ///   the type this code reads (its name, or one it was recorded under before);
     /// - otherwise the run blocks (`Err`) naming the child, the type, and the command that
     ///   says which version the child's code wrote: it is never read as a guess.
     pub(super) async fn unrecorded_output(
         &mut self,
         reader: Reader,
-        child: &ThreadId,
+        (index, child): (u32, &ThreadId),
     ) -> Result<Option<OutputVersion>, Outcome> {
         let Some(reads) = self.value_version(reader).filter(|v| *v > 1) else {
             return Ok(None);
         };
-        match self.p.store.header(child).await {
-            Ok(Some(h)) if h.output_version.is_some() => return Ok(h.output_version),
-            Ok(_) => {}
-            Err(e) => return Err(self.store_failed(e).await),
-        }
         let name = (reader.name_of)(&self.versions_for(reader)).unwrap_or("<type>");
+        let given = self
+            .p
+            .signals
+            .get(&format!("v:{}", savepoint_core::outcome::child_signal(index)))
+            .and_then(Value::as_str)
+            .and_then(OutputVersion::parse);
+        let known = |ov: &OutputVersion| {
+            ov.type_name == name
+                || self
+                    .p
+                    .value_features
+                    .iter()
+                    .any(|f| f.starts_with(&format!("value:{}@", ov.type_name)))
+        };
+        let why = match given {
+            Some(ov) if ov.is_first() || known(&ov) => return Ok(Some(ov)),
+            Some(ov) => format!(
+                "the version an operator gave it, {}, names a type this code does not read (it reads {name})",
+                ov.field()
+            ),
+            None => "a build from before 2026-12-07 completed it".to_owned(),
+        };
+        let parent = self.p.lease.thread.clone();
         let reason = format!(
-            "the output of child run {child} carries no version: a build from before 2026-12-07 completed it, and \
-             this code reads version {reads} of {name}; builds from 3992e27 to before 0084d6c wrote versions above \
-             1 without recording them, so it is not read as a guess: say which version the child's code wrote it at \
-             with `savepoint output-version {child} {name}@<version>` (1 if that build declared no version of the \
-             type), then `savepoint retry {}`",
-            self.p.lease.thread
+            "the output of child run {child} carries no version: {why}, and this code reads version {reads} of \
+             {name}; builds from 3992e27 to before 0084d6c wrote versions above 1 without recording them, so it is \
+             not read as a guess: say which version the child's code wrote it at with `savepoint output-version \
+             {parent} {index} {name}@<version>` (1 if that build declared no version of the type), then \
+             `savepoint retry {parent}`"
         );
         Err(self.block(BlockKind::Migration, &reason, None).await)
     }
@@ -982,7 +1000,7 @@ impl Core {
         if let Some(key) = entry.key.as_deref() {
             self.unjournaled.retain(|k| k.as_str() != key);
             if w.expire_record {
-                self.expire_record(key).await;
+                self.expire_record(key, idx).await;
             }
         }
         self.p.journal.push(entry);
@@ -993,9 +1011,10 @@ impl Core {
     /// (`effect_done.lua`) or was kept from expiring (a block), being the only proof the
     /// effect happened. (If this fails, or the worker dies first, the record outlives its
     /// dedup window: memory, never a repeat.)
-    async fn expire_record(&mut self, key: &str) {
+    async fn expire_record(&mut self, key: &str, index: u32) {
         if let Ok(key) = EffectKey::new(key.to_owned()) {
-            if let Err(e) = self.p.store.effect_expire(&key).await {
+            let thread = self.p.lease.thread.clone();
+            if let Err(e) = self.p.store.effect_expire(&key, &thread, index).await {
                 tracing::debug!(error = %e, "could not give a journaled effect's record its expiry");
             }
         }

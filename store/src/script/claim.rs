@@ -104,7 +104,8 @@ impl ScriptStore {
             .and_then(|t| t.parse::<u32>().ok());
         let journal = journal_fields_from(&header, &fields, from.unwrap_or(0));
         let mut signals = r.map(3);
-        signals.retain(|f, _| f.starts_with("i:") || f.starts_with("s:"));
+        // (`v:`: a version an operator gave a child's output that came without one.)
+        signals.retain(|f, _| f.starts_with("i:") || f.starts_with("s:") || f.starts_with("v:"));
         self.open_fields(thread, &mut signals)?;
         let signals = signals
             .into_iter()

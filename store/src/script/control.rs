@@ -207,33 +207,24 @@ impl ScriptStore {
         })
     }
 
-    /// Records the version `ov` of a completed run's output that a build from before
-    /// 2026-12-07 completed without one (`output_version.lua`).
+    /// Records, for run `thread`'s child call at journal index `call`, the version `ov` its
+    /// output was written at, for a child that a build from before 2026-12-07 completed
+    /// without one (`output_version.lua`).
     pub async fn set_output_version(
         &self,
         thread: &ThreadId,
+        call: u32,
         ov: &OutputVersion,
         detail: &str,
     ) -> Result<OutputVersionOutcome, StoreError> {
         let k = self.keys.run(thread);
         let mut inv = self.scripts.output_version.prepare_invoke();
-        inv.key(&k.run).key(&k.events);
-        inv.arg(ov.field()).arg(self.cfg.event_cap).arg(detail);
+        inv.key(&k.run).key(&k.signals).key(&k.events);
+        inv.arg(call).arg(ov.field()).arg(self.cfg.event_cap).arg(detail);
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
             "ok" => OutputVersionOutcome::Set,
-            "not_completed" => {
-                OutputVersionOutcome::NotCompleted(RunStatus::parse(&r.text(1)).unwrap_or(RunStatus::Pending))
-            }
-            "recorded" => match OutputVersion::parse(&r.text(1)) {
-                Some(recorded) => OutputVersionOutcome::Recorded(recorded),
-                None => {
-                    return Err(StoreError::Reply(format!(
-                        "output_version: unreadable ov {:?}",
-                        r.text(1)
-                    )))
-                }
-            },
+            "ended" => OutputVersionOutcome::Ended(RunStatus::parse(&r.text(1)).unwrap_or(RunStatus::Completed)),
             "missing" => return Err(StoreError::Missing(thread.to_string())),
             other => return Err(StoreError::Reply(format!("output_version: {other}"))),
         })
@@ -276,12 +267,10 @@ impl ScriptStore {
 /// Outcome of [`ScriptStore::set_output_version`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum OutputVersionOutcome {
-    /// Recorded.
+    /// Recorded for the run to read.
     Set,
-    /// Only a completed run has an output (its status).
-    NotCompleted(RunStatus),
-    /// The run's output already carries a version (never replaced).
-    Recorded(OutputVersion),
+    /// The run has ended (its status): it reads no child's output any more.
+    Ended(RunStatus),
 }
 
 /// Outcome of [`ScriptStore::forget_feature`].

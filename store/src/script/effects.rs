@@ -268,17 +268,14 @@ impl ScriptStore {
         Ok(())
     }
 
-    /// Gives effect `key`'s done record its expiry (`SAVEPOINT_EFFECT_TTL_SECS` from now, the
-    /// dedup window), once the run that needed it as proof journaled its entry.
-    pub async fn effect_expire(&self, key: &EffectKey) -> Result<(), StoreError> {
-        let _: i64 = self
-            .query(
-                redis::cmd("PEXPIRE")
-                    .arg(self.keys.effect(key))
-                    .arg(ms(self.cfg.effect_ttl)),
-            )
-            .await?;
-        Ok(())
+    /// Run `thread` journaled its entry at `index` for effect `key`: the done record gets its
+    /// expiry (`SAVEPOINT_EFFECT_TTL_SECS`, the dedup window) if that run owns it, or if its
+    /// owner journaled it already (`effect_expire.lua`); never an intent. True when it did.
+    pub async fn effect_expire(&self, key: &EffectKey, thread: &ThreadId, index: u32) -> Result<bool, StoreError> {
+        let mut inv = self.scripts.effect_expire.prepare_invoke();
+        inv.key(self.keys.effect(key));
+        inv.arg(thread.as_str()).arg(index).arg(ms(self.cfg.effect_ttl));
+        Ok(self.invoke(&inv).await?.tag() == "ok")
     }
 
     /// The raw dedup record of an effect key (JSON), for the API and tests.

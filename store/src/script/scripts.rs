@@ -90,6 +90,7 @@ scripts!(
     effect_orphan,
     effect_reopen,
     effect_forget,
+    effect_expire,
     register_worker,
     live_workers,
     wake_unserved,
