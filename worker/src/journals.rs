@@ -300,8 +300,12 @@ mod tests {
     use super::*;
     use savepoint_core::journal::{EntryKind, Outcome};
 
+    /// Entry `i`, the same value whenever it is made (`Entry::new` stamps the wall clock: two
+    /// copies made a millisecond apart would differ, and the held journal's check with them).
     fn entry(i: u32) -> Entry {
-        Entry::new(&format!("s{i}"), EntryKind::Step, Outcome::Ok(serde_json::json!(i)), 1)
+        let mut e = Entry::new(&format!("s{i}"), EntryKind::Step, Outcome::Ok(serde_json::json!(i)), 1);
+        e.at = u64::from(i);
+        e
     }
 
     fn header(thread: &str) -> RunHeader {
