@@ -694,9 +694,12 @@ pub struct CancelReply {
 pub struct OutputVersionBody {
     /// The journal index of the run's child call whose output came without a version (as
     /// the run's block reason names it).
+    #[serde(deserialize_with = "whole_u32")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 4_294_967_295u64, example = 0))]
     pub call: u32,
     /// The version the child's output was written at, `<type name>@<version>` as the block
     /// reason names the type (`@1` for a build that declared no version of it).
+    #[cfg_attr(feature = "openapi", schema(example = "billing.Price@2"))]
     pub output_version: String,
 }
 
