@@ -275,6 +275,27 @@ impl Consumer {
         }
     }
 
+    /// Stops taking deliveries until the next [`Consumer::next`], and gives back those the
+    /// broker pushed here that were never handed out, for a consumer with room (the worker's
+    /// slots have all been busy a while). Returns how many went back. The embedded queue
+    /// hands a delivery out only when asked: it holds none.
+    pub async fn hand_back(&mut self) -> usize {
+        match &mut self.kind {
+            ConsumerKind::Amqp(c) => c.hand_back().await,
+            #[cfg(feature = "mem")]
+            ConsumerKind::Mem { .. } => 0,
+        }
+    }
+
+    /// Consumes again after a [`Consumer::hand_back`] (`next` does too, but from inside a race
+    /// of several consumers' `next` a cut-off `basic.consume` would strand what it receives).
+    #[cfg_attr(not(feature = "mem"), allow(irrefutable_let_patterns))]
+    pub async fn resume(&mut self) {
+        if let ConsumerKind::Amqp(c) = &mut self.kind {
+            c.resume().await;
+        }
+    }
+
     /// Returns once the consumer is attached to the queue (connecting with backoff if it is
     /// not), or shutdown was requested.
     // Without the embedded queue the AMQP consumer is the only kind.

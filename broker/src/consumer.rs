@@ -6,7 +6,9 @@ use super::error::BrokerError;
 use super::topology::{self, short, STICKY_AT_HEADER};
 use super::BrokerConfig;
 use futures::StreamExt;
-use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, ConfirmSelectOptions,
+};
 use lapin::types::FieldTable;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -38,7 +40,17 @@ struct Active {
     session: Arc<Session>,
     stream: lapin::Consumer,
     since: Instant,
+    /// Not consuming since a [`AmqpConsumer::hand_back`]: the next `next` consumes again.
+    handed_back: bool,
+    /// Consumes on this channel so far (each under a tag of its own).
+    round: u32,
 }
+
+/// How long a hand-back waits for the deliveries its cancel leaves in the stream.
+const HAND_BACK_DRAIN: Duration = Duration::from_secs(2);
+
+/// How long a hand-back waits for the broker to confirm one task published again.
+const REPUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl std::fmt::Debug for AmqpConsumer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -82,6 +94,10 @@ impl AmqpConsumer {
                 self.establish().await;
                 continue;
             };
+            if active.handed_back {
+                self.resume().await;
+                continue;
+            }
             let shutdown = self.shutdown.clone();
             // `None` means shutdown was requested.
             let step = tokio::select! {
@@ -93,7 +109,7 @@ impl AmqpConsumer {
                 None => continue,
                 Some(Some(Ok(d))) => {
                     if overdue_sticky(&self.cfg.topology, &d) {
-                        pass_on(&self.tag, d).await;
+                        let _ = pass_on(&self.tag, &d).await;
                         continue;
                     }
                     return Some(Delivery::from_amqp(d, Arc::clone(&active.session), shutdown));
@@ -154,6 +170,11 @@ impl AmqpConsumer {
                 .await
                 .map_err(|e| BrokerError::amqp("channel.open", e))?;
             topology::declare(&channel, &self.cfg.topology, self.cfg.delivery_limit).await?;
+            // (Confirms for the hand-back's publishes; a consumer's own acks are not affected.)
+            channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await
+                .map_err(|e| BrokerError::amqp("confirm.select", e))?;
             let prefetch = match &self.cfg.topology.sticky {
                 Some(sticky) => sticky.prefetch(self.cfg.prefetch),
                 None => self.cfg.prefetch,
@@ -191,7 +212,91 @@ impl AmqpConsumer {
             session: Arc::new(Session::new(link)),
             stream,
             since: Instant::now(),
+            handed_back: false,
+            round: 0,
         })
+    }
+
+    /// Consumes again after a [`hand_back`](Self::hand_back) (else nothing). Call it outside
+    /// a race of futures: a `basic.consume` cut off half way would leave a consumer whose
+    /// deliveries nobody reads.
+    pub(crate) async fn resume(&mut self) {
+        let Some(active) = self.active.as_mut().filter(|a| a.handed_back) else {
+            return;
+        };
+        if let Err(e) = consume_again(&self.cfg, &self.tag, active).await {
+            self.lost(&format!("consuming again after a hand-back: {e}")).await;
+        }
+    }
+
+    /// Stops consuming until the next [`next`](Self::next) and gives back what the broker
+    /// pushed here that was never handed out (prefetched while every slot of the worker was
+    /// busy), so that a worker with room takes it: a task queue's delivery is published to
+    /// its queue again, confirmed, then acknowledged (a requeue would count towards the
+    /// delivery limit, and a long busy spell would dead-letter a healthy task); a sticky
+    /// queue's goes on to the task queue, as past its TTL. Returns how many went back. A
+    /// delivery that cannot go back stays unsettled: the channel's end returns it.
+    pub(crate) async fn hand_back(&mut self) -> usize {
+        let Some(active) = self.active.as_mut() else {
+            return 0;
+        };
+        let link = &active.session.link;
+        if active.handed_back || !link.usable() {
+            return 0;
+        }
+        if let Err(e) = link
+            .channel
+            .basic_cancel(active.stream.tag(), BasicCancelOptions::default())
+            .await
+        {
+            debug!(tag = %self.tag, error = %e, "basic.cancel for a hand-back failed");
+            return 0;
+        }
+        active.handed_back = true;
+        let queue = self.cfg.topology.queue_name();
+        let sticky = self.cfg.topology.sticky.is_some();
+        let (mut n, mut stuck) = (0, false);
+        // After the cancel-ok, the stream yields what it had buffered, then ends.
+        while let Ok(Some(Ok(d))) = tokio::time::timeout(HAND_BACK_DRAIN, active.stream.next()).await {
+            let back = if sticky {
+                pass_on(&self.tag, &d).await
+            } else {
+                match tokio::time::timeout(REPUBLISH_TIMEOUT, republish(&link.channel, &queue, &d)).await {
+                    Ok(Ok(())) => matches!(d.acker.ack(BasicAckOptions::default()).await, Ok(true)),
+                    Ok(Err(e)) => {
+                        warn!(tag = %self.tag, error = %e, "handing a task back failed; requeueing it");
+                        false
+                    }
+                    Err(_) => {
+                        warn!(tag = %self.tag, "handing a task back timed out; requeueing it");
+                        false
+                    }
+                }
+            };
+            if back {
+                n += 1;
+                handed(if sticky { "passed_on" } else { "published" });
+                continue;
+            }
+            // Not settled: requeued (counted towards the delivery limit, but only on a failure)
+            // or, when even that fails, left to the end of this session, below: a delivery
+            // left unsettled on a channel that goes on consuming would never be taken again.
+            let requeue = BasicNackOptions {
+                multiple: false,
+                requeue: true,
+            };
+            match d.acker.nack(requeue).await {
+                Ok(true) => handed("requeued"),
+                _ => stuck = true,
+            }
+        }
+        if stuck {
+            self.lost("a task it could not hand back nor requeue is returned by ending the session")
+                .await;
+        } else if n > 0 {
+            debug!(tag = %self.tag, queue = %queue, tasks = n, "handed back tasks this worker had no slot for");
+        }
+        n
     }
 
     /// Drops the broken session and waits a backoff delay before the next attempt.
@@ -240,6 +345,54 @@ impl AmqpConsumer {
     }
 }
 
+/// Consumes again on the session's channel after a hand-back (a tag of its own each time).
+async fn consume_again(cfg: &BrokerConfig, tag: &str, active: &mut Active) -> Result<(), BrokerError> {
+    let queue = cfg.topology.queue_name();
+    active.round += 1;
+    let tag = format!("{tag}~{}", active.round);
+    active.stream = active
+        .session
+        .link
+        .channel
+        .basic_consume(
+            short(&queue)?,
+            short(&tag)?,
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|e| BrokerError::amqp(format!("basic.consume {queue}"), e))?;
+    active.handed_back = false;
+    Ok(())
+}
+
+/// Publishes a delivery's message to `queue` again (through the default exchange, which
+/// routes by queue name), with its properties, and waits for the confirm.
+async fn republish(channel: &lapin::Channel, queue: &str, d: &lapin::message::Delivery) -> Result<(), BrokerError> {
+    let mut props = d.properties.clone();
+    if let Some(headers) = props.headers().clone() {
+        // The broker's own bookkeeping of earlier deliveries is not the message's.
+        let mut kept = FieldTable::default();
+        for (k, v) in headers.inner() {
+            if !k.as_str().starts_with("x-death") && !k.as_str().starts_with("x-delivery-count") {
+                kept.insert(k.clone(), v.clone());
+            }
+        }
+        props = props.with_headers(kept);
+    }
+    super::publisher::publish_once(channel, &"".into(), &short(queue)?, &d.data, &props).await?;
+    savepoint_core::metrics::inc(
+        &savepoint_core::metrics::metrics().published,
+        &[("reason", "hand_back")],
+    );
+    Ok(())
+}
+
+/// Counts a task handed back (`how`: published, passed_on, requeued).
+fn handed(how: &'static str) {
+    savepoint_core::metrics::inc(&savepoint_core::metrics::metrics().handed_back, &[("how", how)]);
+}
+
 /// True for a delivery of a sticky queue that has waited out the queue's TTL: prefetched
 /// while its worker had no free slot, it would otherwise wait for one however long that
 /// takes, where the TTL promises any worker after it.
@@ -256,19 +409,26 @@ fn overdue_sticky(topology: &topology::Topology, d: &lapin::message::Delivery) -
 /// sticky queue dead-letters it to the task exchange under the task queue's routing key,
 /// as its TTL would have in the queue. A reject that fails leaves it unsettled: the
 /// channel's end returns it to the sticky queue, whose TTL then acts.
-async fn pass_on(tag: &str, d: lapin::message::Delivery) {
+async fn pass_on(tag: &str, d: &lapin::message::Delivery) -> bool {
     let opts = BasicNackOptions {
         multiple: false,
         requeue: false,
     };
     match d.acker.nack(opts).await {
         Ok(true) => {
-            debug!(tag = %tag, "a sticky task past its TTL went on to the task queue");
+            debug!(tag = %tag, "a sticky task went on to the task queue");
             savepoint_core::metrics::inc(&savepoint_core::metrics::metrics().sticky_expired, &[]);
+            true
         }
         // Not settled (the channel is going): the task goes with the exclusive queue, and the
         // run's near net rings it again, as for a task lost with a dead worker's queue.
-        Ok(false) => warn!(tag = %tag, "an overdue sticky task could not be passed on; its run's net rings it again"),
-        Err(e) => warn!(tag = %tag, error = %e, "passing an overdue sticky task on failed"),
+        Ok(false) => {
+            warn!(tag = %tag, "a sticky task could not be passed on; its run's net rings it again");
+            false
+        }
+        Err(e) => {
+            warn!(tag = %tag, error = %e, "passing a sticky task on failed");
+            false
+        }
     }
 }

@@ -268,7 +268,7 @@ impl AmqpBroker {
     }
 }
 
-async fn publish_once(
+pub(crate) async fn publish_once(
     channel: &Channel,
     exchange: &ShortString,
     routing_key: &ShortString,

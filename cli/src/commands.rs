@@ -423,6 +423,10 @@ pub struct PauseArgs {
     /// Unpause: move the runs it puts back to this version of their workflow.
     #[arg(long)]
     pub to_version: Option<u32>,
+    /// Pause even while a live worker of a build from before pauses would not honour it (the
+    /// answer names those workers).
+    #[arg(long)]
+    pub force: bool,
 }
 
 impl PauseArgs {
@@ -453,10 +457,7 @@ impl PauseArgs {
                     b.insert("to_version".into(), v.into());
                 }
             }
-            false if self.hold_timers => {
-                b.insert("hold_timers".into(), true.into());
-            }
-            false => {}
+            false => self.pause_options(&mut b),
         }
         // (Absent fields are dropped: the API reads `null` as absent, but the filter's
         // explicit nulls are noise in a request log.)
@@ -476,10 +477,20 @@ impl PauseArgs {
             if let Some(v) = self.to_version {
                 b.insert("to_version".into(), v.into());
             }
-        } else if self.hold_timers {
-            b.insert("hold_timers".into(), true.into());
+        } else {
+            self.pause_options(&mut b);
         }
         Value::Object(b)
+    }
+
+    /// A pause's `hold_timers` and `force`, when asked for.
+    fn pause_options(&self, b: &mut serde_json::Map<String, Value>) {
+        if self.hold_timers {
+            b.insert("hold_timers".into(), true.into());
+        }
+        if self.force {
+            b.insert("force".into(), true.into());
+        }
     }
 }
 

@@ -497,6 +497,7 @@ pub fn pauses(v: &Value) -> String {
         "runs stopped by a pause: {}",
         v["paused_runs"].as_u64().unwrap_or(0)
     );
+    out.push_str(&unenforced(v));
     out
 }
 
@@ -508,6 +509,7 @@ pub fn paused(action: &str, v: &Value) -> String {
             let _ = write!(s, " (still held: {})", pause_line(h));
         }
         s.push('\n');
+        s.push_str(&unenforced(v));
         return s;
     }
     let mut s = match v.get("pause").filter(|p| p.is_object()) {
@@ -521,7 +523,19 @@ pub fn paused(action: &str, v: &Value) -> String {
         let _ = write!(s, ", {n} still held by another pause");
     }
     s.push('\n');
+    s.push_str(&unenforced(v));
     s
+}
+
+/// A forced pause's warning: the live workers that may still claim what it holds.
+fn unenforced(v: &Value) -> String {
+    match v["unenforced_by"].as_array().filter(|w| !w.is_empty()) {
+        Some(w) => format!(
+            "warning: not enforced by {} (a build from before pauses): stop or upgrade them\n",
+            w.iter().map(text).collect::<Vec<_>>().join(", ")
+        ),
+        None => String::new(),
+    }
 }
 
 #[cfg(test)]

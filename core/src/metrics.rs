@@ -33,6 +33,10 @@ pub struct Metrics {
     /// Sticky tasks a worker took past their queue's TTL (prefetched while it had no free
     /// slot) and sent on to the task queue instead of starting them late.
     pub sticky_expired: Family<Labels, Counter>,
+    /// Tasks a worker whose every slot was busy gave back for a worker with room, by how:
+    /// `published` again to their queue, `passed_on` (sticky, to the task queue), or
+    /// `requeued` (the broker refused the publish).
+    pub handed_back: Family<Labels, Counter>,
     /// Messages dead-lettered, by reason class.
     pub dead_lettered: Family<Labels, Counter>,
     /// Runs started via the API, by outcome.
@@ -85,6 +89,7 @@ impl Metrics {
             published: Family::default(),
             sticky: Family::default(),
             sticky_expired: Family::default(),
+            handed_back: Family::default(),
             dead_lettered: Family::default(),
             runs_started: Family::default(),
             due_lag_seconds: latency(),
@@ -135,6 +140,11 @@ impl Metrics {
             "tasks_sticky_passed_on",
             "Sticky tasks a busy worker took past their queue's TTL and sent on to the task queue",
             m.sticky_expired.clone(),
+        );
+        registry.register(
+            "tasks_handed_back",
+            "Tasks a worker whose every slot was busy gave back for a worker with room, by how",
+            m.handed_back.clone(),
         );
         registry.register("dead_lettered", "Messages dead-lettered", m.dead_lettered.clone());
         registry.register("runs_started", "Runs started via the API", m.runs_started.clone());

@@ -420,6 +420,14 @@ pub const FEATURES: &[&str] = &[
     "value_versions",
 ];
 
+/// The promises this build's workers keep that a build the upgrade policy allows beside it
+/// may not: each worker registers them (`capabilities`), and the API refuses what a live
+/// worker would not honour (a pause, while a worker of a build from before pauses is live).
+/// A registration without the field is a build from before capabilities were registered: one
+/// that registers `slices_per_sec` (from `d84b766`, the policy's floor) honours pauses, and
+/// one that does not, none of these (see `WorkerInfo::from_registration`).
+pub const CAPABILITIES: &[&str] = &["pause"];
+
 /// The run feature a value of the type named `type_name` recorded at `version` (above 1)
 /// needs: `value:<type>@<version>`. A worker knows it when its build declares the type at
 /// that version or a later one (the SDK's `Versions::features`), so in a rolling deploy that

@@ -7,8 +7,8 @@ usage() {
   cat <<'EOF'
 Usage: deploy/upgrade/rolling.sh [--from-ref REF | --from-bin DIR] [--runs N] [--debug]
 
-Builds the previous build (REF, default the `PREVIOUS` line below: the last build before
-this one's engine formats changed) from its own source in a git worktree
+Builds the previous build (REF, default the `PREVIOUS` line below: the upgrade policy's
+floor, the oldest build allowed beside this one) from its own source in a git worktree
 (target/upgrade/src-COMMIT), unless --from-bin names a directory holding its savepoint,
 savepoint-worker and savepoint-scheduler. The worktree's package version is marked
 `+previous`, so its crates and this build's have distinct artifacts in this checkout's
@@ -28,6 +28,10 @@ the load generator (runs pending and running, an effect each, delivered to the l
 generator's receiver, which counts every delivery). Then each process is replaced by this
 build's, one at a time (SIGTERM: a worker yields its runs), while the load goes on. The
 approvals are answered, the schedule deleted, and the script waits for every run to end.
+
+Mid-roll, with workers of both builds live, the `webhook` workflow is paused for 8 s
+through the API: it must be taken, stop runs, and no webhook run may call its provider while
+it holds (the demo's effects log, outside the engine, gains no `webhook.post` line).
 
 Rollback: the same with this build's fleet first and the previous build's after.
 
@@ -55,9 +59,10 @@ Options:
 EOF
 }
 
-# The previous build: main before versioned values (issue 28 §1) changed the entry, run
-# hash and catalog formats.
-PREVIOUS=a5bb795
+# The previous build: the upgrade policy's floor, the oldest build allowed beside this one
+# (README, "Upgrading Savepoint itself"): the first whose workers register their pace
+# (`slices_per_sec`), by which this build's API knows they keep pauses.
+PREVIOUS=d84b766
 FROM_REF=$PREVIOUS FROM_BIN='' RUNS=300 PROFILE=release
 while (($#)); do
   case $1 in
@@ -293,6 +298,28 @@ answer_waits() {
   done < <(api GET "/v1/runs?status=waiting&limit=1000" | jq -r '.runs[] | "\(.thread_id) \(.workflow)"')
 }
 
+# A pause taken mid-roll, with workers of both builds live (the older build is the upgrade
+# policy's floor, the oldest allowed beside this one): the API must take it (every live worker
+# keeps pauses), it must stop runs, and while it holds no `webhook` run may call its provider
+# although the load generator keeps starting them: the demo's effects log, outside the engine,
+# gains no `webhook.post` line from one heartbeat after the pause (a slice in flight yields at
+# its next call, within a third of the 3 s lease) until the resume. After the resume the runs
+# go on, and the phase's checks (every run completed, no effect twice) cover them.
+posts() { chaos_redis lrange "$NS:demo:effects" 0 -1 | jq -r 'select(.effect == "webhook.post") | .key' | wc -l; }
+pause_check() { # NAME
+  local before after stopped
+  api POST /v1/pauses '{"workflow": "webhook", "note": "mid-roll check"}' >/dev/null
+  sleep 2
+  before=$(posts)
+  sleep 6
+  after=$(posts)
+  stopped=$(api GET /v1/pauses | jq .paused_runs)
+  api POST /v1/pauses/resume '{"workflow": "webhook", "note": "mid-roll check done"}' >/dev/null
+  chaos_log "$1: webhook paused 8 s mid-roll: $stopped run(s) stopped, $((after - before)) provider call(s) in the last 6 s"
+  ((after == before)) || { chaos_log "$1: $((after - before)) webhook call(s) while webhook was paused"; PAUSE_BAD=1; }
+  ((stopped > 0)) || { chaos_log "$1: the pause stopped no run (the load was not reaching it)"; PAUSE_BAD=1; }
+}
+
 replace() { # NAME PID DIR -> new pid in REPLACED
   use_build "$3"
   case $1 in
@@ -317,6 +344,8 @@ phase() { # NAME FROM TO
   leave_stuck "$name"
   replace w1 "$PID_W1" "$to"; PID_W1=$REPLACED
   replace A "$PID_A" "$to"; PID_A=$REPLACED
+  PAUSE_BAD=0
+  pause_check "$name"
   replace w2 "$PID_W2" "$to"; PID_W2=$REPLACED
   settle_stuck "$name" "$to"
   answer_waits
@@ -325,6 +354,7 @@ phase() { # NAME FROM TO
   api DELETE "/v1/schedules/tick-$name" >/dev/null
   chaos_print_loadgen
   ((CHAOS_LG_RC == 0)) || { chaos_log "$name: the load generator failed (status $CHAOS_LG_RC)"; bad=1; }
+  ((PAUSE_BAD == 0)) || bad=1
   for id in "${!EXPECT[@]}"; do
     for _ in $(seq 1 240); do
       answer_waits

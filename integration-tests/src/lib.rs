@@ -364,6 +364,7 @@ pub async fn register_test_workflow_version(cfg: &Config, name: &str, version: u
         workflows: vec![entry],
         queue: cfg.queue.clone(),
         ttl_ms: 3_600_000,
+        capabilities: WorkerInfo::all_capabilities(),
         ..WorkerInfo::default()
     };
     store

@@ -31,7 +31,7 @@ pub use self::script::{
 pub use engine::{AckScope, ReplicaAck};
 pub use model::{
     needs_field, BlockKind, ChildLink, ClaimOutcome, Claimed, CreateOptions, EffectClaim, Finish, Holder, JournalHeld,
-    Lease, OutputVersion, ParentCancel, ParentLink, RetryBackoff, RunHeader, RunStatus, Wait, FEATURES,
+    Lease, OutputVersion, ParentCancel, ParentLink, RetryBackoff, RunHeader, RunStatus, Wait, CAPABILITIES, FEATURES,
 };
 #[cfg(feature = "embedded")]
 pub(crate) use script::scripts::{prelude_lines, sources as script_sources};

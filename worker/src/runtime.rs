@@ -381,6 +381,7 @@ fn worker_info(
         steps: 0,
         slices: 0,
         slices_per_sec: 0.0,
+        capabilities: WorkerInfo::all_capabilities(),
     }
 }
 
@@ -469,11 +470,12 @@ async fn consume(
     let mut turn = 0;
     loop {
         while tasks.try_join_next().is_some() {}
-        let permit = tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => break,
-            _ = crash.cancelled() => break,
-            p = sem.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+        let permit = match sem.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => match wait_for_slot(shared, &sem, consumers, shutdown, crash).await {
+                Some(p) => p,
+                None => break,
+            },
         };
         let delivery = tokio::select! {
             biased;
@@ -489,6 +491,55 @@ async fn consume(
         });
     }
     tasks
+}
+
+/// How long every slot of a worker may be busy before it gives back the deliveries it holds
+/// (see [`wait_for_slot`]).
+const HOLD: Duration = Duration::from_secs(1);
+
+/// Waits for a free slot (`None` on shutdown or a crash). The broker pushes deliveries up to
+/// the prefetch whether or not a slot is free, and a delivery held here waits for this
+/// worker's next free slot however long its slices take, while another worker may have room:
+/// once every slot has been busy for [`HOLD`] and another worker on one of its queues has a
+/// free slot, the consumers give back what they hold and take nothing more until a slot
+/// frees. (With no room elsewhere, what is held would only go round the queue: it stays, and
+/// the question is asked again every `HOLD`.)
+async fn wait_for_slot(
+    shared: &Shared,
+    sem: &Arc<Semaphore>,
+    consumers: &mut [Consumer],
+    shutdown: &CancellationToken,
+    crash: &CancellationToken,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let mut handed_back = false;
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return None,
+            _ = crash.cancelled() => return None,
+            p = sem.clone().acquire_owned() => {
+                if handed_back {
+                    for c in consumers.iter_mut() {
+                        c.resume().await;
+                    }
+                }
+                return p.ok();
+            }
+            _ = tokio::time::sleep(HOLD), if !handed_back => {
+                if !shared.room_elsewhere().await {
+                    continue;
+                }
+                let mut n = 0;
+                for c in consumers.iter_mut() {
+                    n += c.hand_back().await;
+                }
+                if n > 0 {
+                    tracing::info!(tasks = n, "every slot busy for {HOLD:?}: gave back the tasks held here for a worker with room");
+                }
+                handed_back = true;
+            }
+        }
+    }
 }
 
 /// The graceful part of a stop: in-flight slices yield at their next call, the consumers are

@@ -79,6 +79,25 @@ impl Shared {
             .any(|w| w.id != self.incarnation.as_str() && w.serves(workflow, version))
     }
 
+    /// True when another live worker consuming one of this worker's task queues had a free
+    /// slot at its last heartbeat: a task handed back may start there. The fleet is read
+    /// again when the last read is older than a second (a worker that just joined counts).
+    pub(crate) async fn room_elsewhere(&self) -> bool {
+        let stale = self.fleet_read.lock().unwrap_or_else(|p| p.into_inner()).elapsed() >= Duration::from_secs(1);
+        if stale {
+            *self.fleet_read.lock().unwrap_or_else(|p| p.into_inner()) = tokio::time::Instant::now();
+            if let Ok(live) = self.store.live_workers().await {
+                *self.fleet.write().unwrap_or_else(|p| p.into_inner()) = live;
+            }
+        }
+        let fleet = self.fleet.read().unwrap_or_else(|p| p.into_inner());
+        fleet.iter().any(|w| {
+            w.id != self.incarnation.as_str()
+                && w.in_flight < w.concurrency
+                && w.queue.split(',').any(|q| self.served_queues.iter().any(|s| s == q))
+        })
+    }
+
     /// True when another live worker serves `workflow` at `version`. A worker that joined
     /// since the last read is found by reading the fleet again (at most every 250 ms).
     pub(crate) async fn served_elsewhere(&self, workflow: &str, version: u32) -> bool {

@@ -44,6 +44,11 @@ pub struct WorkerView {
     /// it takes tasks off its queues at, behind a queued run's estimate.
     #[serde(default)]
     pub slices_per_sec: f64,
+    /// The promises its build keeps that an older build the upgrade policy allows may not
+    /// (`pause`: it stops the runs a pause holds). Empty for a worker of a build from before
+    /// pauses: while one is live, a pause is refused unless forced (ARCHITECTURE §16b).
+    #[serde(default)]
+    pub capabilities: Vec<String>,
     /// Its last heartbeat (server ms).
     pub last_heartbeat_at: u64,
     /// How often it refreshes its registration (ms).

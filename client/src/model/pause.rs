@@ -37,6 +37,11 @@ pub struct PauseRequest {
     /// resume; a deadline that passed fails the run then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_timers: Option<bool>,
+    /// Pause even while a live worker of a build from before pauses would not honour it
+    /// (default: refused with 409 naming those workers). The answer's `unenforced_by` names
+    /// them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force: Option<bool>,
 }
 
 /// Body of `POST /v1/pauses/resume`: what to resume, as it was paused. Exactly one of
@@ -103,6 +108,10 @@ pub struct RunPauseBody {
     /// Hold the run's timer and deadline while paused (default: kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_timers: Option<bool>,
+    /// Pause even while a live worker of a build from before pauses would not honour it
+    /// (default: refused with 409 naming those workers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force: Option<bool>,
 }
 
 /// Body of `POST /v1/runs/{id}/unpause` (optional).
@@ -153,6 +162,11 @@ pub struct PauseList {
     pub pauses: Vec<PauseView>,
     /// Runs a pause has stopped (status `paused`), any scope.
     pub paused_runs: u64,
+    /// While a pause is in force or a run is paused: the live workers (`id (host pid)`) of a
+    /// build from before pauses, which claim paused runs (a worker that joined after the
+    /// pause, or one a forced pause named). Stop or upgrade them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unenforced_by: Vec<String>,
 }
 
 /// Answer of `POST /v1/pauses` and `POST /v1/pauses/resume`.
@@ -175,6 +189,10 @@ pub struct PauseReply {
     /// Resume: runs another pause still holds (their own, or another scope's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub still_held: Option<u64>,
+    /// A forced pause: the live workers (`id (host pid)`) of a build from before pauses, which
+    /// may still claim the runs it holds until they are stopped or upgraded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unenforced_by: Vec<String>,
 }
 
 /// Answer of `POST /v1/runs/{id}/pause` and `/unpause`.
@@ -191,6 +209,10 @@ pub struct RunPauseReply {
     /// Unpause: a workflow, version or queue pause still holds the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_by: Option<PauseView>,
+    /// A forced pause: the live workers (`id (host pid)`) of a build from before pauses, which
+    /// may still claim the run until they are stopped or upgraded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unenforced_by: Vec<String>,
 }
 
 /// What a pause does to a run, in its view: the pause holding it and whether it has stopped it.

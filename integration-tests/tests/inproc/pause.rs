@@ -347,3 +347,133 @@ async fn a_step_waiting_to_retry_yields_to_a_pause_and_keeps_its_budget() {
     assert_eq!(hist["entries"][0]["attempts"], json!(before + 1), "{hist}");
     wk.stop().await;
 }
+
+/// A registration as a worker of another build writes it: `paced` (from `d84b766`, the
+/// upgrade policy's floor) adds the pace fields, which a build from before pauses lacks; no
+/// build before this one writes `capabilities`.
+fn older_registration(queue: &str, paced: bool) -> String {
+    older_serving(Slow::NAME, queue, paced)
+}
+
+/// [`older_registration`] of a worker serving `workflow`.
+fn older_serving(workflow: &str, queue: &str, paced: bool) -> String {
+    let mut r = json!({
+        "workflows": [{"name": workflow, "version": 1, "min_version": 1}],
+        "queue": queue, "ttl_ms": 3_600_000, "host": "old-host", "pid": 7, "started_at": 0,
+        "concurrency": 4, "in_flight": 0, "steps": 0,
+    });
+    if paced {
+        r["slices"] = json!(0);
+        r["slices_per_sec"] = json!(0.0);
+    }
+    r.to_string()
+}
+
+/// A pause holds only as far as the fleet's claims know it: a worker of a build from before
+/// pauses claims the runs it holds, even stopped ones (issue 49 §1.5). While one is live
+/// (registered as that build registers), every pause request is refused and names it, and
+/// nothing is written; `force` pauses anyway and names it in the answer. A worker of the
+/// policy's floor, which registers its pace but no capabilities, keeps pauses: no refusal.
+#[tokio::test]
+async fn a_pause_is_refused_while_a_live_worker_would_not_honour_it() {
+    let w = World::new("pzold", |_| {}).await;
+    let (reg, _) = registry();
+    let wk = InProc::start(&w.cfg, reg);
+    w.wait_registered(Slow::NAME).await;
+    let t = w.start(Slow::NAME, json!({"steps": 400, "step_ms": 50})).await;
+    let hour = Duration::from_secs(3600);
+    let (_, fleet) = w.get("/v1/workers").await;
+    assert_eq!(fleet["workers"][0]["capabilities"], json!(["pause"]), "{fleet}");
+
+    // The floor's worker keeps pauses: taken, nobody named.
+    w.store
+        .register_raw("floor-w", &older_registration(&w.cfg.queue, true), hour)
+        .await
+        .unwrap();
+    let (code, reply) = w.post("/v1/pauses", json!({"workflow": Slow::NAME})).await;
+    assert_eq!(code, 200, "{reply}");
+    assert!(reply.get("unenforced_by").is_none(), "{reply}");
+    let (code, reply) = w.post("/v1/pauses/resume", json!({"workflow": Slow::NAME})).await;
+    assert_eq!(code, 200, "{reply}");
+
+    // A worker from before pauses that serves another workflow on another queue claims none
+    // of the runs: no refusal.
+    w.store
+        .register_raw("elsewhere-w", &older_serving("another", "elsewhere", false), hour)
+        .await
+        .unwrap();
+    let (code, reply) = w.post("/v1/pauses", json!({"workflow": Slow::NAME})).await;
+    assert_eq!(code, 200, "{reply}");
+    let (_, list) = w.get("/v1/pauses").await;
+    assert_eq!(
+        list["unenforced_by"],
+        json!(["elsewhere-w (old-host pid 7)"]),
+        "while a pause holds, the list names every live worker that does not keep pauses: {list}"
+    );
+    let (code, reply) = w.post("/v1/pauses/resume", json!({"workflow": Slow::NAME})).await;
+    assert_eq!(code, 200, "{reply}");
+    w.store.deregister_worker("elsewhere-w").await.unwrap();
+    // A pause of a run that does not exist is a 404 whoever is live.
+    let missing = format!("/v1/runs/{}-00000000000000000000000000000000/pause", Slow::NAME);
+
+    // A worker from before pauses: every kind of pause is refused, naming it.
+    w.store
+        .register_raw("old-w", &older_registration(&w.cfg.queue, false), hour)
+        .await
+        .unwrap();
+    let (_, fleet) = w.get("/v1/workers").await;
+    let caps = |id: &str| {
+        fleet["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["id"] == id)
+            .map(|x| x["capabilities"].clone())
+    };
+    assert_eq!(caps("floor-w"), Some(json!(["pause"])), "{fleet}");
+    assert_eq!(caps("old-w"), Some(json!([])), "{fleet}");
+    for (path, body) in [
+        ("/v1/pauses".to_owned(), json!({"workflow": Slow::NAME})),
+        ("/v1/pauses".to_owned(), json!({"workflow": Slow::NAME, "version": 1})),
+        ("/v1/pauses".to_owned(), json!({"queue": w.cfg.queue})),
+        ("/v1/pauses".to_owned(), json!({"filter": {"workflow": Slow::NAME}})),
+        (format!("/v1/runs/{t}/pause"), json!({"note": "look"})),
+    ] {
+        let (code, reply) = w.post(&path, body.clone()).await;
+        assert_eq!(code, 409, "{path} {body}: {reply}");
+        let e = reply["error"].as_str().unwrap();
+        assert!(e.contains("old-w (old-host pid 7)") && e.contains("force"), "{e}");
+        assert!(!e.contains("floor-w"), "{e}");
+    }
+    let (code, reply) = w.post(&missing, json!({})).await;
+    assert_eq!(code, 404, "{reply}");
+    let (_, pauses) = w.get("/v1/pauses").await;
+    assert_eq!(pauses["pauses"], json!([]), "a refused pause wrote nothing: {pauses}");
+    let (_, run) = w.get(&format!("/v1/runs/{t}")).await;
+    assert!(run.get("pause").is_none(), "{run}");
+
+    // Forced: written, and the answer names who may not honour it.
+    let (code, reply) = w
+        .post("/v1/pauses", json!({"workflow": Slow::NAME, "force": true}))
+        .await;
+    assert_eq!(code, 200, "{reply}");
+    assert_eq!(reply["unenforced_by"], json!(["old-w (old-host pid 7)"]), "{reply}");
+    let (code, reply) = w.post(&format!("/v1/runs/{t}/pause"), json!({"force": true})).await;
+    assert_eq!(code, 200, "{reply}");
+    assert_eq!(reply["unenforced_by"], json!(["old-w (old-host pid 7)"]), "{reply}");
+    w.wait_status(&t, &["paused"], LONG).await;
+
+    // Gone from the fleet: no refusal. A registration no build wrote (unreadable) cannot
+    // vouch for pauses: refused.
+    w.store.deregister_worker("old-w").await.unwrap();
+    w.store.register_raw("odd-w", "not json{", hour).await.unwrap();
+    let (code, reply) = w.post("/v1/pauses", json!({"queue": w.cfg.queue})).await;
+    assert_eq!(code, 409, "{reply}");
+    assert!(reply["error"].as_str().unwrap().contains("odd-w"), "{reply}");
+    w.store.deregister_worker("odd-w").await.unwrap();
+    let (code, reply) = w.post("/v1/pauses", json!({"queue": w.cfg.queue})).await;
+    assert_eq!(code, 200, "{reply}");
+    assert!(reply.get("unenforced_by").is_none(), "{reply}");
+    w.store.deregister_worker("floor-w").await.unwrap();
+    wk.stop().await;
+}

@@ -46,6 +46,7 @@ fn worker_view(w: &WorkerInfo, now: u64) -> WorkerView {
         in_flight: w.in_flight,
         steps: w.steps,
         slices_per_sec: (w.slices_per_sec * 100.0).round() / 100.0,
+        capabilities: w.capabilities.clone(),
         last_heartbeat_at: w.last_heartbeat(),
         heartbeat_every_ms: w.ttl_ms / 3,
         expires_at: w.until,
@@ -195,6 +196,7 @@ mod tests {
             steps: 40,
             slices: 0,
             slices_per_sec: 0.0,
+            capabilities: WorkerInfo::all_capabilities(),
         }
     }
 

@@ -9,7 +9,7 @@ use savepoint_runtime::security::Principal;
 use savepoint_store::{
     ListFilter, Pause, PauseRecord, PauseScope, RunHeader, RunPaused, RunResumed, RunStatus, ScriptStore,
 };
-use tracing::info;
+use tracing::{info, warn};
 
 use super::extract::thread_id;
 use super::extract::{parse_object, read_body, ApiJson, ApiPath};
@@ -245,6 +245,72 @@ async fn check_served(store: &ScriptStore, workflow: &str, version: u32) -> Resu
     }
 }
 
+/// Which live workers could claim a run a pause holds: one that serves the workflow, or
+/// consumes the queue; any, for a filter that names no workflow. (A worker that does not
+/// serve a run's workflow gives it back untouched; one that does not consume its queue never
+/// receives its tasks.)
+enum Reach<'a> {
+    Workflow(&'a str),
+    Queue(&'a str),
+    Any,
+}
+
+impl Reach<'_> {
+    fn of(target: &Target) -> Reach<'_> {
+        match target {
+            Target::Scope(PauseScope::Workflow(w) | PauseScope::Version(w, _)) => Reach::Workflow(w),
+            Target::Scope(PauseScope::Queue { name, .. }) => Reach::Queue(name),
+            Target::Filter(f) => f.workflow.as_deref().map_or(Reach::Any, Reach::Workflow),
+        }
+    }
+
+    fn reaches(&self, w: &savepoint_store::WorkerInfo) -> bool {
+        match self {
+            // (One that names none is a registration this build could not read.)
+            Reach::Workflow(name) => w.workflows.is_empty() || w.workflows.iter().any(|e| e.name == *name),
+            // (A registration that names no queue could consume any.)
+            Reach::Queue(q) => w.queue.is_empty() || w.queue.split(',').any(|x| x == *q),
+            Reach::Any => true,
+        }
+    }
+}
+
+/// The live workers within `reach` that would not honour a pause (`id (host pid)`): a build
+/// from before pauses claims the runs a pause holds, even those already stopped. Refused
+/// (409, naming them) unless `force`; forced, they are named in the answer.
+async fn unenforced(store: &ScriptStore, force: bool, reach: Reach<'_>) -> Result<Vec<String>, ApiError> {
+    let old = not_keeping_pauses(store, &reach).await?;
+    if old.is_empty() || force {
+        if !old.is_empty() {
+            warn!(workers = ?old, "pause forced while live workers of a build from before pauses may claim what it holds");
+        }
+        return Ok(old);
+    }
+    Err(ApiError::conflict(format!(
+        "a pause would not hold: {} of a build from before pauses (older than d84b766, the upgrade \
+         policy's floor) and would still claim the runs it holds: stop or upgrade {} (GET \
+         /v1/workers lists capabilities; these have no `pause`), or pass \"force\": true to pause \
+         anyway with them named in the answer",
+        if old.len() == 1 {
+            format!("live worker {} is", old[0])
+        } else {
+            format!("live workers {} are", old.join(", "))
+        },
+        if old.len() == 1 { "it" } else { "them" },
+    )))
+}
+
+/// The live workers within `reach` whose build does not keep pauses, as `id (host pid)`.
+async fn not_keeping_pauses(store: &ScriptStore, reach: &Reach<'_>) -> Result<Vec<String>, ApiError> {
+    Ok(store
+        .live_workers()
+        .await?
+        .iter()
+        .filter(|w| !w.keeps("pause") && reach.reaches(w))
+        .map(|w| format!("{} ({} pid {})", w.id, w.host, w.pid))
+        .collect())
+}
+
 /// Pause a workflow, a version, a queue or the runs a filter matches
 ///
 /// A workflow, version or queue pause is one record that every claim checks: once this
@@ -259,6 +325,7 @@ async fn check_served(store: &ScriptStore, workflow: &str, version: u32) -> Resu
     request_body = PauseRequest,
     responses(
         (status = 200, description = "Paused", body = PauseReply),
+        (status = 409, description = "A live worker of a build from before pauses would not honour it (named; `force` pauses anyway)", body = ErrorBody),
         (status = 422, description = "Not exactly one of workflow, queue and filter; a bad version, limit or note", body = ErrorBody),
     )
 )]
@@ -269,6 +336,7 @@ pub(crate) async fn pause(
 ) -> Reply<PauseReply> {
     let svc = st.services()?;
     let target = target_of(svc, named!(body))?;
+    let unenforced_by = unenforced(&svc.store, body.force.unwrap_or(false), Reach::of(&target)).await?;
     count("pause", scope_label(&target));
     let record = PauseRecord::new(
         &who(&principal),
@@ -287,6 +355,7 @@ pub(crate) async fn pause(
                 runs: None,
                 resumed: None,
                 still_held: None,
+                unenforced_by,
             }
         }
         Target::Filter(f) => {
@@ -303,6 +372,7 @@ pub(crate) async fn pause(
                 runs: Some(n),
                 resumed: None,
                 still_held: None,
+                unenforced_by,
             }
         }
     };
@@ -357,6 +427,7 @@ pub(crate) async fn resume(
                 runs: None,
                 resumed: Some(back.resumed),
                 still_held: Some(back.still_held),
+                unenforced_by: Vec::new(),
             }
         }
         Target::Filter(f) => {
@@ -374,6 +445,7 @@ pub(crate) async fn resume(
                 runs: Some(n),
                 resumed: Some(n),
                 still_held: Some(held),
+                unenforced_by: Vec::new(),
             }
         }
     };
@@ -401,7 +473,7 @@ fn resume_detail(by: &str, note: &str) -> String {
 pub(crate) async fn list(State(st): State<ApiState>) -> Reply<PauseList> {
     let svc = st.services()?;
     let home = svc.publisher.home_queue();
-    let pauses = svc
+    let pauses: Vec<PauseView> = svc
         .store
         .pauses()
         .await?
@@ -414,7 +486,19 @@ pub(crate) async fn list(State(st): State<ApiState>) -> Reply<PauseList> {
         })
         .collect();
     let paused_runs = svc.store.paused_count().await?;
-    Ok((StatusCode::OK, Json(PauseList { pauses, paused_runs })))
+    // (Asked each time: a worker of an older build may have joined since a pause was taken.)
+    let unenforced_by = match (pauses.is_empty(), paused_runs) {
+        (true, 0) => Vec::new(),
+        _ => not_keeping_pauses(&svc.store, &Reach::Any).await?,
+    };
+    Ok((
+        StatusCode::OK,
+        Json(PauseList {
+            pauses,
+            paused_runs,
+            unenforced_by,
+        }),
+    ))
 }
 
 /// The optional body of a run's pause or unpause.
@@ -444,7 +528,7 @@ async fn run_body<T: serde::de::DeserializeOwned + Default>(st: &ApiState, req: 
             ("UnpauseRun" = (operation_id = "unpause_run", parameters(("thread_id" = "$response.body#/thread_id")))),
             ("GetRun" = (operation_id = "get_run", parameters(("thread_id" = "$response.body#/thread_id")))),
         )),
-        (status = 409, description = "The run has ended or is blocked", body = ErrorBody),
+        (status = 409, description = "The run has ended or is blocked; or a live worker of a build from before pauses would not honour it (named; `force` pauses anyway)", body = ErrorBody),
     )
 )]
 pub(crate) async fn pause_run(
@@ -456,6 +540,10 @@ pub(crate) async fn pause_run(
     let thread = thread_id(raw)?;
     let body: RunPauseBody = run_body(&st, req).await?;
     let svc = st.services()?;
+    let Some(run) = svc.store.header(&thread).await? else {
+        return Err(ApiError::run_not_found(&thread));
+    };
+    let unenforced_by = unenforced(&svc.store, body.force.unwrap_or(false), Reach::Workflow(&run.workflow)).await?;
     let record = PauseRecord::new(
         &who(&principal),
         &note_of(body.note)?,
@@ -485,6 +573,7 @@ pub(crate) async fn pause_run(
                 .and_then(|h| h.pause.as_deref())
                 .and_then(|r| field_view("run", r)),
             held_by: None,
+            unenforced_by,
         }),
     ))
 }
@@ -555,6 +644,7 @@ pub(crate) async fn unpause_run(
             status: h.status.into(),
             pause: None,
             held_by: held_by.flatten(),
+            unenforced_by: Vec::new(),
         }),
     ))
 }

@@ -328,7 +328,8 @@ fn runnable(h: &RunHeader, f: &WaitFacts<'_>) -> Waiting {
         Some(0) if servers.iter().any(|w| full(w)) => unknown(format!(
             "unknown: nothing is queued, so its task is with a worker (prefetched, or in the sticky queue of \
              the worker that keeps its journal), and a worker serving it is at its concurrency limit ({}): a \
-             task such a worker holds starts when one of its slices ends",
+             task such a worker holds starts when one of its slices ends, or goes back to the queue for \
+             a worker with room once every slot has been busy for a second",
             servers
                 .iter()
                 .filter(|w| full(w))

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{ms, ScriptStore};
-use crate::{StoreError, FEATURES};
+use crate::{StoreError, CAPABILITIES, FEATURES};
 use savepoint_core::outcome::CatalogEntry;
 
 /// One live worker's registration.
@@ -56,6 +56,11 @@ pub struct WorkerInfo {
     /// it takes tasks off its queue (the estimate of a queued run's turn).
     #[serde(default)]
     pub slices_per_sec: f64,
+    /// The promises of [`CAPABILITIES`] its build keeps (this build's: all of them). Read
+    /// through [`WorkerInfo::from_registration`], which fills it in for the registration of a
+    /// build from before the field.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
 }
 
 /// What a worker serves, in the form the claim script matches against a run
@@ -110,6 +115,30 @@ impl ServedSpec {
 }
 
 impl WorkerInfo {
+    /// A registration as a worker wrote it, or `None` when it is not one. A build from before
+    /// `capabilities` writes none: one that writes `slices_per_sec` (from `d84b766`, the upgrade
+    /// policy's floor, which has pauses) keeps `pause`; an older one keeps none of them.
+    pub fn from_registration(raw: &str) -> Option<Self> {
+        let value: serde_json::Value = serde_json::from_str(raw).ok()?;
+        let before_capabilities = value.get("capabilities").is_none();
+        let paced = value.get("slices_per_sec").is_some();
+        let mut w: WorkerInfo = serde_json::from_value(value).ok()?;
+        if before_capabilities && paced {
+            w.capabilities = vec!["pause".to_owned()];
+        }
+        Some(w)
+    }
+
+    /// True when its build keeps `capability` (one of [`CAPABILITIES`]).
+    pub fn keeps(&self, capability: &str) -> bool {
+        self.capabilities.iter().any(|c| c == capability)
+    }
+
+    /// This build's capabilities, for its own registration.
+    pub fn all_capabilities() -> Vec<String> {
+        CAPABILITIES.iter().map(|c| (*c).to_owned()).collect()
+    }
+
     /// Server time (ms) of the worker's last heartbeat (registration refresh).
     pub fn last_heartbeat(&self) -> u64 {
         self.until.saturating_sub(self.ttl_ms)
@@ -139,10 +168,17 @@ impl ScriptStore {
     /// Registers (or refreshes) a live worker for `ttl`; returns the number of live workers.
     pub async fn register_worker(&self, worker: &WorkerInfo, ttl: Duration) -> Result<u64, StoreError> {
         let json = serde_json::to_string(worker).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        self.register_raw(&worker.id, &json, ttl).await
+    }
+
+    /// Registers worker `id` with a registration written as is (JSON): how a worker of
+    /// another build registers, whose fields may differ from [`WorkerInfo`]'s (tests of a
+    /// mixed fleet write an older build's this way).
+    pub async fn register_raw(&self, id: &str, registration: &str, ttl: Duration) -> Result<u64, StoreError> {
         let mut inv = self.scripts.register_worker.prepare_invoke();
         inv.key(self.keys.workers())
-            .arg(&worker.id)
-            .arg(json)
+            .arg(id)
+            .arg(registration)
             .arg(ms(ttl).max(1));
         self.engine.eval_as(&inv).await
     }
@@ -189,9 +225,12 @@ impl ScriptStore {
         let r = self.invoke(&inv).await?;
         let mut out = Vec::new();
         for i in (1..r.0.len()).step_by(3) {
-            let Ok(mut w) = serde_json::from_str::<WorkerInfo>(&r.text(i + 2)) else {
-                continue;
-            };
+            // A registration this build cannot read stands for a worker all the same, one that
+            // serves and keeps nothing this build knows of (it refuses a pause, never serves).
+            let mut w = WorkerInfo::from_registration(&r.text(i + 2)).unwrap_or_else(|| WorkerInfo {
+                host: "(unreadable registration)".to_owned(),
+                ..WorkerInfo::default()
+            });
             w.id = r.text(i);
             w.until = r.num(i + 1);
             out.push(w);
