@@ -1485,6 +1485,52 @@ async fn the_pause_sweep_repairs_copies_and_puts_back_what_no_pause_holds(s: Scr
     claim(&s, &t, "w").await;
 }
 
+/// A flow key's state lives only as long as it says something (issue 49: one hash per
+/// customer forever with `key_from`): the rate bucket until it would have filled again, the
+/// slots and their holders until the latest slot's lease (and grace) passes, the line and its
+/// last-seen times while waiting runs are seen; a heartbeat's extension moves the slots' expiry.
+async fn a_flow_keys_state_expires_once_it_says_nothing(s: ScriptStore) {
+    let flow = Flow {
+        key: "wf:expiry".into(),
+        limit: 1,
+        rate: Some(2.0),
+    };
+    let (a, b) = (new_run(&s, json!({"n": 1})).await, new_run(&s, json!({"n": 2})).await);
+    assert_eq!(s.flow_acquire(&flow, &a, 1, 0, true).await.unwrap(), Acquired::Slot);
+    let name = s.flow_name(&flow.key).await.unwrap();
+    let k = s.keys();
+    let pttl = |key: String| {
+        let s = s.clone();
+        async move { s.query::<i64>(redis::cmd("PTTL").arg(key)).await.unwrap() }
+    };
+    let slot = (s.config().lease + s.config().grace).as_millis() as i64;
+    // The bucket had 2 tokens and spent one: full again in 500 ms.
+    let bucket = pttl(k.flow_rate(&name)).await;
+    assert!((1..=1_500).contains(&bucket), "rate bucket PTTL {bucket}");
+    for key in [k.flow_slots(&name), k.flow_holders(&name)] {
+        let ttl = pttl(key.clone()).await;
+        assert!(
+            (slot - 200..=slot + 1_000).contains(&ttl),
+            "{key}: PTTL {ttl}, slot {slot}"
+        );
+    }
+    // B waits in line: the line and its last-seen times expire.
+    assert!(matches!(
+        s.flow_acquire(&flow, &b, 1, 0, true).await.unwrap(),
+        Acquired::Full(1)
+    ));
+    for key in [k.flow_wait(&name), k.flow_seen(&name)] {
+        let ttl = pttl(key.clone()).await;
+        assert!(ttl > 0, "{key}: PTTL {ttl}");
+    }
+    // A heartbeat moves the slots' expiry with the slot.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = pttl(k.flow_slots(&name)).await;
+    assert!(s.flow_extend(&flow, &a, 1).await.unwrap());
+    let after = pttl(k.flow_slots(&name)).await;
+    assert!(after > before + 200, "extended: {before} -> {after}");
+}
+
 /// A run's place in a flow key's line (`flow_line`, read-only), the key's turnover moved by
 /// each slot given back, and a failed call's back-off kept in the run (`rb`) for its waiting
 /// cause.
@@ -1588,5 +1634,6 @@ conformance!(
     a_pause_that_holds_timers_moves_a_stopped_timer_by_its_length,
     the_pause_sweep_repairs_copies_and_puts_back_what_no_pause_holds,
     a_flow_line_says_where_a_run_stands_and_how_fast_slots_turn,
+    a_flow_keys_state_expires_once_it_says_nothing,
     a_runs_holder_is_named_on_its_first_ring_only,
 );

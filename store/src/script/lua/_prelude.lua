@@ -134,3 +134,15 @@ local function unpark(run, ev, due_set, waiting, paused, thread, cap, version, d
   redis.call('ZREM', paused, thread)
   event(ev, cap, 'unpaused', detail, t)
 end
+
+-- A flow key's slots zset and holders hash live as long as their latest slot (its holder's
+-- lease expiry, the zset's highest score) and a second more: after that every slot is free,
+-- as if the key had never been used (a key of a customer whose runs ended is not kept).
+local function expire_slots(slots, holders, t)
+  local top = redis.call('ZREVRANGE', slots, 0, 0, 'WITHSCORES')
+  if top[2] then
+    local ttl = math.max(1, math.ceil(tonumber(top[2]) - t)) + 1000
+    redis.call('PEXPIRE', slots, ttl)
+    redis.call('PEXPIRE', holders, ttl)
+  end
+end

@@ -19,6 +19,12 @@
 -- Returns: {'ok'} | {'full', holders} (it waits in line) | {'rate', wait_ms} (in line, for a token)
 --        | {'stale', holder fence} (a later slice of this run holds its slot)
 local t = now_ms()
+-- The line and its last-seen times live while runs in it are seen: a waiting run is seen at
+-- least every park interval, and one not seen for `stale` ms leaves the line anyway.
+local function expire_line()
+  redis.call('PEXPIRE', KEYS[2], 2 * tonumber(ARGV[7]) + 1000)
+  redis.call('PEXPIRE', KEYS[4], 2 * tonumber(ARGV[7]) + 1000)
+end
 for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', t)) do
   redis.call('HDEL', KEYS[5], s)
 end
@@ -35,6 +41,7 @@ if redis.call('ZSCORE', KEYS[1], id) then
   if held > fence then return { 'stale', tostring(held) } end
   redis.call('HSET', KEYS[5], id, ARGV[8])
   redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), id)
+  expire_slots(KEYS[1], KEYS[5], t)
   return { 'ok' }
 end
 local held = redis.call('ZCARD', KEYS[1])
@@ -43,6 +50,7 @@ local rank = redis.call('ZRANK', KEYS[2], id) or redis.call('ZCARD', KEYS[2])
 if free <= 0 or rank >= free then
   if not redis.call('ZSCORE', KEYS[2], id) then redis.call('ZADD', KEYS[2], order, id) end
   redis.call('ZADD', KEYS[4], t, id)
+  expire_line()
   return { 'full', tostring(held) }
 end
 if ARGV[5] ~= '' and ARGV[6] == '1' then
@@ -52,16 +60,23 @@ if ARGV[5] ~= '' and ARGV[6] == '1' then
   local tokens = tonumber(b[1] or tostring(cap))
   local at = tonumber(b[2] or tostring(t))
   tokens = math.min(cap, tokens + (t - at) * rate / 1000)
+  -- (A bucket gone is a full one: it lives until it would have filled again.)
+  local function keep(left)
+    redis.call('HSET', KEYS[3], 'tokens', tostring(left), 'at', t)
+    redis.call('PEXPIRE', KEYS[3], math.ceil((cap - left) * 1000 / rate) + 1000)
+  end
   if tokens < 1 then
-    redis.call('HSET', KEYS[3], 'tokens', tostring(tokens), 'at', t)
+    keep(tokens)
     if not redis.call('ZSCORE', KEYS[2], id) then redis.call('ZADD', KEYS[2], order, id) end
     redis.call('ZADD', KEYS[4], t, id)
+    expire_line()
     return { 'rate', tostring(math.ceil((1 - tokens) * 1000 / rate)) }
   end
-  redis.call('HSET', KEYS[3], 'tokens', tostring(tokens - 1), 'at', t)
+  keep(tokens - 1)
 end
 redis.call('ZREM', KEYS[2], id)
 redis.call('ZREM', KEYS[4], id)
 redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), id)
 redis.call('HSET', KEYS[5], id, ARGV[8])
+expire_slots(KEYS[1], KEYS[5], t)
 return { 'ok' }

@@ -6,5 +6,7 @@
 -- Returns: {'ok'} | {'none'} (it holds no slot)
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return { 'none' } end
 if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[3] then return { 'none' } end
-redis.call('ZADD', KEYS[1], now_ms() + tonumber(ARGV[2]), ARGV[1])
+local t = now_ms()
+redis.call('ZADD', KEYS[1], t + tonumber(ARGV[2]), ARGV[1])
+expire_slots(KEYS[1], KEYS[2], t)
 return { 'ok' }
