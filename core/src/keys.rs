@@ -55,6 +55,13 @@ impl RunKeys {
     pub fn paused(&self) -> String {
         self.in_partition("paused")
     }
+
+    /// The client ids of the signals and answers the run was given (id → name), for
+    /// deduplication: beside the signals hash, not in it, so a claim never reads them. (Built
+    /// when asked for: only a signal needs it.)
+    pub fn dedup(&self) -> String {
+        format!("{}:d", self.signals)
+    }
 }
 
 impl Keys {

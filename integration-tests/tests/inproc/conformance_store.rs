@@ -1529,6 +1529,54 @@ async fn a_flow_keys_state_expires_once_it_says_nothing(s: ScriptStore) {
     assert!(s.flow_extend(&flow, &a, 1).await.unwrap());
     let after = pttl(k.flow_slots(&name)).await;
     assert!(after > before + 200, "extended: {before} -> {after}");
+    // A rate so low its bucket would not fill for years: kept, as before (the reviewer's
+    // 1e-15 per second made PEXPIRE refuse `1e+20` and the start fail, again and again).
+    let slow = Flow {
+        key: "wf:slow".into(),
+        limit: 1,
+        rate: Some(1e-15),
+    };
+    let c = new_run(&s, json!({"n": 3})).await;
+    assert_eq!(s.flow_acquire(&slow, &c, 1, 0, true).await.unwrap(), Acquired::Slot);
+    let slow_name = s.flow_name(&slow.key).await.unwrap();
+    assert_eq!(pttl(k.flow_rate(&slow_name)).await, -1);
+}
+
+/// A signal's client id deduplicates it, kept beside the signals hash and not in it: a claim
+/// reads the signals hash, and carried every id the run was ever given (issue 49: a parent
+/// with 100k children, 100k fields a slice). The ids live a retention past the last one, and
+/// an id an older build kept in the signals hash (`d:<id>`) still deduplicates.
+async fn signal_ids_deduplicate_beside_the_signals_a_claim_reads(s: ScriptStore) {
+    let t = new_run(&s, json!({})).await;
+    let v = json!(1);
+    assert!(matches!(
+        s.signal(&t, "signal", "go", &v, Some("id-1")).await.unwrap(),
+        SignalOutcome::Buffered
+    ));
+    assert!(matches!(
+        s.signal(&t, "signal", "go", &v, Some("id-1")).await.unwrap(),
+        SignalOutcome::Duplicate
+    ));
+    let k = s.keys().run(&t);
+    let fields: Vec<String> = s.query(redis::cmd("HKEYS").arg(&k.signals)).await.unwrap();
+    assert!(fields.iter().all(|f| !f.starts_with("d:")), "{fields:?}");
+    assert_eq!(
+        fields.iter().filter(|f| f.starts_with("s:go:")).count(),
+        1,
+        "{fields:?}"
+    );
+    let ttl: i64 = s.query(redis::cmd("PTTL").arg(k.dedup())).await.unwrap();
+    let retention = s.config().retention.as_millis() as i64;
+    assert!((retention - 60_000..=retention).contains(&ttl), "ids' PTTL {ttl}");
+    // An id an older build kept in the signals hash.
+    let _: i64 = s
+        .query(redis::cmd("HSET").arg(&k.signals).arg("d:old-id").arg("go"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.signal(&t, "signal", "go", &v, Some("old-id")).await.unwrap(),
+        SignalOutcome::Duplicate
+    ));
 }
 
 /// A run's place in a flow key's line (`flow_line`, read-only), the key's turnover moved by
@@ -1635,5 +1683,6 @@ conformance!(
     the_pause_sweep_repairs_copies_and_puts_back_what_no_pause_holds,
     a_flow_line_says_where_a_run_stands_and_how_fast_slots_turn,
     a_flow_keys_state_expires_once_it_says_nothing,
+    signal_ids_deduplicate_beside_the_signals_a_claim_reads,
     a_runs_holder_is_named_on_its_first_ring_only,
 );

@@ -628,6 +628,17 @@ async fn a_task_a_full_worker_holds_goes_to_a_worker_with_room_on_rabbitmq() {
     );
 }
 
+/// A RabbitMQ policy, cleared when dropped (a failing test leaves none behind).
+struct Policy(String);
+
+impl Drop for Policy {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("rabbitmqctl")
+            .args(["-q", "clear_policy", &self.0])
+            .output();
+    }
+}
+
 fn rabbitmqctl(args: &[&str]) {
     let out = std::process::Command::new("rabbitmqctl")
         .args(args)
@@ -659,6 +670,7 @@ async fn a_task_the_broker_refuses_to_take_back_is_requeued_not_stranded_on_rabb
         &format!("^{}$", queue.replace('.', "\\.")),
         r#"{"max-length":0,"overflow":"reject-publish"}"#,
     ]);
+    let policy = Policy(policy);
     let requeued = || {
         let labels = vec![("how", "requeued".to_owned())];
         savepoint_core::metrics::metrics()
@@ -686,7 +698,7 @@ async fn a_task_the_broker_refuses_to_take_back_is_requeued_not_stranded_on_rabb
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    rabbitmqctl(&["-q", "clear_policy", &policy]);
+    drop(policy);
     w.store.deregister_worker("roomy").await.unwrap();
     let b = full.another();
     full.short_runs_complete_first(b).await;

@@ -188,6 +188,15 @@ async fn signal_fields(w: &World, t: &ThreadId) -> Vec<String> {
         .expect("signals")
 }
 
+/// The client ids of what `t` was given (kept beside its signals hash).
+async fn given_ids(w: &World, t: &ThreadId) -> Vec<String> {
+    let k = w.store.keys().run(t);
+    w.store
+        .query(redis::cmd("HKEYS").arg(k.dedup()))
+        .await
+        .expect("client ids")
+}
+
 /// Issue 24, hole 4: every child tells its parent when it ends, but only an awaited
 /// `ctx.child` consumed the word, so each start-and-forget child left one buffered in its
 /// parent for good (until the buffered-signal cap refused every signal to it). A word whose
@@ -211,12 +220,17 @@ async fn words_of_children_nobody_awaits_are_not_kept_in_the_parent() {
         assert!(told.iter().any(|e| e == "completed"), "{told:?}");
     }
     // Each child's worker tells the parent after the child's finish: wait until all four
-    // words were delivered (each leaves its client id, d:child:<id>), then look at what the
-    // parent keeps.
+    // words were delivered (each leaves its client id, child:<id>, beside the signals hash),
+    // then look at what the parent keeps.
     let deadline = std::time::Instant::now() + LONG;
     loop {
         let fields = signal_fields(&w, &parent).await;
-        if fields.iter().filter(|f| f.starts_with("d:child:")).count() >= 4 {
+        let ids = given_ids(&w, &parent).await;
+        assert!(
+            fields.iter().all(|f| !f.starts_with("d:")),
+            "ids in the signals hash: {fields:?}"
+        );
+        if ids.iter().filter(|f| f.starts_with("child:")).count() >= 4 {
             let kept: Vec<&String> = fields.iter().filter(|f| f.starts_with("s:child:")).collect();
             assert!(kept.is_empty(), "child words nobody will read are kept: {fields:?}");
             break;

@@ -67,7 +67,8 @@ impl ScriptStore {
             .key(&k.events)
             .key(&k.signals)
             .key(&k.waiting)
-            .key(&k.blocked);
+            .key(&k.blocked)
+            .key(k.dedup());
         inv.arg(thread.as_str())
             .arg(kind)
             .arg(name)
@@ -75,7 +76,8 @@ impl ScriptStore {
         inv.arg(ms(self.cfg.redeliver))
             .arg(self.cfg.event_cap)
             .arg(id.unwrap_or(""))
-            .arg(self.cfg.max_buffered_signals);
+            .arg(self.cfg.max_buffered_signals)
+            .arg(ms(self.cfg.retention).max(1));
         let r = self.invoke(&inv).await?;
         Ok(match r.tag().as_str() {
             "woke" => SignalOutcome::Woke(rerun_at(&r, 2)),

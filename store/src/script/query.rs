@@ -609,12 +609,12 @@ impl ScriptStore {
         Ok(sizes.into_iter().sum())
     }
 
-    /// Bytes Redis holds for one run: `MEMORY USAGE … SAMPLES 0` of its hash, event log and
-    /// signals (benchmarks and the load generator report it).
+    /// Bytes Redis holds for one run: `MEMORY USAGE … SAMPLES 0` of its hash, event log,
+    /// signals and client ids (benchmarks and the load generator report it).
     pub async fn run_memory_bytes(&self, thread: &ThreadId) -> Result<u64, StoreError> {
         let k = self.keys.run(thread);
         let mut pipe = redis::pipe();
-        for key in [&k.run, &k.events, &k.signals] {
+        for key in [&k.run, &k.events, &k.signals, &k.dedup()] {
             pipe.cmd("MEMORY").arg("USAGE").arg(key).arg("SAMPLES").arg(0);
         }
         let sizes: Vec<Option<u64>> = self.engine.pipeline(&pipe).await?;

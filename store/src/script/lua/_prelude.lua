@@ -141,7 +141,7 @@ end
 local function expire_slots(slots, holders, t)
   local top = redis.call('ZREVRANGE', slots, 0, 0, 'WITHSCORES')
   if top[2] then
-    local ttl = math.max(1, math.ceil(tonumber(top[2]) - t)) + 1000
+    local ttl = string.format('%d', math.max(1, math.ceil(tonumber(top[2]) - t)) + 1000)
     redis.call('PEXPIRE', slots, ttl)
     redis.call('PEXPIRE', holders, ttl)
   end

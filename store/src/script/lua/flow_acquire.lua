@@ -60,10 +60,17 @@ if ARGV[5] ~= '' and ARGV[6] == '1' then
   local tokens = tonumber(b[1] or tostring(cap))
   local at = tonumber(b[2] or tostring(t))
   tokens = math.min(cap, tokens + (t - at) * rate / 1000)
-  -- (A bucket gone is a full one: it lives until it would have filled again.)
+  -- (A bucket gone is a full one: it lives until it would have filled again; at a rate so
+  -- low that this is more than a year away, for ever, as before. Whole milliseconds written
+  -- as digits: Lua would write a large number as 1e+17, which PEXPIRE refuses.)
   local function keep(left)
     redis.call('HSET', KEYS[3], 'tokens', tostring(left), 'at', t)
-    redis.call('PEXPIRE', KEYS[3], math.ceil((cap - left) * 1000 / rate) + 1000)
+    local full_in = math.ceil((cap - left) * 1000 / rate) + 1000
+    if full_in <= 31536000000 then
+      redis.call('PEXPIRE', KEYS[3], string.format('%d', full_in))
+    else
+      redis.call('PERSIST', KEYS[3])
+    end
   end
   if tokens < 1 then
     keep(tokens)

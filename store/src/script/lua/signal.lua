@@ -1,18 +1,26 @@
 -- signal: deliver a resume value (answer to the pending interrupt) or a named signal.
 -- KEYS: 1 run hash, 2 partition due zset, 3 run event list, 4 run signals hash,
---       5 partition waiting index, 6 partition blocked index
+--       5 partition waiting index, 6 partition blocked index, 7 the run's client ids (hash)
 -- A run blocked because the value it was given did not decode keeps its wait and takes a new
 -- one like a waiting run (it leaves the blocked index and loses its reason and block kind).
 -- ARGV: 1 thread id, 2 kind (interrupt | signal), 3 name ('' = the pending interrupt),
 --       4 value (JSON), 5 redeliver_ms, 6 event cap, 7 client id ('' = none: not deduplicated),
---       8 most named signals the run may hold unconsumed (#n counts them)
+--       8 most named signals the run may hold unconsumed (#n counts them), 9 how long the
+--       client ids live after the last one (ms: the retention)
 -- Returns: {'woke', name, rv, trace} (run is pending again: publish a task) | {'buffered', name}
 --        | {'duplicate', name} (this client id was delivered before: nothing changed)
 --        | {'missing'} | {'terminal', status} | {'not_waiting', status, wait kind, wait name}
 --        | {'full', held} (the run holds ARGV[8] signals it has not asked for: nothing changed)
 --        | {'settled', name} (kind child: the parent's call already journaled the child, so
 --          the word has no reader and is not kept)
--- Client ids are kept in the signals hash as d:<id> for the run's life.
+-- Client ids are kept in their own hash (KEYS[7], id -> name), which lives a retention past
+-- the last one: a claim reads the signals hash, and a parent of 100k children would otherwise
+-- carry 100k ids in every claim. Builds before this kept them in the signals hash as d:<id>:
+-- those are honoured too.
+local function remember(id, what)
+  redis.call('HSET', KEYS[7], id, what)
+  redis.call('PEXPIRE', KEYS[7], ARGV[9])
+end
 local h = redis.call('HMGET', KEYS[1], 'status', 'wait_kind', 'wait_name', 'ver', 'ps')
 -- A run a pause stopped while it waited (its wait's deadline had passed) still takes the
 -- answer it waited for: kept, and the run is put back as pending when it is resumed.
@@ -22,8 +30,9 @@ if not h[1] then return { 'missing' } end
 -- (A blocked run that kept its wait still takes an answer, below.)
 if terminal[h[1]] and not (h[1] == 'blocked' and h[2]) then return { 'terminal', h[1] } end
 local kind, name = ARGV[2], ARGV[3]
-if ARGV[7] ~= '' and redis.call('HEXISTS', KEYS[4], 'd:' .. ARGV[7]) == 1 then
-  return { 'duplicate', redis.call('HGET', KEYS[4], 'd:' .. ARGV[7]) }
+if ARGV[7] ~= '' then
+  local seen = redis.call('HGET', KEYS[7], ARGV[7]) or redis.call('HGET', KEYS[4], 'd:' .. ARGV[7])
+  if seen then return { 'duplicate', seen } end
 end
 local waiting = (h[1] == 'waiting' or h[1] == 'blocked') and h[2] == kind
 if kind == 'interrupt' then
@@ -41,7 +50,7 @@ elseif kind == 'child' then
   -- among the signals the run holds (there are at most as many as its child calls).
   local index = string.match(name, '^child:(%d+)$')
   if index and redis.call('HEXISTS', KEYS[1], 'j:' .. index) == 1 then
-    if ARGV[7] ~= '' then redis.call('HSET', KEYS[4], 'd:' .. ARGV[7], name) end
+    if ARGV[7] ~= '' then remember(ARGV[7], name) end
     return { 'settled', name }
   end
   redis.call('HSET', KEYS[4], 's:' .. name .. ':0', ARGV[4])
@@ -53,7 +62,7 @@ else
   redis.call('HSET', KEYS[4], string.format('s:%s:%010d', name, seq), ARGV[4])
 end
 local t = now_ms()
-if ARGV[7] ~= '' then redis.call('HSET', KEYS[4], 'd:' .. ARGV[7], name) end
+if ARGV[7] ~= '' then remember(ARGV[7], name) end
 if waiting and h[3] == name and held then
   redis.call('HSET', KEYS[1], 'ps', 'pending', 'updated', t)
   redis.call('ZREM', KEYS[5], ARGV[1])
