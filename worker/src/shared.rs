@@ -83,9 +83,15 @@ impl Shared {
     /// slot at its last heartbeat: a task handed back may start there. The fleet is read
     /// again when the last read is older than a second (a worker that just joined counts).
     pub(crate) async fn room_elsewhere(&self) -> bool {
-        let stale = self.fleet_read.lock().unwrap_or_else(|p| p.into_inner()).elapsed() >= Duration::from_secs(1);
+        let stale = {
+            let mut at = self.fleet_read.lock().unwrap_or_else(|p| p.into_inner());
+            let stale = at.elapsed() >= Duration::from_secs(1);
+            if stale {
+                *at = tokio::time::Instant::now();
+            }
+            stale
+        };
         if stale {
-            *self.fleet_read.lock().unwrap_or_else(|p| p.into_inner()) = tokio::time::Instant::now();
             if let Ok(live) = self.store.live_workers().await {
                 *self.fleet.write().unwrap_or_else(|p| p.into_inner()) = live;
             }

@@ -406,6 +406,7 @@ async fn a_woken_run_comes_back_to_the_worker_that_holds_its_body() {
     }
 }
 
+#[cfg(feature = "services")]
 #[tokio::test]
 async fn a_task_lost_with_a_sticky_queue_is_rung_again_soon_on_rabbitmq() {
     // As a RabbitMQ node that held a sticky queue going down: worker A's continuation was
@@ -500,206 +501,213 @@ async fn a_worker_whose_own_runs_keep_yielding_still_takes_new_runs() {
     wk.stop().await;
 }
 
-/// One step that waits for the gate to open (at most a minute).
-struct Gated {
-    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
+/// The hand-back: only RabbitMQ pushes deliveries a worker cannot start (the embedded queue
+/// hands one out only when asked), so these run with the `services` feature.
+#[cfg(feature = "services")]
+mod hand_back {
+    use super::*;
 
-impl Workflow for Gated {
-    const NAME: &'static str = "held_gated";
-    type Input = Value;
-    type Output = u32;
-    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<u32, WorkflowError> {
-        let open = std::sync::Arc::clone(&self.open);
-        ctx.step("wait", move || {
-            let open = std::sync::Arc::clone(&open);
-            async move {
-                let end = tokio::time::Instant::now() + LONG;
-                while !open.load(std::sync::atomic::Ordering::SeqCst) && tokio::time::Instant::now() < end {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+    /// One step that waits for the gate to open (at most a minute).
+    struct Gated {
+        open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Workflow for Gated {
+        const NAME: &'static str = "held_gated";
+        type Input = Value;
+        type Output = u32;
+        async fn run(&self, ctx: &Ctx, _input: Value) -> Result<u32, WorkflowError> {
+            let open = std::sync::Arc::clone(&self.open);
+            ctx.step("wait", move || {
+                let open = std::sync::Arc::clone(&open);
+                async move {
+                    let end = tokio::time::Instant::now() + LONG;
+                    while !open.load(std::sync::atomic::Ordering::SeqCst) && tokio::time::Instant::now() < end {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    Ok(1u32)
                 }
-                Ok(1u32)
-            }
-        })
-        .await
-    }
-}
-
-/// Tasks handed back by a worker whose slots were all busy, in this process.
-fn handed_back() -> u64 {
-    let labels = vec![("reason", "hand_back".to_owned())];
-    savepoint_core::metrics::metrics()
-        .published
-        .get_or_create(&labels)
-        .get()
-}
-
-/// A worker A with one slot, busy with a [`Gated`] run whose step ends when `open` is set,
-/// and `short` new one-step runs started after it (the broker pushes their tasks to A, its only
-/// consumer, though A has no slot for them).
-struct FullWorker {
-    w: World,
-    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    a: InProc,
-    gated: savepoint_core::ids::ThreadId,
-    short: Vec<savepoint_core::ids::ThreadId>,
-}
-
-impl FullWorker {
-    async fn new(prefix: &str, short: usize) -> Self {
-        // (A lease long enough that A keeps the gated run while rabbitmqctl's VM takes the
-        // machine's cores for a second.)
-        let w = World::new(prefix, |cfg| {
-            cfg.worker.sticky_ms = 0;
-            cfg.lease_ms = cfg.lease_ms.max(5_000);
-        })
-        .await;
-        let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let mut cfg_a = w.cfg.clone();
-        cfg_a.worker.concurrency = 1;
-        let a = InProc::start(&cfg_a, gated_registry(&open));
-        w.wait_registered(Gated::NAME).await;
-        let gated = w.start(Gated::NAME, json!({})).await;
-        w.wait_status(&gated, &["running"], LONG).await;
-        let mut runs = Vec::new();
-        for _ in 0..short {
-            runs.push(w.start(Sum::NAME, json!({})).await);
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        Self {
-            w,
-            open,
-            a,
-            gated,
-            short: runs,
+            })
+            .await
         }
     }
 
-    /// A worker with room (the default concurrency).
-    fn another(&self) -> InProc {
-        InProc::start(&self.w.cfg, gated_registry(&self.open))
-    }
-
-    /// Every short run completes while A's step is still under way; then it ends.
-    async fn short_runs_complete_first(self, b: InProc) {
-        use std::sync::atomic::Ordering::SeqCst;
-        for t in &self.short {
-            let run = self
-                .w
-                .wait_status(t, &["completed", "blocked", "failed"], Duration::from_secs(20))
-                .await;
-            assert_eq!(run["status"], "completed", "{run}");
-        }
-        let (_, g) = self.w.get(&format!("/v1/runs/{}", self.gated)).await;
-        assert_eq!(
-            g["status"], "running",
-            "A's step ended first: nothing was measured: {g}"
-        );
-        self.open.store(true, SeqCst);
-        self.w.wait_status(&self.gated, &["completed"], LONG).await;
-        self.a.stop().await;
-        b.stop().await;
-    }
-}
-
-fn gated_registry(open: &std::sync::Arc<std::sync::atomic::AtomicBool>) -> Registry {
-    let mut reg = registry(1);
-    reg.register(Gated {
-        open: std::sync::Arc::clone(open),
-    });
-    reg
-}
-
-#[tokio::test]
-async fn a_task_a_full_worker_holds_goes_to_a_worker_with_room_on_rabbitmq() {
-    // Worker A has one slot, busy with a step that does not end until the test says so. A new
-    // run's task reaches A (the broker pushes up to the prefetch whatever the slots), then
-    // worker B starts with room. Before the hand-back, the task waited in A until A's step
-    // ended, however long (the broker never moves an unsettled delivery to another
-    // consumer); now A gives it back once its slots have been busy a second, and B runs it
-    // while A's step is still under way.
-    let before = handed_back();
-    let full = FullWorker::new("handback", 1).await;
-    let b = full.another();
-    full.short_runs_complete_first(b).await;
-    assert!(
-        handed_back() > before,
-        "the new run was not handed back by the full worker"
-    );
-}
-
-/// A RabbitMQ policy, cleared when dropped (a failing test leaves none behind).
-struct Policy(String);
-
-impl Drop for Policy {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("rabbitmqctl")
-            .args(["-q", "clear_policy", &self.0])
-            .output();
-    }
-}
-
-fn rabbitmqctl(args: &[&str]) {
-    let out = std::process::Command::new("rabbitmqctl")
-        .args(args)
-        .output()
-        .expect("rabbitmqctl");
-    assert!(out.status.success(), "rabbitmqctl {args:?}: {out:?}");
-}
-
-#[tokio::test]
-async fn a_task_the_broker_refuses_to_take_back_is_requeued_not_stranded_on_rabbitmq() {
-    // As above, but the broker refuses the hand-back's publishes (a length limit on the task
-    // queue, as a full or unreachable queue would): the tasks must not stay unsettled on the
-    // full worker's channel, which goes on consuming and would never give them up (the
-    // reviewer's finding: 28 runs pending for minutes beside an idle worker). They are
-    // requeued, and the worker with room runs them while the full one's step is under way.
-    const SHORT: usize = 4;
-    let full = FullWorker::new("handbackfull", SHORT).await;
-    let w = &full.w;
-    let queue = format!("{}.q.{}", w.cfg.namespace, w.cfg.queue);
-    let policy = format!("{}-full", w.cfg.namespace);
-    rabbitmqctl(&[
-        "-q",
-        "set_policy",
-        "--apply-to",
-        "queues",
-        "--priority",
-        "99",
-        &policy,
-        &format!("^{}$", queue.replace('.', "\\.")),
-        r#"{"max-length":0,"overflow":"reject-publish"}"#,
-    ]);
-    let policy = Policy(policy);
-    let requeued = || {
-        let labels = vec![("how", "requeued".to_owned())];
+    /// Tasks handed back by a worker whose slots were all busy, in this process.
+    fn handed_back() -> u64 {
+        let labels = vec![("reason", "hand_back".to_owned())];
         savepoint_core::metrics::metrics()
-            .handed_back
+            .published
             .get_or_create(&labels)
             .get()
-    };
-    let before = requeued();
-    // A worker with room as A reads the fleet (a registration that consumes nothing, so the
-    // queue keeps what A gives back): A hands back; the broker takes the first task and,
-    // the queue now over its limit, refuses the rest.
-    let roomy = json!({"workflows": [{"name": Sum::NAME, "version": 1, "min_version": 1}],
-        "queue": w.cfg.queue, "ttl_ms": 60_000, "concurrency": 8, "in_flight": 0,
-        "capabilities": ["pause"]});
-    w.store
-        .register_raw("roomy", &roomy.to_string(), Duration::from_secs(60))
-        .await
-        .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while requeued() < before + SHORT as u64 - 1 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "A did not try to hand its tasks back ({} requeued)",
-            requeued() - before
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    drop(policy);
-    w.store.deregister_worker("roomy").await.unwrap();
-    let b = full.another();
-    full.short_runs_complete_first(b).await;
+
+    /// A worker A with one slot, busy with a [`Gated`] run whose step ends when `open` is set,
+    /// and `short` new one-step runs started after it (the broker pushes their tasks to A, its only
+    /// consumer, though A has no slot for them).
+    struct FullWorker {
+        w: World,
+        open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        a: InProc,
+        gated: savepoint_core::ids::ThreadId,
+        short: Vec<savepoint_core::ids::ThreadId>,
+    }
+
+    impl FullWorker {
+        async fn new(prefix: &str, short: usize) -> Self {
+            // (A lease long enough that A keeps the gated run while rabbitmqctl's VM takes the
+            // machine's cores for a second.)
+            let w = World::new(prefix, |cfg| {
+                cfg.worker.sticky_ms = 0;
+                cfg.lease_ms = cfg.lease_ms.max(5_000);
+            })
+            .await;
+            let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let mut cfg_a = w.cfg.clone();
+            cfg_a.worker.concurrency = 1;
+            let a = InProc::start(&cfg_a, gated_registry(&open));
+            w.wait_registered(Gated::NAME).await;
+            let gated = w.start(Gated::NAME, json!({})).await;
+            w.wait_status(&gated, &["running"], LONG).await;
+            let mut runs = Vec::new();
+            for _ in 0..short {
+                runs.push(w.start(Sum::NAME, json!({})).await);
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Self {
+                w,
+                open,
+                a,
+                gated,
+                short: runs,
+            }
+        }
+
+        /// A worker with room (the default concurrency).
+        fn another(&self) -> InProc {
+            InProc::start(&self.w.cfg, gated_registry(&self.open))
+        }
+
+        /// Every short run completes while A's step is still under way; then it ends.
+        async fn short_runs_complete_first(self, b: InProc) {
+            use std::sync::atomic::Ordering::SeqCst;
+            for t in &self.short {
+                let run = self
+                    .w
+                    .wait_status(t, &["completed", "blocked", "failed"], Duration::from_secs(20))
+                    .await;
+                assert_eq!(run["status"], "completed", "{run}");
+            }
+            let (_, g) = self.w.get(&format!("/v1/runs/{}", self.gated)).await;
+            assert_eq!(
+                g["status"], "running",
+                "A's step ended first: nothing was measured: {g}"
+            );
+            self.open.store(true, SeqCst);
+            self.w.wait_status(&self.gated, &["completed"], LONG).await;
+            self.a.stop().await;
+            b.stop().await;
+        }
+    }
+
+    fn gated_registry(open: &std::sync::Arc<std::sync::atomic::AtomicBool>) -> Registry {
+        let mut reg = registry(1);
+        reg.register(Gated {
+            open: std::sync::Arc::clone(open),
+        });
+        reg
+    }
+
+    #[tokio::test]
+    async fn a_task_a_full_worker_holds_goes_to_a_worker_with_room_on_rabbitmq() {
+        // Worker A has one slot, busy with a step that does not end until the test says so. A new
+        // run's task reaches A (the broker pushes up to the prefetch whatever the slots), then
+        // worker B starts with room. Before the hand-back, the task waited in A until A's step
+        // ended, however long (the broker never moves an unsettled delivery to another
+        // consumer); now A gives it back once its slots have been busy a second, and B runs it
+        // while A's step is still under way.
+        let before = handed_back();
+        let full = FullWorker::new("handback", 1).await;
+        let b = full.another();
+        full.short_runs_complete_first(b).await;
+        assert!(
+            handed_back() > before,
+            "the new run was not handed back by the full worker"
+        );
+    }
+
+    /// A RabbitMQ policy, cleared when dropped (a failing test leaves none behind).
+    struct Policy(String);
+
+    impl Drop for Policy {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("rabbitmqctl")
+                .args(["-q", "clear_policy", &self.0])
+                .output();
+        }
+    }
+
+    fn rabbitmqctl(args: &[&str]) {
+        let out = std::process::Command::new("rabbitmqctl")
+            .args(args)
+            .output()
+            .expect("rabbitmqctl");
+        assert!(out.status.success(), "rabbitmqctl {args:?}: {out:?}");
+    }
+
+    #[tokio::test]
+    async fn a_task_the_broker_refuses_to_take_back_is_requeued_not_stranded_on_rabbitmq() {
+        // As above, but the broker refuses the hand-back's publishes (a length limit on the task
+        // queue, as a full or unreachable queue would): the tasks must not stay unsettled on the
+        // full worker's channel, which goes on consuming and would never give them up (the
+        // reviewer's finding: 28 runs pending for minutes beside an idle worker). They are
+        // requeued, and the worker with room runs them while the full one's step is under way.
+        const SHORT: usize = 4;
+        let full = FullWorker::new("handbackfull", SHORT).await;
+        let w = &full.w;
+        let queue = format!("{}.q.{}", w.cfg.namespace, w.cfg.queue);
+        let policy = format!("{}-full", w.cfg.namespace);
+        rabbitmqctl(&[
+            "-q",
+            "set_policy",
+            "--apply-to",
+            "queues",
+            "--priority",
+            "99",
+            &policy,
+            &format!("^{}$", queue.replace('.', "\\.")),
+            r#"{"max-length":0,"overflow":"reject-publish"}"#,
+        ]);
+        let policy = Policy(policy);
+        let requeued = || {
+            let labels = vec![("how", "requeued".to_owned())];
+            savepoint_core::metrics::metrics()
+                .handed_back
+                .get_or_create(&labels)
+                .get()
+        };
+        let before = requeued();
+        // A worker with room as A reads the fleet (a registration that consumes nothing, so the
+        // queue keeps what A gives back): A hands back; the broker takes the first task and,
+        // the queue now over its limit, refuses the rest.
+        let roomy = json!({"workflows": [{"name": Sum::NAME, "version": 1, "min_version": 1}],
+            "queue": w.cfg.queue, "ttl_ms": 60_000, "concurrency": 8, "in_flight": 0,
+            "capabilities": ["pause"]});
+        w.store
+            .register_raw("roomy", &roomy.to_string(), Duration::from_secs(60))
+            .await
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while requeued() < before + SHORT as u64 - 1 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "A did not try to hand its tasks back ({} requeued)",
+                requeued() - before
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        drop(policy);
+        w.store.deregister_worker("roomy").await.unwrap();
+        let b = full.another();
+        full.short_runs_complete_first(b).await;
+    }
 }
