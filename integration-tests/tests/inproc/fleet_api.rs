@@ -67,7 +67,15 @@ async fn the_fleet_and_its_workflows_as_the_api_shows_them() {
     w.wait_registered(Tally::NAME).await;
     let client = Client::new(w.sched.base_url.clone());
 
-    let workers = client.workers().await.expect("GET /v1/workers");
+    // (Both workflows registered can be B alone: wait until A has registered too.)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let workers = loop {
+        let workers = client.workers().await.expect("GET /v1/workers");
+        if workers.workers.len() >= 2 || std::time::Instant::now() > deadline {
+            break workers;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     assert_eq!(workers.workers.len(), 2, "{workers:?}");
     let both: Vec<_> = workers
         .workers
