@@ -163,8 +163,8 @@ impl Broker {
     }
 
     /// Starts a consumer on worker process `owner`'s sticky queue of this task queue (see
-    /// [`crate::Topology::sticky`]), declaring it; `None` on the embedded queue, which has
-    /// none (there every task goes to the task queue).
+    /// [`crate::Topology::sticky`]), declaring it (`Option` for a backend without sticky
+    /// queues; both have them).
     pub fn sticky_consumer(
         &self,
         owner: &str,
@@ -180,14 +180,29 @@ impl Broker {
                 })
             }
             #[cfg(feature = "mem")]
-            Kind::Mem { .. } => None,
+            Kind::Mem { queue, prefetch } => {
+                let sticky = crate::topology::Sticky {
+                    owner: owner.to_owned(),
+                    ttl_ms,
+                };
+                let consumer = queue.sticky_consumer(
+                    owner,
+                    Duration::from_millis(u64::from(ttl_ms)),
+                    sticky.prefetch(*prefetch),
+                );
+                Some(Consumer {
+                    kind: ConsumerKind::Mem {
+                        consumer: Some(consumer),
+                        shutdown,
+                    },
+                })
+            }
         }
     }
 
     /// Publishes to worker process `owner`'s sticky queue of this task queue, confirmed. A
     /// sticky queue that does not exist (its worker is gone, or never consumed it) is an
-    /// unroutable error: publish to the task queue instead. On the embedded queue this is
-    /// [`Broker::publish`].
+    /// unroutable error: publish to the task queue instead.
     pub async fn publish_sticky(
         &self,
         owner: &str,
@@ -205,7 +220,7 @@ impl Broker {
                     .await
             }
             #[cfg(feature = "mem")]
-            Kind::Mem { queue, .. } => queue.publish(payload, headers).await,
+            Kind::Mem { queue, .. } => queue.publish_sticky(owner, payload, headers).await,
         }
     }
 
@@ -246,7 +261,8 @@ enum ConsumerKind {
 }
 
 impl Consumer {
-    /// Next delivery; `None` once shutdown is cancelled. On shutdown it stops receiving, waits
+    /// Next delivery; `None` once shutdown is cancelled. On shutdown it stops receiving, gives
+    /// back what was pushed to it and never taken (as [`Consumer::hand_back`]), waits
     /// up to [`SHUTDOWN_GRACE`] for handed-out deliveries to be settled, then lets go of the
     /// rest (the broker redelivers them).
     pub async fn next(&mut self) -> Option<Delivery> {
@@ -263,6 +279,8 @@ impl Consumer {
                 match got {
                     Some(d) => Some(Delivery::from_mem(d)),
                     None => {
+                        // What was pushed here and never taken goes back now.
+                        c.hand_back();
                         let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
                         while c.in_flight() > 0 && tokio::time::Instant::now() < deadline {
                             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -277,22 +295,26 @@ impl Consumer {
 
     /// Stops taking deliveries until the next [`Consumer::next`], and gives back those the
     /// broker pushed here that were never handed out, for a consumer with room (the worker's
-    /// slots have all been busy a while). Returns how many went back. The embedded queue
-    /// hands a delivery out only when asked: it holds none.
+    /// slots have all been busy a while). Returns how many went back.
     pub async fn hand_back(&mut self) -> usize {
         match &mut self.kind {
             ConsumerKind::Amqp(c) => c.hand_back().await,
             #[cfg(feature = "mem")]
-            ConsumerKind::Mem { .. } => 0,
+            ConsumerKind::Mem { consumer, .. } => consumer.as_ref().map_or(0, MemConsumer::hand_back),
         }
     }
 
     /// Consumes again after a [`Consumer::hand_back`] (`next` does too, but from inside a race
     /// of several consumers' `next` a cut-off `basic.consume` would strand what it receives).
-    #[cfg_attr(not(feature = "mem"), allow(irrefutable_let_patterns))]
     pub async fn resume(&mut self) {
-        if let ConsumerKind::Amqp(c) = &mut self.kind {
-            c.resume().await;
+        match &mut self.kind {
+            ConsumerKind::Amqp(c) => c.resume().await,
+            #[cfg(feature = "mem")]
+            ConsumerKind::Mem { consumer, .. } => {
+                if let Some(c) = consumer {
+                    c.resume();
+                }
+            }
         }
     }
 

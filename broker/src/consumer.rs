@@ -79,6 +79,7 @@ impl AmqpConsumer {
     }
 
     /// Next delivery; `None` once shutdown is cancelled. On shutdown it cancels the AMQP consumer,
+    /// gives back what was pushed to it and never taken (as [`hand_back`](Self::hand_back)),
     /// waits up to [`SHUTDOWN_GRACE`] for handed-out deliveries to be settled, then closes its
     /// channel and connection (prefetched, not yet returned messages are requeued by the broker).
     pub(crate) async fn next(&mut self) -> Option<Delivery> {
@@ -322,12 +323,15 @@ impl AmqpConsumer {
     }
 
     async fn stop(&mut self) {
+        // What the broker pushed here and was never taken goes back now (to a worker with
+        // room), not when the channel closes after the grace period.
+        self.hand_back().await;
         self.stopped = true;
         let Some(active) = self.active.take() else {
             return;
         };
         let link = &active.session.link;
-        if link.usable() {
+        if link.usable() && !active.handed_back {
             let tag = active.stream.tag();
             if let Err(e) = link.channel.basic_cancel(tag, BasicCancelOptions::default()).await {
                 debug!(tag = %self.tag, error = %e, "basic.cancel failed during shutdown");

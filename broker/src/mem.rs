@@ -1,16 +1,34 @@
-//! The embedded task queue: the semantics of the quorum queue the AMQP backend declares.
+//! The embedded task queue: the semantics of the quorum queue the AMQP backend declares, and
+//! of a worker's sticky queue beside it.
 //!
 //! - Publishing stores the message at the tail and confirms it.
-//! - A consumer receives messages in order, at most `prefetch` unsettled at once.
+//! - The queue pushes its messages to its consumers in turn, each up to its `prefetch`
+//!   unsettled, whether or not the consumer is asking: a message pushed to a consumer waits
+//!   for that consumer (as a busy worker's prefetched deliveries do on RabbitMQ, which never
+//!   moves an unsettled delivery to another consumer).
 //! - `ack` removes a message; `requeue` puts it back at the head with its delivery count
 //!   raised; a count above the delivery limit dead-letters it instead (reason `delivery_limit`).
 //! - A consumer that goes away (dropped: a crash, a shutdown) returns its unsettled messages to
 //!   the head, flagged redelivered and counted, as a closed channel does.
+//! - [`MemConsumer::hand_back`] cancels a consumer until it asks again: what was pushed to it
+//!   and never taken goes to the tail of the task queue, not counted (the AMQP consumer's
+//!   publish-again; a sticky queue's goes on to its task queue, as past its TTL).
+//! - A sticky queue ([`MemQueue::sticky_consumer`]) is exclusive to its consumer: a publish to
+//!   one that has no consumer is unroutable; a message not pushed within the TTL goes on to
+//!   the task queue (dead-lettered there, as `x-message-ttl` does); one pushed and taken only
+//!   after the TTL goes on too; and the queue goes with its consumer, deleting what it holds
+//!   (RabbitMQ does not dead-letter the messages of a deleted queue).
 //! - `dead_letter` publishes to the dead-letter queue with an `x-savepoint-reason` header.
+//! - [`MemQueue::starved`] measures the liveness promise the simulator checks: how long a
+//!   message waited beyond its allowance while a consumer of the queue was asking for one.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::BrokerError;
 use savepoint_core::mem::{Fault, FaultSlot, Faults, Op};
@@ -26,6 +44,53 @@ struct Msg {
     headers: BTreeMap<String, String>,
     count: u32,
     redelivered: bool,
+    /// Since when the task waits for a worker: its publish (kept when it is handed back or
+    /// goes on from a sticky queue; a return after its consumer went starts it again).
+    since: Instant,
+    /// When it entered a sticky queue (the TTL counts from there), and the TTL: how long it
+    /// may wait for its worker before any worker should have it.
+    sticky: Option<(Instant, Duration)>,
+}
+
+impl Msg {
+    fn new(data: &[u8], headers: BTreeMap<String, String>) -> Self {
+        Msg {
+            data: data.to_vec(),
+            headers,
+            count: 0,
+            redelivered: false,
+            since: Instant::now(),
+            sticky: None,
+        }
+    }
+
+    /// Past its sticky queue's TTL at `now`.
+    fn overdue(&self, now: Instant) -> bool {
+        self.sticky.is_some_and(|(at, ttl)| now >= at + ttl)
+    }
+
+    /// The same task as a new message of another queue (a publish again, a dead-lettering):
+    /// the broker's count of its deliveries starts again; how long it has waited does not.
+    fn moved(mut self) -> Self {
+        self.count = 0;
+        self.redelivered = false;
+        self
+    }
+}
+
+/// A consumer as its queue sees it.
+#[derive(Debug)]
+struct Cons {
+    prefetch: usize,
+    /// Consuming (not since a hand-back).
+    active: bool,
+    /// Unsettled deliveries: pushed, taken or not.
+    out: usize,
+    /// Pushed and not yet taken, in order.
+    held: VecDeque<u64>,
+    /// Since when it has been asking for a message and holding none (its worker has a free
+    /// slot and nothing to do).
+    idle_since: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -35,6 +100,9 @@ struct State {
     dlq: Vec<Msg>,
     next_tag: u64,
     next_consumer: u64,
+    consumers: BTreeMap<u64, Cons>,
+    /// The consumer pushed to last (the next push starts after it).
+    last: u64,
     stats: QueueStats,
 }
 
@@ -49,14 +117,33 @@ pub struct QueueStats {
     pub redelivered: u64,
     /// Messages moved to the dead-letter queue.
     pub dead_lettered: u64,
+    /// Messages pushed to a consumer and given back by it untaken (a busy worker's hand-back).
+    pub handed_back: u64,
+    /// Messages that went on from a sticky queue to the task queue (TTL, taken late, handed back).
+    pub passed_on: u64,
 }
 
-/// An in-process task queue with its dead-letter queue.
+/// A sticky queue's link to its task queue.
+struct Home {
+    queue: Arc<MemQueue>,
+    owner: String,
+    ttl: Duration,
+    /// Cancelled when the queue goes with its consumer.
+    gone: CancellationToken,
+    /// Woken by a publish (the TTL's timer sleeps until the head's time, or until then).
+    published: Arc<tokio::sync::Notify>,
+}
+
+/// An in-process task queue with its dead-letter queue (or a worker's sticky queue of one).
 pub struct MemQueue {
     state: Mutex<State>,
     notify: tokio::sync::Notify,
     delivery_limit: u32,
     faults: FaultSlot,
+    /// Set on a sticky queue.
+    home: Option<Home>,
+    /// A task queue's sticky queues, by owner, while their consumers live.
+    sticky: Mutex<HashMap<String, Weak<MemQueue>>>,
 }
 
 impl std::fmt::Debug for MemQueue {
@@ -72,16 +159,31 @@ fn injected(op: &str) -> BrokerError {
     BrokerError::Unavailable(format!("embedded broker: injected fault on {op}"))
 }
 
+/// How long a message waited beyond its allowance while a consumer asked (see [`MemQueue::starved`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Starved {
+    /// The wait beyond the allowance.
+    pub waited: Duration,
+    /// Where the message was, and for how long a consumer had been asking.
+    pub what: String,
+}
+
 impl MemQueue {
     /// An empty queue; a message delivered more than `delivery_limit` times is dead-lettered
     /// (0 = no limit).
     pub fn new(delivery_limit: u32) -> Arc<Self> {
-        Arc::new(Self {
+        Arc::new(Self::empty(delivery_limit, None))
+    }
+
+    fn empty(delivery_limit: u32, home: Option<Home>) -> Self {
+        Self {
             state: Mutex::new(State::default()),
             notify: tokio::sync::Notify::new(),
             delivery_limit,
             faults: FaultSlot::default(),
-        })
+            home,
+            sticky: Mutex::new(HashMap::new()),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -94,7 +196,10 @@ impl MemQueue {
     }
 
     fn decide(&self, op: Op<'_>) -> Fault {
-        self.faults.decide(op)
+        match &self.home {
+            Some(home) => home.queue.faults.decide(op),
+            None => self.faults.decide(op),
+        }
     }
 
     /// Runs `apply` under the fault plan for `op`.
@@ -118,19 +223,57 @@ impl MemQueue {
     /// Publishes a task (confirmed when this returns `Ok`).
     pub async fn publish(&self, data: &[u8], headers: &[(String, String)]) -> Result<(), BrokerError> {
         self.faulty(Op::Publish, "publish", |q| {
-            let mut s = q.lock();
-            s.stats.published += 1;
-            s.ready.push_back(Msg {
-                data: data.to_vec(),
-                headers: headers.iter().cloned().collect(),
-                count: 0,
-                redelivered: false,
-            });
-            drop(s);
-            q.notify.notify_waiters();
-            q.notify.notify_one();
+            q.lock().stats.published += 1;
+            q.enqueue(vec![Msg::new(data, headers.iter().cloned().collect())]);
         })
         .await
+    }
+
+    /// Puts messages at the tail (a sticky queue's TTL counts from now), pushes what it can
+    /// and wakes the consumers.
+    fn enqueue(&self, msgs: Vec<Msg>) {
+        if msgs.is_empty() {
+            return;
+        }
+        let mut s = self.lock();
+        for mut m in msgs {
+            if let Some(home) = &self.home {
+                m.sticky = Some((Instant::now(), home.ttl));
+            }
+            s.ready.push_back(m);
+        }
+        self.push(&mut s);
+        drop(s);
+        self.notify.notify_waiters();
+        if let Some(home) = &self.home {
+            home.published.notify_one();
+        }
+    }
+
+    /// Publishes to worker process `owner`'s sticky queue of this task queue (confirmed); an
+    /// unroutable error while that queue has no consumer.
+    pub async fn publish_sticky(
+        &self,
+        owner: &str,
+        data: &[u8],
+        headers: &[(String, String)],
+    ) -> Result<(), BrokerError> {
+        let Some(sticky) = self.sticky_queue(owner) else {
+            return Err(BrokerError::Unroutable {
+                exchange: "embedded".into(),
+                routing_key: format!("sticky queue of {owner}"),
+                reply: "NO_ROUTE (the queue goes with its consumer)".into(),
+            });
+        };
+        self.faulty(Op::Publish, "sticky publish", |_| {
+            sticky.enqueue(vec![Msg::new(data, headers.iter().cloned().collect())]);
+        })
+        .await
+    }
+
+    fn sticky_queue(&self, owner: &str) -> Option<Arc<MemQueue>> {
+        let map = self.sticky.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(owner).and_then(Weak::upgrade)
     }
 
     /// Publishes straight to the dead-letter queue with a reason.
@@ -145,12 +288,7 @@ impl MemQueue {
             headers.insert(REASON_HEADER.into(), reason.into());
             let mut s = q.lock();
             s.stats.dead_lettered += 1;
-            s.dlq.push(Msg {
-                data: data.to_vec(),
-                headers,
-                count: 0,
-                redelivered: false,
-            });
+            s.dlq.push(Msg::new(data, headers));
         })
         .await
     }
@@ -160,7 +298,7 @@ impl MemQueue {
         self.lock().ready.len() as u32
     }
 
-    /// Messages delivered and not settled.
+    /// Messages pushed to consumers and not settled.
     pub fn unacked(&self) -> u32 {
         self.lock().unacked.len() as u32
     }
@@ -170,7 +308,7 @@ impl MemQueue {
         self.lock().dlq.len() as u32
     }
 
-    /// The counters.
+    /// The counters (a task queue's include its sticky queues' `passed_on`).
     pub fn stats(&self) -> QueueStats {
         self.lock().stats
     }
@@ -181,17 +319,100 @@ impl MemQueue {
         s.ready.clear();
         s.unacked.clear();
         s.dlq.clear();
+        for c in s.consumers.values_mut() {
+            c.held.clear();
+            c.out = 0;
+        }
     }
 
     /// A new consumer with at most `prefetch` unsettled deliveries (0 = unlimited).
     pub fn consumer(self: &Arc<Self>, prefetch: u16) -> MemConsumer {
         let mut s = self.lock();
         s.next_consumer += 1;
+        let id = s.next_consumer;
+        s.consumers.insert(
+            id,
+            Cons {
+                prefetch: if prefetch == 0 { usize::MAX } else { prefetch as usize },
+                active: true,
+                out: 0,
+                held: VecDeque::new(),
+                idle_since: None,
+            },
+        );
+        self.push(&mut s);
+        drop(s);
         MemConsumer {
             queue: Arc::clone(self),
             live: Arc::new(AtomicUsize::new(0)),
-            id: s.next_consumer,
-            prefetch: if prefetch == 0 { usize::MAX } else { prefetch as usize },
+            id,
+        }
+    }
+
+    /// Declares worker process `owner`'s sticky queue of this task queue, exclusive to the
+    /// consumer returned (the queue and what it holds go when it is dropped). A message not
+    /// pushed within `ttl` goes on to this queue.
+    pub fn sticky_consumer(self: &Arc<Self>, owner: &str, ttl: Duration, prefetch: u16) -> MemConsumer {
+        let home = Home {
+            queue: Arc::clone(self),
+            owner: owner.to_owned(),
+            ttl,
+            gone: CancellationToken::new(),
+            published: Arc::new(tokio::sync::Notify::new()),
+        };
+        let sticky = Arc::new(Self::empty(0, Some(home)));
+        self.sticky
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(owner.to_owned(), Arc::downgrade(&sticky));
+        tokio::spawn(expire(Arc::downgrade(&sticky)));
+        sticky.consumer(prefetch)
+    }
+
+    /// Pushes ready messages to the consumers with room, in turn after the last one pushed to.
+    /// (Under a fault plan a take may go to the next one instead, and a sticky queue's may go
+    /// on to its task queue: a run's slices move between workers.)
+    fn push(&self, s: &mut State) {
+        let mut passed = Vec::new();
+        while !s.ready.is_empty() {
+            let open: Vec<u64> = {
+                let after = s.consumers.range(s.last + 1..).map(|(id, c)| (*id, c));
+                let before = s.consumers.range(..=s.last).map(|(id, c)| (*id, c));
+                after
+                    .chain(before)
+                    .filter(|(_, c)| c.active && c.out < c.prefetch)
+                    .map(|(id, _)| id)
+                    .collect()
+            };
+            let Some(&first) = open.first() else { break };
+            let taken_elsewhere = self.decide(Op::Take) == Fault::Fail;
+            let Some(m) = s.ready.pop_front() else { break };
+            if taken_elsewhere && self.home.is_some() {
+                passed.push(m);
+                continue;
+            }
+            let to = match open.get(1) {
+                Some(&second) if taken_elsewhere => second,
+                _ => first,
+            };
+            s.next_tag += 1;
+            let tag = s.next_tag;
+            s.unacked.insert(tag, (to, m));
+            if let Some(c) = s.consumers.get_mut(&to) {
+                c.out += 1;
+                c.held.push_back(tag);
+            }
+            s.last = to;
+        }
+        self.pass_on(s, passed);
+    }
+
+    /// Sends a sticky queue's messages on to its task queue (counted there). (Each keeps its
+    /// TTL as its allowance in [`MemQueue::starved`].)
+    fn pass_on(&self, _s: &mut State, msgs: Vec<Msg>) {
+        if let (Some(home), false) = (&self.home, msgs.is_empty()) {
+            home.queue.lock().stats.passed_on += msgs.len() as u64;
+            home.queue.enqueue(msgs.into_iter().map(Msg::moved).collect());
         }
     }
 
@@ -199,6 +420,7 @@ impl MemQueue {
     fn give_back(&self, s: &mut State, mut m: Msg) {
         m.count += 1;
         m.redelivered = true;
+        m.since = Instant::now();
         if self.delivery_limit > 0 && m.count > self.delivery_limit {
             m.headers.insert(REASON_HEADER.into(), "delivery_limit".into());
             s.stats.dead_lettered += 1;
@@ -209,15 +431,16 @@ impl MemQueue {
         }
     }
 
-    /// Gives a message back and wakes the consumers.
+    /// Gives a message back, pushes it and wakes the consumers.
     fn return_message(&self, m: Msg) {
         let mut s = self.lock();
         self.give_back(&mut s, m);
+        self.push(&mut s);
         drop(s);
         self.notify.notify_waiters();
-        self.notify.notify_one();
     }
 
+    /// Takes an unsettled message off its consumer (which gains room for another).
     fn settle(&self, consumer: u64, tag: u64, op: &'static str) -> Result<Msg, BrokerError> {
         let mut s = self.lock();
         match s.unacked.get(&tag) {
@@ -231,17 +454,119 @@ impl MemQueue {
             }
         }
         let (_, m) = s.unacked.remove(&tag).ok_or(BrokerError::Shutdown)?;
+        if let Some(c) = s.consumers.get_mut(&consumer) {
+            c.out = c.out.saturating_sub(1);
+        }
         Ok(m)
+    }
+
+    /// After a settlement that returned nothing to the queue: the consumer has room again.
+    fn settled(&self) {
+        let mut s = self.lock();
+        self.push(&mut s);
+        drop(s);
+        self.notify.notify_waiters();
+    }
+
+    /// A sticky queue's messages past the TTL go on to the task queue; when the next one is due.
+    fn expire_due(&self) -> Option<Instant> {
+        let now = Instant::now();
+        let mut s = self.lock();
+        let mut due = Vec::new();
+        while s.ready.front().is_some_and(|m| m.overdue(now)) {
+            due.extend(s.ready.pop_front());
+        }
+        let next = s.ready.front().and_then(|m| m.sticky).map(|(at, ttl)| at + ttl);
+        self.pass_on(&mut s, due);
+        next
+    }
+
+    /// The longest any message of this queue (or of one of its sticky queues) has waited,
+    /// beyond its allowance (a sticky queue's TTL), while a consumer of this queue with room
+    /// was asking for a message and holding none: a run kept from a worker with a free slot.
+    pub fn starved(&self) -> Option<Starved> {
+        let now = Instant::now();
+        let s = self.lock();
+        let asking = s
+            .consumers
+            .iter()
+            .filter(|(_, c)| c.active && c.out < c.prefetch)
+            .filter_map(|(id, c)| c.idle_since.map(|at| (*id, at)))
+            .min_by_key(|(_, at)| *at)?;
+        let mut worst: Option<Starved> = None;
+        let mut weigh = |m: &Msg, place: &str| {
+            let from = m.since.max(asking.1);
+            let allowance = m.sticky.map(|(_, ttl)| ttl).unwrap_or_default();
+            let waited = now.saturating_duration_since(from).saturating_sub(allowance);
+            if !waited.is_zero() && worst.as_ref().is_none_or(|w| waited > w.waited) {
+                worst = Some(Starved {
+                    waited,
+                    what: format!(
+                        "a task {place} waited {} ms beyond its allowance of {} ms while consumer {} asked for one (for {} ms)",
+                        waited.as_millis(),
+                        allowance.as_millis(),
+                        asking.0,
+                        now.saturating_duration_since(asking.1).as_millis()
+                    ),
+                });
+            }
+        };
+        weigh_queue(&s, "in the task queue", &mut weigh);
+        drop(s);
+        let stickies: Vec<Arc<MemQueue>> = {
+            let map = self.sticky.lock().unwrap_or_else(|p| p.into_inner());
+            map.values().filter_map(Weak::upgrade).collect()
+        };
+        for q in stickies {
+            let owner = q.home.as_ref().map(|h| h.owner.clone()).unwrap_or_default();
+            weigh_queue(&q.lock(), &format!("in {owner}'s sticky queue"), &mut weigh);
+        }
+        worst
     }
 }
 
-/// A consumer of a [`MemQueue`]. Dropping it returns its unsettled deliveries to the queue.
+/// Offers every waiting message of a queue (ready, or pushed to a consumer and not taken).
+fn weigh_queue(s: &State, place: &str, weigh: &mut impl FnMut(&Msg, &str)) {
+    for m in &s.ready {
+        weigh(m, &format!("{place} (ready)"));
+    }
+    for (id, c) in &s.consumers {
+        for tag in &c.held {
+            if let Some((_, m)) = s.unacked.get(tag) {
+                weigh(m, &format!("{place} (held by consumer {id}, which takes nothing)"));
+            }
+        }
+    }
+}
+
+/// A sticky queue's TTL: messages that wait it out go on to the task queue.
+async fn expire(queue: Weak<MemQueue>) {
+    loop {
+        let Some(q) = queue.upgrade() else { return };
+        let Some(home) = &q.home else { return };
+        let gone = home.gone.clone();
+        let published = Arc::clone(&home.published);
+        let woken = published.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let next = q.expire_due();
+        let sleep = next.map(tokio::time::sleep_until);
+        drop(q);
+        tokio::select! {
+            _ = gone.cancelled() => return,
+            _ = woken => {}
+            _ = async { match sleep { Some(s) => s.await, None => std::future::pending().await } } => {}
+        }
+    }
+}
+
+/// A consumer of a [`MemQueue`]. Dropping it returns its unsettled deliveries to the queue (a
+/// sticky queue's consumer takes its queue with it).
 pub struct MemConsumer {
     queue: Arc<MemQueue>,
     /// Deliveries handed out and neither settled nor dropped.
     live: Arc<AtomicUsize>,
     id: u64,
-    prefetch: usize,
 }
 
 impl std::fmt::Debug for MemConsumer {
@@ -252,87 +577,185 @@ impl std::fmt::Debug for MemConsumer {
     }
 }
 
-/// How long a consumer that passed a message on waits before it takes it itself.
-const PASS_WAIT: std::time::Duration = std::time::Duration::from_millis(3);
+/// Clears a consumer's asking mark when its `next` ends or is dropped.
+struct Asking<'a>(&'a MemConsumer);
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.queue.lock().consumers.get_mut(&self.0.id) {
+            c.idle_since = None;
+        }
+    }
+}
 
 impl MemConsumer {
-    /// Whether a message is ready and this consumer has room for it.
-    fn can_take(&self) -> bool {
-        let s = self.queue.lock();
-        !s.ready.is_empty() && s.unacked.values().filter(|(c, _)| *c == self.id).count() < self.prefetch
-    }
-
     /// Deliveries handed out by this consumer and neither settled nor dropped (shutdown waits
     /// for these; a dropped one stays unacknowledged until the consumer goes, as on AMQP).
     pub fn in_flight(&self) -> usize {
         self.live.load(Ordering::Acquire)
     }
 
-    /// The next delivery (waits for one). Under a fault plan, a consumer may pass a ready
-    /// message on ([`Op::Take`]): it lets the others take it first, then takes it if none did.
+    /// The next delivery pushed to this consumer (waits for one; consumes again after a
+    /// [`hand_back`](Self::hand_back)). A sticky queue's delivery taken after the queue's TTL
+    /// goes on to the task queue instead.
     pub async fn next(&self) -> MemDelivery {
-        let mut passed = false;
+        let _asking = Asking(self);
         loop {
             let notified = self.queue.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if !passed && self.can_take() && self.queue.decide(Op::Take) == Fault::Fail {
-                passed = true;
-                self.queue.notify.notify_waiters();
-                tokio::time::sleep(PASS_WAIT).await;
-                continue;
-            }
-            passed = false;
-            {
-                let mut s = self.queue.lock();
-                let mine = s.unacked.values().filter(|(c, _)| *c == self.id).count();
-                if mine < self.prefetch {
-                    if let Some(m) = s.ready.pop_front() {
-                        s.next_tag += 1;
-                        let tag = s.next_tag;
-                        s.unacked.insert(tag, (self.id, m.clone()));
-                        let mut headers = m.headers;
-                        if m.count > 0 {
-                            headers.insert(COUNT_HEADER.into(), m.count.to_string());
-                        }
-                        self.live.fetch_add(1, Ordering::AcqRel);
-                        return MemDelivery {
-                            live: LiveGuard {
-                                live: Arc::clone(&self.live),
-                                done: AtomicBool::new(false),
-                            },
-                            queue: Arc::clone(&self.queue),
-                            consumer: self.id,
-                            tag,
-                            data: m.data,
-                            headers,
-                            redelivered: m.redelivered,
-                        };
-                    }
+            match self.take() {
+                Ok(Some(d)) => return d,
+                Ok(None) => {}
+                Err(late) => {
+                    self.queue.pass_on(&mut self.queue.lock(), vec![late]);
+                    continue;
                 }
             }
             notified.await;
         }
     }
+
+    /// The oldest delivery pushed here (`Err`: one past its sticky TTL, taken off), or `None`
+    /// after marking this consumer as asking.
+    fn take(&self) -> Result<Option<MemDelivery>, Msg> {
+        let q = &self.queue;
+        let mut s = q.lock();
+        let now = Instant::now();
+        let Some(c) = s.consumers.get_mut(&self.id) else {
+            return Ok(None);
+        };
+        if !c.active {
+            c.active = true;
+            q.push(&mut s);
+        }
+        let Some(c) = s.consumers.get_mut(&self.id) else {
+            return Ok(None);
+        };
+        let Some(tag) = c.held.pop_front() else {
+            c.idle_since.get_or_insert(now);
+            return Ok(None);
+        };
+        c.idle_since = None;
+        let sticky = q.home.is_some();
+        if sticky && s.unacked.get(&tag).is_some_and(|(_, m)| m.overdue(now)) {
+            if let Some((_, m)) = s.unacked.remove(&tag) {
+                if let Some(c) = s.consumers.get_mut(&self.id) {
+                    c.out = c.out.saturating_sub(1);
+                }
+                q.push(&mut s);
+                return Err(m);
+            }
+        }
+        let Some((_, m)) = s.unacked.get(&tag) else {
+            return Ok(None);
+        };
+        let mut headers = m.headers.clone();
+        if m.count > 0 {
+            headers.insert(COUNT_HEADER.into(), m.count.to_string());
+        }
+        self.live.fetch_add(1, Ordering::AcqRel);
+        Ok(Some(MemDelivery {
+            live: LiveGuard {
+                live: Arc::clone(&self.live),
+                done: AtomicBool::new(false),
+            },
+            queue: Arc::clone(q),
+            consumer: self.id,
+            tag,
+            data: m.data.clone(),
+            headers,
+            redelivered: m.redelivered,
+        }))
+    }
+
+    /// Consumes again after a [`hand_back`](Self::hand_back) (`next` does too).
+    pub fn resume(&self) {
+        let q = &self.queue;
+        let mut s = q.lock();
+        if let Some(c) = s.consumers.get_mut(&self.id).filter(|c| !c.active) {
+            c.active = true;
+            q.push(&mut s);
+            drop(s);
+            q.notify.notify_waiters();
+        }
+    }
+
+    /// Stops consuming until the next [`next`](Self::next) and gives back what was pushed here
+    /// and never taken: to the tail of the task queue, not counted as a redelivery (a fault
+    /// there requeues it, counted, as the AMQP consumer's nack does), or from a sticky queue on
+    /// to its task queue. Returns how many went back.
+    pub fn hand_back(&self) -> usize {
+        let q = &self.queue;
+        let mut s = q.lock();
+        let Some(c) = s.consumers.get_mut(&self.id) else {
+            return 0;
+        };
+        c.active = false;
+        c.idle_since = None;
+        let tags: Vec<u64> = c.held.drain(..).collect();
+        c.out = c.out.saturating_sub(tags.len());
+        let msgs: Vec<Msg> = tags
+            .iter()
+            .filter_map(|t| s.unacked.remove(t))
+            .map(|(_, m)| m)
+            .collect();
+        let n = msgs.len();
+        if q.home.is_some() {
+            q.pass_on(&mut s, msgs);
+        } else {
+            s.stats.handed_back += n as u64;
+            for m in msgs {
+                if q.decide(Op::Publish) == Fault::Fail {
+                    q.give_back(&mut s, m);
+                } else {
+                    s.ready.push_back(m.moved());
+                }
+            }
+        }
+        q.push(&mut s);
+        drop(s);
+        q.notify.notify_waiters();
+        n
+    }
 }
 
 impl Drop for MemConsumer {
     fn drop(&mut self) {
-        let mut s = self.queue.lock();
+        let q = &self.queue;
+        let mut s = q.lock();
+        s.consumers.remove(&self.id);
         let mut mine: Vec<(u64, Msg)> = s
             .unacked
             .iter()
             .filter(|(_, (c, _))| *c == self.id)
             .map(|(t, (_, m))| (*t, m.clone()))
             .collect();
+        for (t, _) in &mine {
+            s.unacked.remove(t);
+        }
+        if let Some(home) = &q.home {
+            // An exclusive queue goes with its consumer, and what it holds with it.
+            s.ready.clear();
+            drop(s);
+            home.gone.cancel();
+            let mut map = home.queue.sticky.lock().unwrap_or_else(|p| p.into_inner());
+            if map
+                .get(&home.owner)
+                .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(q)))
+            {
+                map.remove(&home.owner);
+            }
+            return;
+        }
         // Back in their original order, ahead of newer messages.
         mine.sort_by_key(|(t, _)| std::cmp::Reverse(*t));
-        for (t, m) in mine {
-            s.unacked.remove(&t);
-            self.queue.give_back(&mut s, m);
+        for (_, m) in mine {
+            q.give_back(&mut s, m);
         }
+        q.push(&mut s);
         drop(s);
-        self.queue.notify.notify_waiters();
+        q.notify.notify_waiters();
     }
 }
 
@@ -377,9 +800,10 @@ impl MemDelivery {
     /// Acknowledges it.
     pub async fn ack(&self) -> Result<(), BrokerError> {
         self.channel().await?;
-        self.queue
-            .settle(self.consumer, self.tag, "ack")
-            .map(|_| self.queue.lock().stats.acked += 1)
+        self.queue.settle(self.consumer, self.tag, "ack")?;
+        self.queue.lock().stats.acked += 1;
+        self.queue.settled();
+        Ok(())
     }
 
     /// Returns it to the head of the queue (counted; dead-lettered past the limit).
@@ -398,6 +822,8 @@ impl MemDelivery {
         let mut s = self.queue.lock();
         s.stats.dead_lettered += 1;
         s.dlq.push(m);
+        drop(s);
+        self.queue.settled();
         Ok(())
     }
 
@@ -474,7 +900,7 @@ mod tests {
         drop(c);
         assert_eq!(q.depth(), 2);
         assert!(d.ack().await.is_err(), "a delivery of a gone consumer cannot be acked");
-        let c = q.consumer(0);
+        let c = q.consumer(1);
         let d = c.next().await;
         assert!(d.redelivered);
         assert_eq!(d.headers.get(COUNT_HEADER).map(String::as_str), Some("1"));
@@ -484,5 +910,56 @@ mod tests {
         // Delivered three times now: past the limit of 2, so dead-lettered.
         assert_eq!(q.dlq_depth(), 1);
         assert_eq!(c.next().await.data, b"b");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_consumer_holds_what_was_pushed_to_it_until_it_hands_it_back() {
+        let q = MemQueue::new(20);
+        let busy = q.consumer(10);
+        q.publish(b"a", &[]).await.unwrap();
+        let free = q.consumer(10);
+        // Pushed to the busy consumer, which is not asking: the free one asks and gets nothing.
+        let wait = tokio::time::timeout(Duration::from_secs(3), free.next()).await;
+        assert!(wait.is_err());
+        {
+            let _asking = tokio::time::timeout(Duration::from_secs(2), free.next()).await;
+        }
+        assert!(
+            q.starved().is_none(),
+            "nobody asks once the free consumer stopped asking"
+        );
+        let asking = free.next();
+        tokio::pin!(asking);
+        assert!(futures::poll!(asking.as_mut()).is_pending());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let starved = q.starved().expect("a task held while a consumer asks");
+        assert_eq!(starved.waited, Duration::from_secs(2), "{starved:?}");
+        assert_eq!(busy.hand_back(), 1);
+        let d = asking.await;
+        assert_eq!(d.data, b"a");
+        assert!(!d.redelivered);
+        assert_eq!(q.stats().handed_back, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sticky_queue_passes_on_after_its_ttl_and_goes_with_its_consumer() {
+        let q = MemQueue::new(20);
+        let ttl = Duration::from_millis(300);
+        let sticky = q.sticky_consumer("w1", ttl, 1);
+        q.publish_sticky("w1", b"one", &[]).await.unwrap();
+        q.publish_sticky("w1", b"two", &[]).await.unwrap();
+        let home = q.consumer(10);
+        // "two" waits in the queue (the prefetch of one holds "one") and goes on after the TTL.
+        assert_eq!(home.next().await.data, b"two");
+        // "one" is held past the TTL: taken late, it goes on too.
+        let late = tokio::time::timeout(Duration::from_millis(100), sticky.next()).await;
+        assert!(late.is_err());
+        assert_eq!(home.next().await.data, b"one");
+        assert_eq!(q.stats().passed_on, 2);
+        drop(sticky);
+        assert!(matches!(
+            q.publish_sticky("w1", b"three", &[]).await,
+            Err(BrokerError::Unroutable { .. })
+        ));
     }
 }

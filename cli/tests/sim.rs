@@ -69,3 +69,27 @@ fn the_checker_catches_a_side_effect_without_a_key() {
             .collect::<Vec<_>>()
     );
 }
+
+/// The liveness invariant must be able to fail: with no worker ever giving back what it holds
+/// (`worker.hand_back_ms = 0`), the busy-worker phase sees a task wait behind a worker whose
+/// slots are all busy while the others ask for work.
+#[test]
+fn the_checker_catches_a_busy_worker_sitting_on_tasks() {
+    let mut args = SimArgs::seeds(1, 2);
+    args.jobs = Some(2);
+    args.no_hand_back = true;
+    let failed = sim::run(&args);
+    let starved = failed
+        .iter()
+        .filter(|r| r.violations.iter().any(|v| v.starts_with("liveness (18)")))
+        .count();
+    assert_eq!(
+        starved,
+        2,
+        "{:?}",
+        failed
+            .iter()
+            .map(|r| (r.seed, r.violations.clone()))
+            .collect::<Vec<_>>()
+    );
+}

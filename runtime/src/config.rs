@@ -107,8 +107,13 @@ pub struct WorkerSection {
     pub parked_bodies: usize,
     /// How long (ms) the task of a run whose journal or parked body this worker keeps waits
     /// in the worker's own sticky queue for it before it goes on to the run's task queue,
-    /// where any worker takes it (RabbitMQ only; 0: every task goes to the task queue).
+    /// where any worker takes it (0: every task goes to the task queue).
     pub sticky_ms: u32,
+    /// How long (ms) every slot of this worker may be busy before it gives back the tasks the
+    /// broker pushed to it and it has not started (sticky ones included), for a worker with a
+    /// free slot, when the fleet has one; 0: it never does (a task it holds waits for its own
+    /// next free slot, however long that takes).
+    pub hand_back_ms: u64,
     /// How long SIGTERM waits for in-flight slices (ms).
     pub shutdown_grace_ms: u64,
     /// Health/metrics listener.
@@ -145,6 +150,7 @@ impl Default for WorkerSection {
             journal_cache_entries: 100_000,
             parked_bodies: 2_000,
             sticky_ms: 2_000,
+            hand_back_ms: 1_000,
             shutdown_grace_ms: 10_000,
             http_addr: "127.0.0.1:7071".into(),
             name: "worker".into(),
@@ -359,6 +365,7 @@ impl Config {
         env_parse(env, "SAVEPOINT_JOURNAL_CACHE_ENTRIES", &mut w.journal_cache_entries)?;
         env_parse(env, "SAVEPOINT_PARKED_BODIES", &mut w.parked_bodies)?;
         env_parse(env, "SAVEPOINT_STICKY_MS", &mut w.sticky_ms)?;
+        env_parse(env, "SAVEPOINT_HAND_BACK_MS", &mut w.hand_back_ms)?;
         env_parse(env, "SAVEPOINT_SHUTDOWN_GRACE_MS", &mut w.shutdown_grace_ms)?;
         env_parse(env, "SAVEPOINT_WORKER_HTTP_ADDR", &mut w.http_addr)?;
         env_parse(env, "SAVEPOINT_WORKER_QUEUES", &mut w.queues)?;
@@ -505,6 +512,13 @@ impl Config {
                 "worker.sticky_ms (SAVEPOINT_STICKY_MS) is {} ms; a task waits that long for a worker that may \
                  be gone: use at most 600000 (a few seconds is plenty; 0 turns sticky queues off)",
                 self.worker.sticky_ms
+            ));
+        }
+        if self.worker.hand_back_ms > 600_000 {
+            return bad(format!(
+                "worker.hand_back_ms (SAVEPOINT_HAND_BACK_MS) is {} ms; a task held by a busy worker waits that \
+                 long while another worker has room: use at most 600000 (the default 1000; 0 never hands back)",
+                self.worker.hand_back_ms
             ));
         }
         if self.worker.slice_max_steps == 0 || self.worker.max_entries == 0 {

@@ -29,6 +29,8 @@ impl Heartbeat {
         Self(tokio::spawn(
             async move {
                 let mut tick = tokio::time::interval(every);
+                // After a stop (SIGSTOP, a suspended VM) one beat, not one per beat missed.
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 tick.tick().await;
                 loop {
                     tick.tick().await;

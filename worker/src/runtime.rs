@@ -172,6 +172,8 @@ impl SlicePace {
 async fn keep_registered(shared: Arc<Shared>, info: WorkerInfo, ttl: Duration, crash: CancellationToken) {
     let store = &shared.store;
     let mut tick = tokio::time::interval(ttl / 3);
+    // After a stop (SIGSTOP, a suspended VM) one registration, not one per tick missed.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     let mut pace = SlicePace::new(shared.slices.load(Ordering::Relaxed));
     loop {
@@ -334,6 +336,7 @@ async fn start(
         journals: crate::journals::Journals::new(cfg.worker.journal_cache_entries, cfg.worker.parked_bodies),
         park: cfg.worker.parked_bodies > 0 && cfg.worker.journal_cache_entries > 0,
         sticky_ms: cfg.worker.sticky_in_effect(),
+        hand_back: (cfg.worker.hand_back_ms > 0).then(|| Duration::from_millis(cfg.worker.hand_back_ms)),
         sticky: Default::default(),
     });
     Ok((shared, info))
@@ -493,17 +496,13 @@ async fn consume(
     tasks
 }
 
-/// How long every slot of a worker may be busy before it gives back the deliveries it holds
-/// (see [`wait_for_slot`]).
-const HOLD: Duration = Duration::from_secs(1);
-
 /// Waits for a free slot (`None` on shutdown or a crash). The broker pushes deliveries up to
 /// the prefetch whether or not a slot is free, and a delivery held here waits for this
 /// worker's next free slot however long its slices take, while another worker may have room:
-/// once every slot has been busy for [`HOLD`] and another worker on one of its queues has a
+/// once every slot has been busy for `worker.hand_back_ms` and another worker on one of its queues has a
 /// free slot, the consumers give back what they hold and take nothing more until a slot
 /// frees. (With no room elsewhere, what is held would only go round the queue: it stays, and
-/// the question is asked again every `HOLD`.)
+/// the question is asked again after the same time.)
 async fn wait_for_slot(
     shared: &Shared,
     sem: &Arc<Semaphore>,
@@ -512,6 +511,7 @@ async fn wait_for_slot(
     crash: &CancellationToken,
 ) -> Option<tokio::sync::OwnedSemaphorePermit> {
     let mut handed_back = false;
+    let hold = shared.hand_back;
     loop {
         tokio::select! {
             biased;
@@ -525,7 +525,7 @@ async fn wait_for_slot(
                 }
                 return p.ok();
             }
-            _ = tokio::time::sleep(HOLD), if !handed_back => {
+            _ = sleep_or_never(hold), if !handed_back => {
                 if !shared.room_elsewhere().await {
                     continue;
                 }
@@ -534,11 +534,19 @@ async fn wait_for_slot(
                     n += c.hand_back().await;
                 }
                 if n > 0 {
-                    tracing::info!(tasks = n, "every slot busy for {HOLD:?}: gave back the tasks held here for a worker with room");
+                    tracing::info!(tasks = n, ?hold, "every slot busy this long: gave back the tasks held here for a worker with room");
                 }
                 handed_back = true;
             }
         }
+    }
+}
+
+/// Sleeps `d`, or forever for `None`.
+async fn sleep_or_never(d: Option<Duration>) {
+    match d {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -53,8 +53,11 @@ pub(crate) struct Shared {
     /// How long a task waits in this worker's sticky queue (`worker.sticky_ms`; 0: no sticky
     /// queues).
     pub sticky_ms: u32,
+    /// How long every slot may be busy before the consumers give back what they hold
+    /// (`worker.hand_back_ms`; `None`: never).
+    pub hand_back: Option<std::time::Duration>,
     /// The task queues this worker consumes a sticky queue of (set once its consumers are
-    /// ready; empty on the embedded queue, which has none).
+    /// ready).
     pub sticky: std::sync::OnceLock<Vec<String>>,
 }
 

@@ -41,6 +41,8 @@ pub(super) struct Plan {
     /// When the last stall injected so far ends (ms on `clock`): a store operation stalled
     /// before the heal lands after it (a scheduler's decision, say), so the heal waits for it.
     pub(super) stalled_until: AtomicU64,
+    /// The driver's jumps of the clock (ms; see `World::jump`).
+    pub(super) jumped: Arc<AtomicU64>,
 }
 
 impl Plan {
@@ -49,7 +51,7 @@ impl Plan {
     }
 
     pub(super) fn now(&self) -> u64 {
-        self.clock.elapsed().as_millis() as u64
+        (self.clock.elapsed().as_millis() as u64).saturating_sub(self.jumped.load(Ordering::Acquire))
     }
 }
 

@@ -10,8 +10,9 @@
 //!
 //! Faults (during the chaos phase): a store operation fails before it is applied, or is
 //! applied and its reply lost, or stalls (up to several leases: a paused worker); a publish
-//! fails, is duplicated or is delayed (reordered); a worker passes a ready task on to the
-//! others (half the takes: a run's slices move between workers); a settlement fails; a worker is killed
+//! fails, is duplicated or is delayed (reordered); the queue pushes a task to the consumer
+//! after the one whose turn it is, or a sticky task on to the task queue (half the pushes: a
+//! run's slices move between workers); a settlement fails; a worker is killed
 //! (nothing settled or released) and restarted later; an effect's provider answers late.
 //! Two scanner replicas race for every partition; on even seeds they split the partitions by
 //! their live registrations instead, one crashes mid-chaos (its registration expires) and is
@@ -106,7 +107,26 @@
 //!     input computes, and its journal holds its steps and sleeps in order, each once. The
 //!     summary line counts the slices that began from a parked body, a held journal and a
 //!     whole one.
+//! 18. load on one worker (`busy.rs`): the embedded queue pushes tasks to consumers up to their
+//!     prefetch and keeps each worker's sticky queue, as RabbitMQ does; whenever faults are
+//!     off, no task waits more than 5 s beyond its allowance (a sticky queue's TTL) while a
+//!     worker has a free slot and asks for one. A last phase loads one worker with runs that
+//!     hold every slot for seconds and keep yielding to its sticky queue, brings the others
+//!     back idle and starts short runs: all of them end, none starved.
+//! 19. stops longer than every TTL (`stop.rs`): a run paused after its worker died right
+//!     after its first effect was marked done (before the journal entry), and a run waiting
+//!     on a human, while the clock jumps 31 days (past the effect TTL: every lease,
+//!     registration, timer and TTL due meanwhile fires at once); both complete once unpaused
+//!     and answered, each effect called once at the provider.
+//! 20. retention (`stop.rs`): after a jump past the retention and the effect TTL, no key of a
+//!     run that ended is left (only the fleet's and those of runs still blocked), and no index
+//!     lists a run that expired.
+//! 21. a type moved between builds (`stop.rs`): the later half of the rolling deploy runs the
+//!     second build with `Question` moved to another module; and a run that recorded it on the
+//!     second build, waiting while every worker restarts on the moved one, completes and
+//!     replays there (neither blocked nor waiting for a build).
 
+mod busy;
 mod checks;
 mod faults;
 mod operate;
@@ -114,6 +134,7 @@ mod pausing;
 mod runner;
 mod schedules;
 mod simulate;
+mod stop;
 mod witness;
 mod workload;
 mod world;

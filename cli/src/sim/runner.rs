@@ -33,6 +33,10 @@ pub struct SimArgs {
     /// no idempotency key), so crashes must show up as double charges.
     #[arg(long, hide = true)]
     pub unguarded: bool,
+    /// Checks the checker: workers never give back what a busy worker holds
+    /// (`worker.hand_back_ms = 0`), so the busy-worker phase must see a task starve.
+    #[arg(long, hide = true)]
+    pub no_hand_back: bool,
     /// Report, after the seeds, which lines of each Lua script of the store they reached
     /// (and which lines holding code they never did).
     #[arg(long)]
@@ -51,6 +55,7 @@ impl SimArgs {
             jobs: Some(1),
             verbose: false,
             unguarded: false,
+            no_hand_back: false,
             lua_coverage: false,
         }
     }

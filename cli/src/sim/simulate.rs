@@ -22,12 +22,14 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::busy::{busy_worker, Liveness};
 use super::checks::{deadline_checks, feature_checks, operator_checks, scanner_checks, written_order};
 use super::faults::{Plan, Trace};
 use super::operate::{operate, Operated};
 use super::pausing::Pausing;
 use super::runner::{SeedReport, SimArgs};
 use super::schedules::{schedule_checks, schedule_resume_checks, schedules_open, SCHEDULES};
+use super::stop::{long_stop, retention, type_move};
 use super::workload;
 use super::workload::Provider;
 use super::world::{check_growth, sim_name, Kind, Seen, World, KEY_K1, KEY_K2, SECRET, SERVER_BASE_US};
@@ -55,6 +57,15 @@ pub(super) async fn simulate(seed: u64, args: &SimArgs) -> SeedReport {
         Operated::default()
     };
     final_checks(&mut sim, &load, &mut p, &operated, args).await;
+    if p.violations.is_empty() {
+        busy_worker(&mut sim.w, &mut p.live, &mut p.violations).await;
+    }
+    p.live.check(&mut p.violations);
+    if p.violations.is_empty() {
+        long_stop(&mut sim.w, &mut p.violations).await;
+        type_move(&mut sim.w, &mut p.violations).await;
+        retention(&sim.w, &mut p.violations).await;
+    }
     finish(seed, &name, sim, p.violations).await
 }
 
@@ -125,9 +136,13 @@ fn sim_config(name: &str) -> Config {
 async fn assemble(seed: u64, args: &SimArgs, name: &str) -> Result<Sim, SetupError> {
     // A fixed server clock: the same seed sees the same timestamps.
     install_engine(name, MemEngine::starting_at(SERVER_BASE_US));
-    let cfg = sim_config(name);
+    let mut cfg = sim_config(name);
+    if args.no_hand_back {
+        cfg.worker.hand_back_ms = 0;
+    }
     let trace = Arc::new(Trace::default());
     let started = tokio::time::Instant::now();
+    let jumped = Arc::new(AtomicU64::new(0));
     let plan = Arc::new(Plan {
         rng: Mutex::new(StdRng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15))),
         on: AtomicBool::new(false),
@@ -135,6 +150,7 @@ async fn assemble(seed: u64, args: &SimArgs, name: &str) -> Result<Sim, SetupErr
         clock: started,
         lease_ms: cfg.lease_ms,
         stalled_until: AtomicU64::new(0),
+        jumped: Arc::clone(&jumped),
     });
     let store = ScriptStore::connect(&cfg.redis_url, cfg.keys(), cfg.store())
         .await
@@ -168,9 +184,11 @@ async fn assemble(seed: u64, args: &SimArgs, name: &str) -> Result<Sim, SetupErr
         unguarded: args.unguarded,
         deployed: false,
         rolled: false,
+        pinned: None,
         exits: Arc::default(),
         witnessed: Arc::default(),
         queue: publisher.broker().mem_queue().cloned(),
+        jumped,
     };
     for i in 0..args.workers {
         w.start_worker(i);
@@ -393,6 +411,8 @@ struct Progress {
     healed_at: u64,
     /// The pause taken in the middle of the chaos (invariant 14).
     pausing: Pausing,
+    /// How long a task waited while a worker asked for one, since the heal (invariant 18).
+    live: Liveness,
     violations: Vec<String>,
 }
 
@@ -410,6 +430,7 @@ impl Progress {
             healed: false,
             healed_at: 0,
             pausing: Pausing::default(),
+            live: Liveness::default(),
             violations: Vec::new(),
         }
     }
@@ -432,6 +453,8 @@ async fn drive(sim: &mut Sim, load: &mut Workload, p: &mut Progress, args: &SimA
         sim.scanners.crash_and_replace(&sim.trace, now, p.healed);
         if !p.healed {
             crash_a_worker_now_and_then(&mut sim.w, args);
+        } else if let Some(q) = &sim.w.queue {
+            p.live.sample(q);
         }
         // (Also after the heal: the rotation may restart workers late in a stalled seed.)
         sim.w.restart_due_workers(false);
@@ -725,7 +748,8 @@ async fn drive_schedules(w: &World, p: &mut Progress, now: u64) {
 /// Every invariant, once every run has ended: each run's end, then each feature's contract,
 /// the operator's actions, the scanners, and the provider's count of applied effects.
 async fn final_checks(sim: &mut Sim, load: &Workload, p: &mut Progress, operated: &Operated, args: &SimArgs) {
-    let registry = workload::registry(Arc::clone(&sim.provider), args.unguarded, sim.w.deployed);
+    // (Every completed run replays on the build the fleet ended on.)
+    let registry = workload::registry(Arc::clone(&sim.provider), args.unguarded, sim.w.build(0));
     for (i, (t, _, _)) in load.runs.iter().enumerate() {
         check_run_end(sim, &registry, t, &mut p.seen[i], operated, &mut p.violations).await;
     }

@@ -373,38 +373,86 @@ impl Versioned for Question {
     const NAME: &'static str = "sim.Question";
     const VERSION: u32 = 2;
     fn upgrade(from: u32, v: Value) -> Result<Value, Migration> {
-        match (from, v) {
-            (1, Value::String(text)) => Ok(json!({ "text": text })),
-            (1, other) => Err(Migration::failed(format!("version 1 is text, not {other}"))),
-            _ => Err(Migration::Missing),
+        upgrade_question(from, v)
+    }
+}
+
+/// The question's migration from version 1 (the text itself) to 2 (`{"text"}`).
+fn upgrade_question(from: u32, v: Value) -> Result<Value, Migration> {
+    match (from, v) {
+        (1, Value::String(text)) => Ok(json!({ "text": text })),
+        (1, other) => Err(Migration::failed(format!("version 1 is text, not {other}"))),
+        _ => Err(Migration::Missing),
+    }
+}
+
+/// The question `approve` records, whichever module its type lives in.
+pub(crate) trait Asked:
+    Versioned + serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static
+{
+    fn new(text: String) -> Self;
+    fn text(self) -> String;
+}
+
+impl Asked for Question {
+    fn new(text: String) -> Self {
+        Question { text }
+    }
+    fn text(self) -> String {
+        self.text
+    }
+}
+
+/// The rolling deploy's later half: the same build with [`Question`] moved to another module
+/// (an ordinary refactor), its name the author's, unchanged. Runs that recorded the type on
+/// worker 0 (the first to roll) are read here (invariant 16: none blocks or waits for a build).
+pub(crate) mod moved {
+    use super::{Asked, Migration, Value, Versioned};
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(crate) struct Question {
+        text: String,
+    }
+
+    impl Versioned for Question {
+        const NAME: &'static str = "sim.Question";
+        const VERSION: u32 = 2;
+        fn upgrade(from: u32, v: Value) -> Result<Value, Migration> {
+            super::upgrade_question(from, v)
+        }
+    }
+
+    impl Asked for Question {
+        fn new(text: String) -> Self {
+            Question { text }
+        }
+        fn text(self) -> String {
+            self.text
         }
     }
 }
 
 /// `approve` as the second build has it: the same calls and output, the `ask` step's value a
-/// [`Question`].
-struct ApproveV2(Arc<Provider>);
+/// [`Question`] (`Q`: the type, in the module the build keeps it in).
+struct ApproveV2<Q>(Arc<Provider>, std::marker::PhantomData<fn() -> Q>);
 
-impl Workflow for ApproveV2 {
+impl<Q: Asked> Workflow for ApproveV2<Q> {
     const NAME: &'static str = "approve";
     type Input = Value;
     type Output = Value;
 
     fn versions() -> Versions {
-        Versions::new().of::<Question>()
+        Versions::new().of::<Q>()
     }
 
     async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
         let id = input["id"].as_u64().unwrap_or(0);
         let p = &self.0;
-        let asked: Question = ctx
-            .step("ask", || async move {
-                Ok(Question {
-                    text: format!("approve order {id}?"),
-                })
-            })
+        let asked: Q = ctx
+            .step("ask", || async move { Ok(Q::new(format!("approve order {id}?"))) })
             .await?;
-        gate_then_notify(ctx, p, asked.text).await
+        gate_then_notify(ctx, p, asked.text()).await
     }
 }
 
@@ -647,16 +695,31 @@ impl Workflow for Pace {
     }
 }
 
-/// The simulated workers' registry: the first build, or the second (`deployed`), whose
+/// A build of the simulated workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Build {
+    /// Before the rolling deploy.
+    First,
+    /// The second build, as worker 0 runs it first.
+    Second,
+    /// The second build with [`Question`] moved to another module, as every worker runs once
+    /// the deploy has rolled.
+    Moved,
+}
+
+/// The simulated workers' registry: the first build, or the second, whose
 /// `approve` records its question as a versioned [`Question`] and whose `kid` returns a
 /// versioned [`KidOut`].
-pub(crate) fn registry(provider: Arc<Provider>, unguarded: bool, deployed: bool) -> Registry {
+pub(crate) fn registry(provider: Arc<Provider>, unguarded: bool, build: Build) -> Registry {
     let mut r = Registry::new();
     r.register(Order(Arc::clone(&provider), unguarded));
-    if deployed {
-        r.register(ApproveV2(Arc::clone(&provider)))
-            .register(ParentV2)
-            .register(KidV2(Arc::clone(&provider)));
+    if build != Build::First {
+        if build == Build::Moved {
+            r.register(ApproveV2::<moved::Question>(Arc::clone(&provider), Default::default()));
+        } else {
+            r.register(ApproveV2::<Question>(Arc::clone(&provider), Default::default()));
+        }
+        r.register(ParentV2).register(KidV2(Arc::clone(&provider)));
     } else {
         r.register(Approve(Arc::clone(&provider)))
             .register(Parent)
@@ -665,8 +728,58 @@ pub(crate) fn registry(provider: Arc<Provider>, unguarded: bool, deployed: bool)
     r.register(Metered(Arc::clone(&provider)))
         .register(Batch(Arc::clone(&provider)))
         .register(Pace)
+        .register(Hog)
+        .register(Lasting(Arc::clone(&provider)))
         .register(Tock(provider));
     r
+}
+
+/// `lasting {}`: an effect, a question a human answers however late, another effect: what the
+/// long-stop phase stops for longer than every TTL (invariant 19).
+struct Lasting(Arc<Provider>);
+
+impl Workflow for Lasting {
+    const NAME: &'static str = "lasting";
+    type Input = Value;
+    type Output = Value;
+
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let thread = ctx.thread_id().to_string();
+        let p = &self.0;
+        let shipped: Value = ctx
+            .effect("ship", format!("ship:{thread}"), |fx| async move { p.apply(&fx).await })
+            .await?;
+        let ok: bool = ctx.interrupt("gate", json!({"question": "bill it?"})).await?;
+        let billed: Value = ctx
+            .effect("bill", format!("bill:{thread}"), |fx| async move { p.apply(&fx).await })
+            .await?;
+        Ok(json!({"shipped": shipped, "ok": ok, "billed": billed}))
+    }
+}
+
+/// `hog {steps, ms}`: steps that each hold their worker's slot for `ms` (a slow call inside
+/// the step), no effect: with slices of two calls each run yields between its steps, to its
+/// worker's sticky queue. What the busy-worker phase loads one worker with (invariant 18);
+/// with one step of a few ms, the short runs started beside them.
+struct Hog;
+
+impl Workflow for Hog {
+    const NAME: &'static str = "hog";
+    type Input = Value;
+    type Output = Value;
+
+    async fn run(&self, ctx: &Ctx, input: Value) -> Result<Value, WorkflowError> {
+        let steps = input["steps"].as_u64().unwrap_or(1);
+        let ms = input["ms"].as_u64().unwrap_or(1);
+        for i in 0..steps {
+            ctx.step(&format!("h{i}"), move || async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(i)
+            })
+            .await?;
+        }
+        Ok(json!({"steps": steps}))
+    }
 }
 
 /// `tock {}`: what the simulated schedules start: a step that takes 0.3–2.5 s (so firings a

@@ -43,11 +43,16 @@ pub(super) struct World {
     /// first build, as the old replicas of a rolling deploy do).
     pub(super) deployed: bool,
     pub(super) rolled: bool,
+    /// The build every worker starts on from now, whatever the deploy (the type-move phase).
+    pub(super) pinned: Option<workload::Build>,
     /// Workers that stopped with an error (each one a violation).
     pub(super) exits: Arc<Mutex<Vec<String>>>,
     /// What the checkpoint barrier's witness saw go wrong (each one a violation).
     pub(super) witnessed: Arc<Mutex<Vec<String>>>,
     pub(super) queue: Option<Arc<savepoint_broker::mem::MemQueue>>,
+    /// Virtual time the clock jumped over (ms): the engine's clocks (the store's, the
+    /// provider's) include it, the driver's timeline ([`World::now`]) does not.
+    pub(super) jumped: Arc<AtomicU64>,
 }
 
 /// The simulator's payload keys (fixed, so a seed is reproducible): `k1` seals first; every
@@ -80,13 +85,27 @@ pub(super) fn sim_name(seed: u64) -> String {
 }
 
 impl World {
+    /// The driver's timeline (ms): virtual time since the seed began, less the jumps.
     pub(super) fn now(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
+        (self.started.elapsed().as_millis() as u64).saturating_sub(self.jumped.load(Ordering::Acquire))
     }
 
-    /// The embedded server's clock now (ms): its fixed base plus the virtual time since.
+    /// The embedded server's clock now (ms): its fixed base plus the virtual time since, jumps
+    /// included.
     pub(super) fn server_ms(&self) -> u64 {
-        SERVER_BASE_US / 1000 + self.now()
+        SERVER_BASE_US / 1000 + self.started.elapsed().as_millis() as u64
+    }
+
+    /// Every process stops for `d` at once (a suspended machine, a paused fleet): the clock
+    /// jumps, and every timer and TTL due meanwhile fires when it resumes.
+    pub(super) async fn jump(&self, d: Duration) {
+        let now = self.now();
+        self.trace
+            .line(now, format!("jump: the clock moves on {} s", d.as_secs()));
+        self.jumped.fetch_add(d.as_millis() as u64, Ordering::AcqRel);
+        tokio::time::advance(d).await;
+        // Every process resumes: its timers due meanwhile fire (a worker's registration too).
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
     /// The wrapper that puts the barrier's witness between a worker and the store.
@@ -95,16 +114,34 @@ impl World {
         Arc::new(move |inner| super::witness::Witness::wrap(inner, Arc::clone(&found), Arc::clone(&trace)))
     }
 
+    /// The build worker `i` starts on now: the first; once deployed, the second for worker 0;
+    /// once rolled, the second with a type moved, for every worker.
+    pub(super) fn build(&self, i: usize) -> workload::Build {
+        if let Some(b) = self.pinned {
+            return b;
+        }
+        match (self.deployed, self.rolled) {
+            (_, true) => workload::Build::Moved,
+            (true, false) if i == 0 => workload::Build::Second,
+            _ => workload::Build::First,
+        }
+    }
+
     pub(super) fn start_worker(&mut self, i: usize) {
+        self.start_worker_with(i, "");
+    }
+
+    /// Starts worker `i` with failpoints `spec` (`abort` crashes it as `kill -9` would).
+    pub(super) fn start_worker_with(&mut self, i: usize, spec: &str) {
         let crash = CancellationToken::new();
+        let hook = crash.clone();
+        let failpoints = Failpoints::parse(spec)
+            .unwrap_or_default()
+            .with_crash_hook(move |_| hook.cancel());
         let stop = self.stop.child_token();
         let opts = WorkerOptions {
-            registry: workload::registry(
-                Arc::clone(&self.provider),
-                self.unguarded,
-                self.deployed && (i == 0 || self.rolled),
-            ),
-            failpoints: Some(Failpoints::default()),
+            registry: workload::registry(Arc::clone(&self.provider), self.unguarded, self.build(i)),
+            failpoints: Some(failpoints),
             crash: crash.clone(),
             serve_http: false,
             stubs: None,

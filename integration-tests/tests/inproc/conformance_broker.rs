@@ -149,6 +149,47 @@ async fn requeued_past_the_delivery_limit_is_dead_lettered(b: Broker) {
     b.delete_topology().await.expect("cleanup");
 }
 
+/// A consumer that hands back gives up what the broker pushed to it and it never took:
+/// another consumer takes those, not counted as redeliveries; it takes nothing more until it
+/// consumes again.
+async fn what_a_consumer_hands_back_goes_to_another_uncounted(b: Broker) {
+    let (stop_busy, stop_free) = (CancellationToken::new(), CancellationToken::new());
+    let mut busy = b.consumer("busy", stop_busy.clone());
+    busy.ready().await;
+    for body in [b"one".as_slice(), b"two", b"three"] {
+        b.publish(body, &[]).await.expect("publish");
+    }
+    // The broker pushes to the only consumer, whether or not it takes.
+    eventually_depth(&b, false, 0).await;
+    let mut back = 0;
+    let deadline = tokio::time::Instant::now() + STEP;
+    while back < 3 {
+        back += busy.hand_back().await;
+        assert!(tokio::time::Instant::now() < deadline, "{back} of 3 handed back");
+        if back < 3 {
+            busy.resume().await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let mut free = b.consumer("free", stop_free.clone());
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        let d = tokio::time::timeout(STEP, free.next())
+            .await
+            .expect("in time")
+            .expect("a delivery");
+        assert!(!d.redelivered, "a task handed back is not a redelivery");
+        assert!(!d.headers.contains_key("x-delivery-count"), "{:?}", d.headers);
+        got.push(d.data.clone());
+        d.ack().await.expect("ack");
+    }
+    got.sort();
+    assert_eq!(got, vec![b"one".to_vec(), b"three".to_vec(), b"two".to_vec()]);
+    stop_busy.cancel();
+    stop_free.cancel();
+    b.delete_topology().await.expect("cleanup");
+}
+
 macro_rules! conformance {
     ($($name:ident ($limit:expr)),* $(,)?) => {
         #[cfg(feature = "services")]
@@ -175,24 +216,15 @@ conformance!(
     publish_ack_and_dead_letter(20),
     unsettled_delivery_returns_when_its_consumer_goes(20),
     requeued_past_the_delivery_limit_is_dead_lettered(2),
+    what_a_consumer_hands_back_goes_to_another_uncounted(20),
 );
 
-/// A sticky queue (RabbitMQ only: the embedded queue has none): a task its worker does not take
-/// within the TTL goes on to the task queue, where another consumer takes it; so does a task
-/// already handed to the worker's consumer (within its prefetch) that its worker comes to take
-/// only after the TTL; and the queue
+/// A sticky queue: a task its worker does not take within the TTL goes on to the task queue,
+/// where another consumer takes it; so does a task already handed to the worker's consumer
+/// (within its prefetch) that its worker comes to take only after the TTL; and the queue
 /// goes with its consumer's connection, after which a publish to it is unroutable (an error,
 /// so the publisher falls back to the task queue).
-#[cfg(feature = "services")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sticky_task_not_taken_within_its_ttl_goes_on_to_the_task_queue_on_rabbitmq() {
-    let s = savepoint_integration_tests::services().await;
-    let ns = fresh_namespace("bs");
-    let cfg = BrokerConfig {
-        prefetch: 1,
-        ..config(&s.amqp_url, &ns, 20)
-    };
-    let b = Broker::connect(cfg, STEP).await.expect("RabbitMQ must be reachable");
+async fn a_sticky_task_not_taken_within_its_ttl_goes_on_to_the_task_queue(b: Broker) {
     let (stop_sticky, stop_home) = (CancellationToken::new(), CancellationToken::new());
     let mut sticky = b
         .sticky_consumer("w-test", 300, "sticky", stop_sticky.clone())
@@ -240,4 +272,29 @@ async fn a_sticky_task_not_taken_within_its_ttl_goes_on_to_the_task_queue_on_rab
     }
     stop_home.cancel();
     b.delete_topology().await.expect("cleanup");
+}
+
+#[cfg(feature = "services")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sticky_task_not_taken_within_its_ttl_goes_on_to_the_task_queue_on_rabbitmq() {
+    let s = savepoint_integration_tests::services().await;
+    let ns = fresh_namespace("bs");
+    let cfg = BrokerConfig {
+        prefetch: 1,
+        ..config(&s.amqp_url, &ns, 20)
+    };
+    let b = Broker::connect(cfg, STEP).await.expect("RabbitMQ must be reachable");
+    a_sticky_task_not_taken_within_its_ttl_goes_on_to_the_task_queue(b).await;
+}
+
+#[tokio::test]
+async fn a_sticky_task_not_taken_within_its_ttl_goes_on_to_the_task_queue_on_embedded() {
+    let ns = fresh_namespace("bs");
+    let url = format!("{}{ns}", savepoint_core::mem::SCHEME);
+    let cfg = BrokerConfig {
+        prefetch: 1,
+        ..config(&url, &ns, 20)
+    };
+    let b = Broker::connect(cfg, STEP).await.expect("embedded broker");
+    a_sticky_task_not_taken_within_its_ttl_goes_on_to_the_task_queue(b).await;
 }

@@ -282,10 +282,9 @@ async fn a_yielded_run_comes_back_to_the_worker_that_holds_its_body() {
     // the sticky queue of the worker that parked the body, so that worker takes every slice
     // and the body starts once; without sticky queues (`sticky_ms = 0`) the task queue hands
     // the continuations to either worker and the body replays wherever it lands without its
-    // body. The embedded queue has no sticky queues: there the run completes the same, turns
-    // taken as they come.
+    // body. (The embedded queue keeps sticky queues as RabbitMQ does.)
     use std::sync::atomic::Ordering::SeqCst;
-    let sticky_queues = !savepoint_integration_tests::on_embedded();
+    let sticky_queues = true;
     for sticky_ms in [2_000, 0] {
         let w = sticky_world("sticky", sticky_ms).await;
         let (reg_a, starts_a, calls_a) = counted(30);
@@ -358,9 +357,7 @@ async fn a_task_left_in_a_dead_workers_sticky_queue_goes_on_to_the_task_queue() 
     let w = sticky_world("stickydead", 1_000).await;
     let sent = sticky_sent();
     let (t, a, calls_a) = a_dies_after_its_sticky_continuation(&w).await;
-    if !savepoint_integration_tests::on_embedded() {
-        assert!(sticky_sent() > sent, "A's continuation went to its sticky queue");
-    }
+    assert!(sticky_sent() > sent, "A's continuation went to its sticky queue");
     let (b, calls_b) = b_completes(&w, &t, std::time::Instant::now()).await;
     assert_eq!(calls_a.load(SeqCst), 1, "A ran the first step");
     assert_eq!(calls_b.load(SeqCst), 4, "B ran the other four, once each");
@@ -372,10 +369,10 @@ async fn a_task_left_in_a_dead_workers_sticky_queue_goes_on_to_the_task_queue() 
 async fn a_woken_run_comes_back_to_the_worker_that_holds_its_body() {
     // Two workers, a run that sleeps 1 ms after every step and waits for a signal after every
     // third: its wake-ups are published by the scheduler (the scanner after a sleep, the API
-    // with a signal), not by a worker. On RabbitMQ they go to the sticky queue of the worker
-    // that suspended the run keeping its body (the run hash names it), so the body starts once;
+    // with a signal), not by a worker. They go to the sticky queue of the worker that
+    // suspended the run keeping its body (the run hash names it), so the body starts once;
     // without sticky queues they go to the task queue and the run moves between the workers.
-    let sticky_queues = !savepoint_integration_tests::on_embedded();
+    let sticky_queues = true;
     for sticky_ms in [2_000, 0] {
         let w = sticky_world("stickywake", sticky_ms).await;
         let starts = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
@@ -501,8 +498,9 @@ async fn a_worker_whose_own_runs_keep_yielding_still_takes_new_runs() {
     wk.stop().await;
 }
 
-/// The hand-back: only RabbitMQ pushes deliveries a worker cannot start (the embedded queue
-/// hands one out only when asked), so these run with the `services` feature.
+/// The hand-back on RabbitMQ, so these run with the `services` feature (the embedded queue
+/// pushes deliveries a worker cannot start as RabbitMQ does; the simulator's busy-worker
+/// phase, invariant 18, checks the hand-back there).
 #[cfg(feature = "services")]
 mod hand_back {
     use super::*;

@@ -61,6 +61,7 @@ pub(crate) fn ensure_sampling(samples: &Arc<Samples>, api: &ApiState) {
     let (samples, api) = (samples.clone(), api.clone());
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
             if mono_secs().saturating_sub(samples.viewed.load(Ordering::Relaxed)) > IDLE.as_secs() {
