@@ -59,6 +59,10 @@ pub(crate) fn node_urls(amqp_url: &str) -> Vec<&str> {
 /// Opens a connection to the configured broker (bounded by `timeout`). With several nodes
 /// it starts at a random one (so a fleet spreads over the cluster) and goes on to the next
 /// while a node refuses or does not answer, each attempt bounded by its share of `timeout`.
+/// The AMQP heartbeat asked for (s): RabbitMQ closes a connection that misses two, so a
+/// stopped worker's pushed tasks go back to the queue within about 20–30 s.
+const HEARTBEAT_SECS: u16 = 10;
+
 pub(crate) async fn open_connection(
     cfg: &BrokerConfig,
     role: &str,
@@ -82,9 +86,13 @@ pub(crate) async fn open_connection(
 }
 
 async fn open_node(url: &str, cfg: &BrokerConfig, role: &str, timeout: Duration) -> Result<Connection, BrokerError> {
-    let uri: AMQPUri = url
+    let mut uri: AMQPUri = url
         .parse()
         .map_err(|e: String| BrokerError::InvalidConfig(format!("bad AMQP URL: {e}")))?;
+    // A process that stops (SIGSTOP, a frozen VM) keeps every task the broker pushed to it
+    // until the broker closes its connection: with the server's 60 s heartbeat that took
+    // about 3 minutes. Asked for here unless the URL names one (`?heartbeat=N`).
+    uri.query.heartbeat = uri.query.heartbeat.or(Some(HEARTBEAT_SECS));
     let whom = Whom {
         user: uri.authority.userinfo.username.clone(),
         addr: format!("{}:{}", uri.authority.host, uri.authority.port),
