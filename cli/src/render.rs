@@ -460,7 +460,7 @@ pub fn ack(action: &str, v: &Value) -> String {
     s
 }
 
-/// One pause: `workflow invoice (v2) by alice at <ms>: note [holds timers]`.
+/// One pause: `workflow invoice (v2) by alice at <ISO 8601 UTC>: note [holds timers]`.
 fn pause_line(p: &Value) -> String {
     let scope = match text(&p["scope"]).as_str() {
         "workflow" => format!("workflow {}", text(&p["workflow"])),
@@ -469,8 +469,8 @@ fn pause_line(p: &Value) -> String {
         _ => "the run".to_owned(),
     };
     let mut s = format!("{scope} paused by {}", text(&p["by"]));
-    if let Some(at) = p["at"].as_u64() {
-        let _ = write!(s, " at {at}");
+    if let Some(at) = p["at"].as_i64().and_then(chrono::DateTime::from_timestamp_millis) {
+        let _ = write!(s, " at {}", at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
     }
     let note = text(&p["note"]);
     if !note.is_empty() {
@@ -567,13 +567,13 @@ mod tests {
             "hold_timers": true, "note": "provider down"}], "paused_runs": 3});
         assert_eq!(
             pauses(&v),
-            "workflow invoice paused by alice at 5: provider down [timers held]\nruns stopped by a pause: 3\n"
+            "workflow invoice paused by alice at 1970-01-01T00:00:00.005Z: provider down [timers held]\nruns stopped by a pause: 3\n"
         );
         let r = json!({"pause": {"scope": "queue", "queue": "gpu", "by": "bob", "at": 1, "hold_timers": false},
             "resumed": 4, "still_held": 1});
         assert_eq!(
             paused("unpaused", &r),
-            "unpaused: queue gpu paused by bob at 1; 4 runs put back, 1 still held by another pause\n"
+            "unpaused: queue gpu paused by bob at 1970-01-01T00:00:00.001Z; 4 runs put back, 1 still held by another pause\n"
         );
         let run = json!({"thread_id": "t-1", "status": "paused"});
         assert_eq!(paused("paused", &run), "paused t-1: paused\n");

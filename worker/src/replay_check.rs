@@ -276,7 +276,7 @@ fn hint(verdict: Verdict, h: &RunHeader, detail: &str, served: &BTreeMap<String,
             format!(
                 "keep the recorded path for the runs that took it, behind a patch gate:\n\
                  -   {then}                                  (what these runs recorded)\n\
-                 +   if ctx.patched(\"<change-id>\").await? {{ {now} }} else {{ {then} }}\n\
+                 +   if ctx.patched(\"<change-id>\").await {{ {now} }} else {{ {then} }}\n\
                  or give the new code a new version, VERSION = {next} and MIN_VERSION = {next}, and keep a worker \
                  of the old build serving {wf} v{v} until these runs end (new runs start at v{next})"
             )
