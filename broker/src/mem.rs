@@ -404,12 +404,12 @@ impl MemQueue {
             }
             s.last = to;
         }
-        self.pass_on(s, passed);
+        self.pass_on(passed);
     }
 
     /// Sends a sticky queue's messages on to its task queue (counted there). (Each keeps its
     /// TTL as its allowance in [`MemQueue::starved`].)
-    fn pass_on(&self, _s: &mut State, msgs: Vec<Msg>) {
+    fn pass_on(&self, msgs: Vec<Msg>) {
         if let (Some(home), false) = (&self.home, msgs.is_empty()) {
             home.queue.lock().stats.passed_on += msgs.len() as u64;
             home.queue.enqueue(msgs.into_iter().map(Msg::moved).collect());
@@ -477,7 +477,7 @@ impl MemQueue {
             due.extend(s.ready.pop_front());
         }
         let next = s.ready.front().and_then(|m| m.sticky).map(|(at, ttl)| at + ttl);
-        self.pass_on(&mut s, due);
+        self.pass_on(due);
         next
     }
 
@@ -608,7 +608,7 @@ impl MemConsumer {
                 Ok(Some(d)) => return d,
                 Ok(None) => {}
                 Err(late) => {
-                    self.queue.pass_on(&mut self.queue.lock(), vec![late]);
+                    self.queue.pass_on(vec![late]);
                     continue;
                 }
             }
@@ -702,7 +702,7 @@ impl MemConsumer {
             .collect();
         let n = msgs.len();
         if q.home.is_some() {
-            q.pass_on(&mut s, msgs);
+            q.pass_on(msgs);
         } else {
             s.stats.handed_back += n as u64;
             for m in msgs {
