@@ -3,6 +3,7 @@
 use super::amqp::{self, abandon, open_connection, Backoff, Link, ATTEMPT_TIMEOUT};
 use super::delivery::{Delivery, Session};
 use super::error::BrokerError;
+use super::renew::RENEWALS_HEADER;
 use super::topology::{self, short, STICKY_AT_HEADER};
 use super::BrokerConfig;
 use futures::StreamExt;
@@ -112,6 +113,11 @@ impl AmqpConsumer {
                     if overdue_sticky(&self.cfg.topology, &d) {
                         let _ = pass_on(&self.tag, &d).await;
                         continue;
+                    }
+                    if let Some(n) = renewal_due(&self.cfg, &d) {
+                        if renew(&self.cfg, &self.tag, &active.session.link.channel, &d, n).await {
+                            continue;
+                        }
                     }
                     return Some(Delivery::from_amqp(d, Arc::clone(&active.session), shutdown));
                 }
@@ -262,7 +268,7 @@ impl AmqpConsumer {
             let back = if sticky {
                 pass_on(&self.tag, &d).await
             } else {
-                match tokio::time::timeout(REPUBLISH_TIMEOUT, republish(&link.channel, &queue, &d)).await {
+                match tokio::time::timeout(REPUBLISH_TIMEOUT, republish(&link.channel, &queue, &d, None)).await {
                     Ok(Ok(())) => matches!(d.acker.ack(BasicAckOptions::default()).await, Ok(true)),
                     Ok(Err(e)) => {
                         warn!(tag = %self.tag, error = %e, "handing a task back failed; requeueing it");
@@ -371,25 +377,72 @@ async fn consume_again(cfg: &BrokerConfig, tag: &str, active: &mut Active) -> Re
 }
 
 /// Publishes a delivery's message to `queue` again (through the default exchange, which
-/// routes by queue name), with its properties, and waits for the confirm.
-async fn republish(channel: &lapin::Channel, queue: &str, d: &lapin::message::Delivery) -> Result<(), BrokerError> {
+/// routes by queue name), with its properties, and waits for the confirm; `renewal`: as that
+/// renewal of it (see `renew.rs`), else as a hand-back.
+async fn republish(
+    channel: &lapin::Channel,
+    queue: &str,
+    d: &lapin::message::Delivery,
+    renewal: Option<u32>,
+) -> Result<(), BrokerError> {
     let mut props = d.properties.clone();
-    if let Some(headers) = props.headers().clone() {
+    let mut kept = FieldTable::default();
+    if let Some(headers) = props.headers() {
         // The broker's own bookkeeping of earlier deliveries is not the message's.
-        let mut kept = FieldTable::default();
         for (k, v) in headers.inner() {
             if !k.as_str().starts_with("x-death") && !k.as_str().starts_with("x-delivery-count") {
                 kept.insert(k.clone(), v.clone());
             }
         }
-        props = props.with_headers(kept);
     }
+    if let Some(n) = renewal {
+        kept.insert(RENEWALS_HEADER.into(), lapin::types::AMQPValue::LongUInt(n));
+    }
+    props = props.with_headers(kept);
     super::publisher::publish_once(channel, &"".into(), &short(queue)?, &d.data, &props).await?;
-    savepoint_core::metrics::inc(
-        &savepoint_core::metrics::metrics().published,
-        &[("reason", "hand_back")],
-    );
+    match renewal {
+        Some(_) => super::renew::counted(),
+        None => savepoint_core::metrics::inc(
+            &savepoint_core::metrics::metrics().published,
+            &[("reason", "hand_back")],
+        ),
+    }
     Ok(())
+}
+
+/// The renewal a task queue's delivery is due (see `renew.rs`), if any: only a delivery the
+/// broker counted is looked at closely.
+fn renewal_due(cfg: &BrokerConfig, d: &lapin::message::Delivery) -> Option<u32> {
+    if cfg.topology.sticky.is_some() {
+        return None;
+    }
+    let headers = d.properties.headers().as_ref()?;
+    headers.inner().get("x-delivery-count")?;
+    let headers = amqp::from_field_table(Some(headers));
+    let count = headers.get("x-delivery-count").and_then(|v| v.parse().ok())?;
+    super::renew::due(count, super::renew::renewals(&headers), cfg.delivery_limit)
+}
+
+/// Publishes a delivery again as its `n`th renewal and acknowledges it; false (the delivery
+/// is then handed out as it is) when either fails.
+async fn renew(cfg: &BrokerConfig, tag: &str, channel: &lapin::Channel, d: &lapin::message::Delivery, n: u32) -> bool {
+    let queue = cfg.topology.queue_name();
+    match tokio::time::timeout(REPUBLISH_TIMEOUT, republish(channel, &queue, d, Some(n))).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            warn!(tag = %tag, error = %e, "renewing a task the broker counted often failed; taking it as it is");
+            return false;
+        }
+        Err(_) => {
+            warn!(tag = %tag, "renewing a task the broker counted often timed out; taking it as it is");
+            return false;
+        }
+    }
+    // Published: a failed ack leaves two tasks for one run, which the claim makes harmless;
+    // this one is not handed out (its channel is going, so the broker returns it).
+    let acked = matches!(d.acker.ack(BasicAckOptions::default()).await, Ok(true));
+    debug!(tag = %tag, renewal = n, acked, "renewed a task the broker counted often");
+    true
 }
 
 /// Counts a task handed back (`how`: published, passed_on, requeued).

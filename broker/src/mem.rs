@@ -119,6 +119,8 @@ pub struct QueueStats {
     pub dead_lettered: u64,
     /// Messages pushed to a consumer and given back by it untaken (a busy worker's hand-back).
     pub handed_back: u64,
+    /// Messages published again as new after the queue counted them often (`renew.rs`).
+    pub renewed: u64,
     /// Messages that went on from a sticky queue to the task queue (TTL, taken late, handed back).
     pub passed_on: u64,
 }
@@ -650,6 +652,30 @@ impl MemConsumer {
         let Some((_, m)) = s.unacked.get(&tag) else {
             return Ok(None);
         };
+        let renewal = q
+            .home
+            .is_none()
+            .then(|| crate::renew::due(m.count, crate::renew::renewals(&m.headers), q.delivery_limit))
+            .flatten();
+        if let Some(n) = renewal.filter(|_| q.decide(Op::Publish) != Fault::Fail) {
+            // Counted often by returns nobody failed on: published again as new (`renew.rs`).
+            if let Some((_, mut m)) = s.unacked.remove(&tag) {
+                if let Some(c) = s.consumers.get_mut(&self.id) {
+                    c.out = c.out.saturating_sub(1);
+                }
+                m.headers.insert(crate::renew::RENEWALS_HEADER.into(), n.to_string());
+                s.stats.renewed += 1;
+                s.ready.push_back(m.moved());
+                q.push(&mut s);
+                drop(s);
+                q.notify.notify_waiters();
+                crate::renew::counted();
+            }
+            return Ok(None);
+        }
+        let Some((_, m)) = s.unacked.get(&tag) else {
+            return Ok(None);
+        };
         let mut headers = m.headers.clone();
         if m.count > 0 {
             headers.insert(COUNT_HEADER.into(), m.count.to_string());
@@ -891,7 +917,7 @@ mod tests {
 
     #[tokio::test]
     async fn unsettled_messages_come_back_when_their_consumer_goes() {
-        let q = MemQueue::new(2);
+        let q = MemQueue::new(20);
         q.publish(b"a", &[]).await.unwrap();
         q.publish(b"b", &[]).await.unwrap();
         let c = q.consumer(1);
@@ -906,10 +932,32 @@ mod tests {
         assert_eq!(d.headers.get(COUNT_HEADER).map(String::as_str), Some("1"));
         d.requeue().await.unwrap();
         let d = c.next().await;
-        d.requeue().await.unwrap();
-        // Delivered three times now: past the limit of 2, so dead-lettered.
-        assert_eq!(q.dlq_depth(), 1);
+        assert_eq!(d.headers.get(COUNT_HEADER).map(String::as_str), Some("2"));
+        d.ack().await.unwrap();
         assert_eq!(c.next().await.data, b"b");
+    }
+
+    /// A task whose consumers die again and again (each death returns it counted, as a closed
+    /// channel does) is renewed at half the limit, at most `MAX_RENEWALS` times: dead-lettered
+    /// after 61 deaths under a limit of 20, not 21.
+    #[tokio::test]
+    async fn a_task_whose_consumers_keep_dying_is_renewed_before_the_limit() {
+        let q = MemQueue::new(20);
+        q.publish(b"a", &[]).await.unwrap();
+        let mut deaths = 0;
+        let mut last = BTreeMap::new();
+        while q.dlq_depth() == 0 {
+            let c = q.consumer(1);
+            let d = c.next().await;
+            last = d.headers.clone();
+            drop(c);
+            deaths += 1;
+            assert!(deaths <= 100, "never dead-lettered");
+        }
+        assert_eq!(deaths, 10 * crate::renew::MAX_RENEWALS + 21);
+        assert_eq!(crate::renew::renewals(&last), crate::renew::MAX_RENEWALS);
+        assert_eq!(q.stats().renewed, u64::from(crate::renew::MAX_RENEWALS));
+        assert_eq!(q.depth(), 0);
     }
 
     #[tokio::test(start_paused = true)]

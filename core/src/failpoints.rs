@@ -14,6 +14,7 @@ use std::time::Duration;
 
 /// Every failpoint name the engine checks.
 pub const NAMES: &[&str] = &[
+    "worker.before_claim",
     "worker.after_claim",
     "worker.after_ack",
     "step.before_commit",

@@ -75,6 +75,11 @@ async fn handle(shared: &Shared, d: Delivery) {
     let Some(task) = decode(shared, &d).await else {
         return;
     };
+    if shared.failpoints.check("worker.before_claim").await.is_err() {
+        // Injected error: the task goes back (counted), the run untouched.
+        let _ = d.requeue().await;
+        return;
+    }
     let Some(claimed) = claim(shared, &d, &task).await else {
         return;
     };

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use savepoint::workflow::Registry;
@@ -471,21 +472,47 @@ async fn consume(
     let sem = Arc::new(Semaphore::new(concurrency));
     let mut tasks = JoinSet::new();
     let mut turn = 0;
+    // Since when a delivery has been ready each time a free slot asked for one: how long
+    // this worker has been behind what the broker pushed it (`None`: a slot last had to
+    // wait for a delivery, or what was held went back).
+    let mut behind: Option<Instant> = None;
     loop {
         while tasks.try_join_next().is_some() {}
         let permit = match sem.clone().try_acquire_owned() {
             Ok(p) => p,
-            Err(_) => match wait_for_slot(shared, &sem, consumers, shutdown, crash).await {
-                Some(p) => p,
+            Err(_) => match wait_for_slot(shared, &sem, consumers, behind, shutdown, crash).await {
+                Some((p, handed_back)) => {
+                    if handed_back {
+                        behind = None;
+                    }
+                    p
+                }
                 None => break,
             },
         };
-        let delivery = tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => break,
-            _ = crash.cancelled() => break,
-            d = next_delivery(consumers, &mut turn) => match d { Some(d) => d, None => break },
+        if shutdown.is_cancelled() || crash.is_cancelled() {
+            break;
+        }
+        let next = next_delivery(consumers, &mut turn);
+        tokio::pin!(next);
+        // One poll first (the same future is awaited after it, never dropped half way): a
+        // delivery ready at once was waiting here for a slot.
+        let got = match futures::poll!(next.as_mut()) {
+            std::task::Poll::Ready(d) => {
+                behind.get_or_insert_with(Instant::now);
+                d
+            }
+            std::task::Poll::Pending => {
+                behind = None;
+                tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled() => break,
+                    _ = crash.cancelled() => break,
+                    d = &mut next => d,
+                }
+            }
         };
+        let Some(delivery) = got else { break };
         metrics().reconnects.set(shared.broker.reconnects() as i64);
         let shared = shared.clone();
         tasks.spawn(async move {
@@ -496,22 +523,26 @@ async fn consume(
     tasks
 }
 
-/// Waits for a free slot (`None` on shutdown or a crash). The broker pushes deliveries up to
-/// the prefetch whether or not a slot is free, and a delivery held here waits for this
-/// worker's next free slot however long its slices take, while another worker may have room:
-/// once every slot has been busy for `worker.hand_back_ms` and another worker on one of its queues has a
-/// free slot, the consumers give back what they hold and take nothing more until a slot
-/// frees. (With no room elsewhere, what is held would only go round the queue: it stays, and
-/// the question is asked again after the same time.)
+/// Waits for a free slot (`None` on shutdown or a crash; with it, whether what was held went
+/// back). The broker pushes deliveries up to the prefetch whether or not a slot is free, and
+/// a delivery held here waits for this worker's next free slot, while another worker may have
+/// room: once this worker has been `worker.hand_back_ms` behind (`behind`: since when every
+/// slot that freed found a delivery waiting, however short each slice; or, when none was
+/// waiting, since every slot is busy) and another worker on one of its queues has a free
+/// slot, the consumers give back what they hold and take nothing more until a slot frees.
+/// (With no room elsewhere, what is held would only go round the queue: it stays, and the
+/// question is asked again after the same time.)
 async fn wait_for_slot(
     shared: &Shared,
     sem: &Arc<Semaphore>,
     consumers: &mut [Consumer],
+    behind: Option<Instant>,
     shutdown: &CancellationToken,
     crash: &CancellationToken,
-) -> Option<tokio::sync::OwnedSemaphorePermit> {
+) -> Option<(tokio::sync::OwnedSemaphorePermit, bool)> {
     let mut handed_back = false;
     let hold = shared.hand_back;
+    let mut due = hold.map(|h| behind.unwrap_or_else(Instant::now) + h);
     loop {
         tokio::select! {
             biased;
@@ -523,10 +554,11 @@ async fn wait_for_slot(
                         c.resume().await;
                     }
                 }
-                return p.ok();
+                return p.ok().map(|p| (p, handed_back));
             }
-            _ = sleep_or_never(hold), if !handed_back => {
+            _ = sleep_until_or_never(due), if !handed_back => {
                 if !shared.room_elsewhere().await {
+                    due = hold.map(|h| Instant::now() + h);
                     continue;
                 }
                 let mut n = 0;
@@ -534,7 +566,7 @@ async fn wait_for_slot(
                     n += c.hand_back().await;
                 }
                 if n > 0 {
-                    tracing::info!(tasks = n, ?hold, "every slot busy this long: gave back the tasks held here for a worker with room");
+                    tracing::info!(tasks = n, ?hold, "behind this long with every slot busy: gave back the tasks held here for a worker with room");
                 }
                 handed_back = true;
             }
@@ -542,10 +574,10 @@ async fn wait_for_slot(
     }
 }
 
-/// Sleeps `d`, or forever for `None`.
-async fn sleep_or_never(d: Option<Duration>) {
-    match d {
-        Some(d) => tokio::time::sleep(d).await,
+/// Sleeps until `at`, or forever for `None`.
+async fn sleep_until_or_never(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }

@@ -110,9 +110,11 @@
 //! 18. load on one worker (`busy.rs`): the embedded queue pushes tasks to consumers up to their
 //!     prefetch and keeps each worker's sticky queue, as RabbitMQ does; whenever faults are
 //!     off, no task waits more than 5 s beyond its allowance (a sticky queue's TTL) while a
-//!     worker has a free slot and asks for one. A last phase loads one worker with runs that
-//!     hold every slot for seconds and keep yielding to its sticky queue, brings the others
-//!     back idle and starts short runs: all of them end, none starved.
+//!     worker has a free slot and asks for one. A last phase loads one worker twice (runs
+//!     that hold every slot for seconds and keep yielding to its sticky queue; then sixty
+//!     runs of one 700 ms step, so a slot frees every 175 ms while the worker stays seconds
+//!     behind), each time brings the others back idle and starts short runs: all of them end,
+//!     none starved.
 //! 19. stops longer than every TTL (`stop.rs`): a run paused after its worker died right
 //!     after its first effect was marked done (before the journal entry), and a run waiting
 //!     on a human, while the clock jumps 31 days (past the effect TTL: every lease,
@@ -125,6 +127,9 @@
 //!     second build with `Question` moved to another module; and a run that recorded it on the
 //!     second build, waiting while every worker restarts on the moved one, completes and
 //!     replays there (neither blocked nor waiting for a build).
+//! 22. a crash loop (`busy.rs`): one worker dies 30 times in a row as it takes its first task,
+//!     before the claim, each death returning that task and those pushed to it, counted, to
+//!     the queue (delivery limit 20); then every run completes and no task was dead-lettered.
 
 mod busy;
 mod checks;
