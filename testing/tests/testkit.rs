@@ -296,17 +296,18 @@ async fn recorded_values_replay_typed_and_a_wrong_record_is_an_error_not_a_defau
         ReplayReport::Finished(Ok(out)) => assert_eq!(out, json!({"now": 1_700_000_000_123u64, "uuid": id})),
         other => panic!("expected a clean replay, got {other:?}"),
     }
-    // The run fails at the bad record (the workflow's `?`), so the journal ends there.
+    // The bad record blocks the run at its call (as the worker does), whatever the code's `?`
+    // then returns.
     match replay_export(&r, &clock_export(&[json!("yesterday")])).await.unwrap() {
-        ReplayReport::Finished(Err(e)) => assert!(e.contains("\"now\"") && e.contains("yesterday"), "{e}"),
-        other => panic!("a clock recorded as text must fail the run, got {other:?}"),
+        ReplayReport::Undecodable(e) => assert!(e.contains("\"now\"") && e.contains("yesterday"), "{e}"),
+        other => panic!("a clock recorded as text must block the run, got {other:?}"),
     }
     match replay_export(&r, &clock_export(&[json!(5), json!("not-a-uuid")]))
         .await
         .unwrap()
     {
-        ReplayReport::Finished(Err(e)) => assert!(e.contains("\"uuid\"") && e.contains("not-a-uuid"), "{e}"),
-        other => panic!("a UUID recorded wrong must fail the run, got {other:?}"),
+        ReplayReport::Undecodable(e) => assert!(e.contains("\"uuid\"") && e.contains("not-a-uuid"), "{e}"),
+        other => panic!("a UUID recorded wrong must block the run, got {other:?}"),
     }
 }
 

@@ -7,6 +7,8 @@ use tokio_util::sync::CancellationToken;
 
 use savepoint::workflow::engine::{CtxParts, DynWorkflow, SliceExit};
 use savepoint::workflow::{Ctx, Registry, SliceLimits};
+use savepoint::workflow::{RunError, WorkflowError};
+use savepoint_core::decide::{slice_end, Body, SliceEnd};
 use savepoint_core::failpoints::Failpoints;
 use savepoint_core::ids::ThreadId;
 use savepoint_core::journal::{Entry, EntryKind, Outcome, ENTRY_VERSION};
@@ -21,6 +23,9 @@ pub enum ReplayReport {
     WouldRunLive(String),
     /// The code and the journal disagree.
     Diverged(String),
+    /// A recorded value does not read into the type the code asks for (the worker blocks
+    /// such a run `undecodable`): the call, its entry, the type and the decoder's complaint.
+    Undecodable(String),
     /// The run cannot be replayed here (unknown workflow, unreadable journal…).
     Unavailable(String),
 }
@@ -323,22 +328,97 @@ async fn replay_body(wf: &dyn DynWorkflow, mut ctx: Ctx, input: Value) -> (Repla
     let (at, recorded) = (ctx.next_index() as usize, ctx.journal().len());
     let migrated = ctx.migrations_applied();
     let report = match result {
-        Some(_) if at < recorded => {
-            let e = &ctx.journal()[at];
-            ReplayReport::Diverged(format!(
-                "non-determinism at entry {at}: the workflow returned but the journal recorded {} {:?} there",
-                e.kind.as_str(),
-                e.name
-            ))
-        }
-        Some(r) => ReplayReport::Finished(r.map_err(|e| e.to_string())),
+        Some(r) => ended(&mut ctx, r, at, recorded),
         None => match ctx.take_exit() {
             Some(SliceExit::WouldRunLive(name)) => ReplayReport::WouldRunLive(name),
             Some(SliceExit::Blocked(reason)) => ReplayReport::Diverged(reason),
             other => ReplayReport::Unavailable(format!("{other:?}")),
         },
     };
+    let report = match report {
+        ReplayReport::Diverged(reason) => {
+            let shape = shape(&reason, ctx.journal());
+            ReplayReport::Diverged(format!("{reason}{shape}"))
+        }
+        other => other,
+    };
     (report, migrated)
+}
+
+/// Where the new code leaves the recorded path, what the journal says about the change (the
+/// advice differs): " — new call: …" (the code's call is in no entry from there: inserted
+/// before the recorded call, or in its place), " — recorded later: …" (the code's call is a
+/// later entry: the calls before it were removed, or moved after it; the recorded calls
+/// between are listed), " — returned early: …" (the code returns where calls were recorded).
+fn shape(reason: &str, journal: &[Entry]) -> String {
+    let Some((k, rest)) = reason
+        .strip_prefix("non-determinism at entry ")
+        .and_then(|r| r.split_once(": "))
+        .and_then(|(k, rest)| Some((k.parse::<usize>().ok()?, rest)))
+    else {
+        return String::new();
+    };
+    let recorded = |to: usize| {
+        journal[k.min(journal.len())..to.min(journal.len())]
+            .iter()
+            .map(|e| format!("{} {:?}", e.kind.as_str(), e.name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if rest.starts_with("the workflow returned") {
+        return format!(
+            " — returned early: these runs recorded {} from entry {k}",
+            recorded(journal.len())
+        );
+    }
+    let Some(name) = rest
+        .strip_prefix("the workflow called ")
+        .and_then(|r| r.split_once(' '))
+        .and_then(|(_, r)| r.split_once(" but "))
+        .and_then(|(n, _)| serde_json::from_str::<String>(n).ok())
+    else {
+        return String::new();
+    };
+    match journal.iter().enumerate().skip(k + 1).find(|(_, e)| e.name == name) {
+        Some((i, _)) => format!(
+            " — recorded later: these runs recorded {name:?} at entry {i}, after {}",
+            recorded(i)
+        ),
+        None => format!(" — new call: these runs never made {name:?} from entry {k} on"),
+    }
+}
+
+/// What a body that returned means, decided as the worker decides the end of a slice
+/// (`slice_end`), so the gate says what the worker would do: a value that does not decode
+/// blocks the run at its call, even when the code's `?` then returned with entries left.
+fn ended(ctx: &mut Ctx, r: Result<Value, RunError>, at: usize, recorded: usize) -> ReplayReport {
+    let journal = ctx.journal();
+    let body = match &r {
+        Ok(v) => Body::Returned(v),
+        Err(RunError::Workflow(WorkflowError::Decode { name, message })) => {
+            // The entry of the call whose value failed: the last of its name before `at`.
+            let entry = journal[..at.min(journal.len())].iter().rposition(|e| e.name == *name);
+            let at = entry.map_or_else(String::new, |i| format!(" (entry {i})"));
+            // The recorded shape's fields: where one was renamed, its old name is among them.
+            let fields = entry
+                .and_then(|i| match &journal[i].outcome {
+                    Outcome::Ok(Value::Object(o)) => Some(o.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>()),
+                    _ => None,
+                })
+                .map_or_else(String::new, |k| {
+                    format!("; the recorded value has the fields {}", k.join(", "))
+                });
+            return ReplayReport::Undecodable(format!("value of {name:?}{at} does not decode: {message}{fields}"));
+        }
+        Err(e) => Body::Errored(e.to_string()),
+    };
+    match slice_end(body, at as u32, recorded as u32, journal.get(at)) {
+        SliceEnd::Complete(v) => ReplayReport::Finished(Ok(v)),
+        SliceEnd::Fail(e) => ReplayReport::Finished(Err(e)),
+        SliceEnd::Block(reason, _) => ReplayReport::Diverged(reason),
+        // (Only a stopped body follows the context's exit.)
+        SliceEnd::FollowExit => ReplayReport::Unavailable("the body returned and was stopped".into()),
+    }
 }
 
 #[cfg(test)]

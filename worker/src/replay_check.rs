@@ -253,9 +253,8 @@ async fn check_one(
         Err(e) => return Err(e),
     };
     Ok(match report {
-        // A recorded value the new type does not read: the worker blocks such a run
-        // (`WorkflowError::Decode`, shown as "value of \"name\" does not decode: …").
-        ReplayReport::Finished(Err(e)) if e.contains(" does not decode: ") => (Verdict::WouldBlock, e),
+        // A recorded value the new type does not read: the worker blocks such a run.
+        ReplayReport::Undecodable(e) => (Verdict::WouldBlock, e),
         ReplayReport::Finished(_) | ReplayReport::WouldRunLive(_) if migrated > 0 => (
             Verdict::Migrated,
             "replays once its recorded values are upgraded through the declared migrations".to_owned(),
@@ -272,11 +271,9 @@ fn hint(verdict: Verdict, h: &RunHeader, detail: &str, served: &BTreeMap<String,
     let next = served.get(wf).map_or(v + 1, |(_, max)| (*max).max(v) + 1);
     match verdict {
         Verdict::NonDeterministic => {
-            let (now, then) = calls(detail);
+            let gate = patch_advice(detail);
             format!(
-                "keep the recorded path for the runs that took it, behind a patch gate:\n\
-                 -   {then}                                  (what these runs recorded)\n\
-                 +   if ctx.patched(\"<change-id>\").await {{ {now} }} else {{ {then} }}\n\
+                "{gate}\n\
                  or give the new code a new version, VERSION = {next} and MIN_VERSION = {next}, and keep a worker \
                  of the old build serving {wf} v{v} until these runs end (new runs start at v{next})"
             )
@@ -287,10 +284,10 @@ fn hint(verdict: Verdict, h: &RunHeader, detail: &str, served: &BTreeMap<String,
              type in the workflow's `versions()`, or keep a worker of the build that wrote it serving {wf} v{v} \
              until these runs end"
         ),
+        Verdict::WouldBlock if detail.contains(" does not decode: ") => undecodable(detail, wf, v),
         Verdict::WouldBlock => format!(
-            "a recorded value no longer reads into the new code's type: keep the old shape readable \
-             (#[serde(default)] or #[serde(alias = \"…\")] on the field), or keep a worker of the old build \
-             serving {wf} v{v} until these runs end; after a fix, `savepoint retry <thread>` re-queues a blocked run"
+            "keep a worker of the old build serving {wf} v{v} until these runs end, or fix what the replay \
+             names; after a fix, `savepoint retry <thread>` re-queues a blocked run"
         ),
         Verdict::NotServed => {
             format!("deploy the new build beside a worker that still serves {wf} v{v}, or lower MIN_VERSION to {v}")
@@ -311,6 +308,91 @@ fn hint(verdict: Verdict, h: &RunHeader, detail: &str, served: &BTreeMap<String,
     }
 }
 
+/// The fix for a recorded value that no longer reads into the code's type: a version of the
+/// type with the migration from the recorded shape (the field the decoder missed, the type,
+/// the recorded fields come from the replay's detail).
+fn undecodable(detail: &str, wf: &str, v: u32) -> String {
+    let between = |from: &str, to: char| {
+        detail
+            .split_once(from)
+            .and_then(|(_, r)| r.split_once(to))
+            .map(|(x, _)| x.to_owned())
+    };
+    let field = between("missing field `", '`');
+    let path = between("the code reads it as `", '`').unwrap_or_else(|| "<the type>".into());
+    let ty = path.rsplit("::").next().unwrap_or(&path).to_owned();
+    let what = field
+        .as_ref()
+        .map_or_else(String::new, |f| format!(" (the recorded value has no `{f}`)"));
+    let new = field.unwrap_or_else(|| "<new field>".into());
+    format!(
+        "a value these runs recorded no longer reads into `{path}`{what}: give the type a version, so that a \
+         replay upgrades the recorded shape before the code sees it:\n\
+         \x20   impl Versioned for {ty} {{\n\
+         \x20       const NAME: &'static str = \"<your app>.{ty}\";\n\
+         \x20       const VERSION: u32 = 2;\n\
+         \x20       fn upgrade(from: u32, mut v: Value) -> Result<Value, Migration> {{\n\
+         \x20           match from {{\n\
+         \x20               1 => {{\n\
+         \x20                   // e.g. a renamed field: move the recorded one to `{new}`\n\
+         \x20                   let o = v.as_object_mut().ok_or(Migration::Missing)?;\n\
+         \x20                   let old = o.remove(\"<recorded field>\").ok_or(Migration::Missing)?;\n\
+         \x20                   o.insert(\"{new}\".into(), old);\n\
+         \x20                   Ok(v)\n\
+         \x20               }}\n\
+         \x20               _ => Err(Migration::Missing),\n\
+         \x20           }}\n\
+         \x20       }}\n\
+         \x20   }}\n\
+         and list it in {wf}'s `versions()`: `Versions::new().of::<{ty}>()`; run replay-check again and these runs \
+         show as Migrated. (A pure rename can instead keep `#[serde(alias = \"<recorded field>\")]` on the \
+         field.) Until then keep a worker of the old build serving {wf} v{v}; a run already blocked is re-queued \
+         with `savepoint retry <thread>` after the fix"
+    )
+}
+
+/// The patch gate for a divergence, by the shape of the change the replay found (see
+/// `replay.rs`'s `shape`): each keeps the recorded calls for the runs that made them and
+/// gives new runs every call of the new code.
+fn patch_advice(detail: &str) -> String {
+    let (now, then) = calls(detail);
+    if let Some((_, rest)) = detail.split_once(" — returned early: these runs recorded ") {
+        let list = rest.split(" from entry ").next().unwrap_or(rest);
+        return format!(
+            "the new code returns where these runs recorded more calls ({list}): keep them for these runs, \
+             behind a patch gate before the return:\n\
+             +   if !ctx.patched(\"<change-id>\").await {{ <the calls these runs recorded, in order> }}"
+        );
+    }
+    if let Some((_, rest)) = detail.split_once(" — recorded later: ") {
+        let between = rest.split_once(", after ").map_or("", |(_, b)| b);
+        return format!(
+            "these runs made {between} before {now}: those calls were removed, or moved after it. Keep the \
+             recorded order for these runs, behind a patch gate:\n\
+             +   if ctx.patched(\"<change-id>\").await {{\n\
+             +       <the new code from here: {now}, …>\n\
+             +   }} else {{\n\
+             +       <the recorded order: {between}, then {now}, …>\n\
+             +   }}"
+        );
+    }
+    if detail.contains(" — new call: ") {
+        return format!(
+            "{now} is new to these runs. If it was INSERTED before {then} (the new code calls {then} after \
+             it), gate only the new call and keep the recorded one after it, unconditionally:\n\
+             +   if ctx.patched(\"<change-id>\").await {{ {now}.await?; }}\n\
+             \x20   {then}.await?;      (unchanged: these runs replay it, new runs call it after the new one)\n\
+             If it REPLACED {then}, keep the recorded call for these runs:\n\
+             +   if ctx.patched(\"<change-id>\").await {{ {now} }} else {{ {then} }}"
+        );
+    }
+    format!(
+        "keep the recorded path for the runs that took it, behind a patch gate:\n\
+         -   {then}                                  (what these runs recorded)\n\
+         +   if ctx.patched(\"<change-id>\").await {{ {now} }} else {{ {then} }}"
+    )
+}
+
 /// The call the code makes now and the one the run recorded, from a divergence message
 /// ("… the workflow called step \"b\" but the journal recorded step \"a\"").
 fn calls(detail: &str) -> (String, String) {
@@ -319,7 +401,10 @@ fn calls(detail: &str) -> (String, String) {
         .split_once("the workflow called ")
         .and_then(|(_, r)| r.split_once(" but the journal recorded "))
     {
-        Some((now, then)) => (call(now), call(then.split(" (").next().unwrap_or(then))),
+        Some((now, then)) => {
+            let then = then.split(" — ").next().unwrap_or(then);
+            (call(now), call(then.split(" (").next().unwrap_or(then)))
+        }
         None => ("<the new call>".into(), "<the recorded call>".into()),
     }
 }

@@ -1270,7 +1270,8 @@ fn decode_failed<T: DeserializeOwned>(
     match o {
         Outcome::Ok(v) => serde_json::from_value(v).map_err(|e| WorkflowError::Decode {
             name: name.to_owned(),
-            message: e.to_string(),
+            // (The type's path, for a reader: not an identity, see `Versioned::NAME`.)
+            message: format!("{e}; the code reads it as `{}`", std::any::type_name::<T>()),
         }),
         Outcome::Err(message) => Err(WorkflowError::call_failed(kind, name, message, failure)),
     }
