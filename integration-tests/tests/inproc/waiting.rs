@@ -30,6 +30,8 @@ impl Workflow for Waits {
             "human" => ctx.interrupt("approve", json!({"question": "ship?"})).await,
             "signal" => ctx.wait_signal("go").await,
             "parent" => ctx.child::<Waits>("kid", json!({"mode": "signal"})).await,
+            "parent_of_bug" => ctx.child::<Waits>("kid", json!({"mode": "panic"})).await,
+            "grandparent" => ctx.child::<Waits>("kid", json!({"mode": "parent_of_bug"})).await,
             "sleep" => {
                 ctx.sleep("nap", Duration::from_secs(3600)).await?;
                 Ok(json!("woke"))
@@ -173,6 +175,31 @@ async fn every_waiting_cause_is_named_with_its_numbers_and_listed_by_cause() {
     let run = waiting_on(&w, &bug, "blocked").await;
     assert_eq!(run["waiting"]["name"], "panic", "{run}");
     listed_and_diagnosed(&w, &bug, "blocked").await;
+
+    // A grandparent whose grandchild is blocked: the doctor follows the chain, and neither
+    // waiting run is progressing; what settles the blocked one is offered on each.
+    let top = start(&w, json!({"mode": "grandparent"}), json!({})).await;
+    let child_of = |run: Value| ThreadId::new(run["waiting"]["name"].as_str().unwrap().to_owned()).unwrap();
+    let mid = child_of(waiting_on(&w, &top, "child").await);
+    let blocked_kid = child_of(waiting_on(&w, &mid, "child").await);
+    waiting_on(&w, &blocked_kid, "blocked").await;
+    let (_, kid) = w.get(&format!("/v1/runs/{blocked_kid}/diagnosis")).await;
+    for t in [mid, top] {
+        let (code, d) = w.get(&format!("/v1/runs/{t}/diagnosis")).await;
+        assert_eq!(code, 200, "{d}");
+        assert_eq!(
+            (&d["case"], &d["progressing"]),
+            (&json!("waiting_for_child"), &json!(false)),
+            "{d}"
+        );
+        let summary = d["summary"].as_str().unwrap();
+        assert!(
+            summary.contains("not progressing") && summary.contains("blocked"),
+            "{d}"
+        );
+        assert_eq!(d["actions"], kid["actions"], "the blocked run's actions: {d}");
+        assert!(!kid["actions"].as_array().unwrap().is_empty(), "{kid}");
+    }
 
     // The worker's four slots are taken from here on.
     // A flow-control slot: one slot, held by a run that holds its step.

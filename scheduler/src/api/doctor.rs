@@ -31,7 +31,7 @@ mod verdict;
 
 pub(crate) use actions::{pause_action, unpause_action};
 use fleet::Fleet;
-pub(crate) use gather::gather;
+pub(crate) use gather::gather_chain;
 pub(crate) use probe::{healthz, probeable, ProbeError};
 
 /// Events shown as evidence.
@@ -71,7 +71,26 @@ pub(crate) struct Facts {
     pub waiting: Option<super::model::Waiting>,
     /// The workflow, version and queue pauses in force (read for a run that has not ended).
     pub pauses: Vec<savepoint_store::Pause>,
+    /// For a run waiting for its child: the child's own diagnosis (followed down the chain
+    /// of waiting parents, at most [`CHILD_DEPTH`] deep).
+    pub child: Option<ChildVerdict>,
 }
+
+/// The verdict on a run's child, as its parent's diagnosis reads it.
+#[derive(Debug, Clone)]
+pub(crate) struct ChildVerdict {
+    /// The child's case.
+    pub case: Case,
+    /// Whether the child moves on by itself.
+    pub progressing: bool,
+    /// Its verdict in one sentence.
+    pub summary: String,
+    /// What settles it.
+    pub actions: Vec<Action>,
+}
+
+/// How far down a chain of parents waiting for their children the doctor follows.
+pub(crate) const CHILD_DEPTH: u32 = 8;
 
 /// A store time (ms) as RFC 3339, UTC.
 pub(crate) fn at(ms: u64) -> String {
@@ -201,7 +220,7 @@ pub(crate) async fn diagnosis(State(st): State<ApiState>, ApiPath(raw): ApiPath<
         .header(&thread)
         .await?
         .ok_or_else(|| ApiError::run_not_found(&thread))?;
-    let facts = gather(svc, &h, None).await?;
+    let facts = gather_chain(svc, &h, None).await?;
     Ok((StatusCode::OK, Json(diagnose(&h, &facts))))
 }
 

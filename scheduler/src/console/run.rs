@@ -97,7 +97,7 @@ pub(super) async fn run_page(State(st): State<ConsoleState>, Path(raw): Path<Str
     let events = svc.store.events(&thread, 1000).await?;
     // The doctor's own reads of the journal's last entry and the last events are served
     // from what this page read.
-    let facts = doctor::gather(svc, &h, Some((&journal, &events))).await?;
+    let facts = doctor::gather_chain(svc, &h, Some((&journal, &events))).await?;
     let d = doctor::diagnose(&h, &facts);
     Ok(render(&run_view(&h, &journal, &events, d, facts.now)))
 }

@@ -147,7 +147,52 @@ pub(crate) async fn gather(
         } else {
             svc.store.pauses().await?
         },
+        child: None,
     };
     facts.waiting = waiting(svc, h, &facts).await?;
     Ok(facts)
+}
+
+/// [`gather`], and for a run waiting for its child the child's diagnosis, down the chain (a
+/// parent is not progressing when the run it waits for is not).
+pub(crate) async fn gather_chain(
+    svc: &Services,
+    h: &RunHeader,
+    known: Option<(&[Entry], &[RunEvent])>,
+) -> Result<Facts, ApiError> {
+    let mut facts = gather(svc, h, known).await?;
+    facts.child = child_diagnosis(svc, h, super::CHILD_DEPTH).await?;
+    Ok(facts)
+}
+
+/// The diagnosis of the child run `h` waits for, if it waits for one (`depth`: how many more
+/// generations to follow).
+fn child_diagnosis<'a>(
+    svc: &'a Services,
+    h: &'a RunHeader,
+    depth: u32,
+) -> futures::future::BoxFuture<'a, Result<Option<super::ChildVerdict>, ApiError>> {
+    Box::pin(async move {
+        let child = h
+            .wait
+            .as_ref()
+            .filter(|w| w.kind == "child")
+            .and_then(|w| w.payload["thread_id"].as_str())
+            .and_then(|t| savepoint_core::ids::ThreadId::new(t.to_owned()).ok());
+        let (Some(child), true) = (child, depth > 0) else {
+            return Ok(None);
+        };
+        let Some(ch) = svc.store.header(&child).await? else {
+            return Ok(None);
+        };
+        let mut facts = gather(svc, &ch, None).await?;
+        facts.child = child_diagnosis(svc, &ch, depth - 1).await?;
+        let d = super::diagnose(&ch, &facts);
+        Ok(Some(super::ChildVerdict {
+            case: d.case,
+            progressing: d.progressing,
+            summary: d.summary,
+            actions: d.actions,
+        }))
+    })
 }

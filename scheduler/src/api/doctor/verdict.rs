@@ -42,7 +42,7 @@ pub(super) fn verdict(h: &RunHeader, f: &Facts, fleet: &Fleet<'_>, lease: Option
         RunStatus::Completed => completed(h, now),
         RunStatus::Failed => failed(h),
         RunStatus::Cancelled => cancelled(h),
-        RunStatus::Waiting => waiting(h, now),
+        RunStatus::Waiting => waiting(h, now, f.child.as_ref()),
         RunStatus::Blocked => blocked::blocked(h, f.max_crashes),
         RunStatus::Paused => paused(h, now, &f.pauses),
         // (A running run's holder is judged first: dead, it is taken over by whoever serves it.)
@@ -63,6 +63,31 @@ pub(super) fn verdict(h: &RunHeader, f: &Facts, fleet: &Fleet<'_>, lease: Option
             Some(w) => in_line(w, now),
             None => runnable::pending(h, f, &fleet.servers),
         },
+    }
+}
+
+/// A parent whose child is not progressing: neither is the parent, for the child's reason,
+/// and what settles the child settles it.
+fn stuck_child(child: &str, since: &str, d: &super::ChildVerdict) -> Verdict {
+    let case = serde_json::to_value(d.case)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    Verdict {
+        evidence: vec![format!(
+            "the child run {child}: {} ({case}, not progressing)",
+            d.summary
+        )],
+        actions: d.actions.clone(),
+        ..Verdict::new(
+            Case::WaitingForChild,
+            false,
+            format!(
+                "Not progressing: it waits (for {since}) for its child run {child}, which is not progressing \
+                 ({case}): {} Settle the child and this run goes on.",
+                d.summary
+            ),
+        )
     }
 }
 
@@ -155,7 +180,7 @@ fn cancelled(h: &RunHeader) -> Verdict {
 }
 
 /// A waiting run: for a human's answer, a signal, or (recorded nothing) for nothing known.
-fn waiting(h: &RunHeader, now: u64) -> Verdict {
+fn waiting(h: &RunHeader, now: u64, child_diagnosis: Option<&super::ChildVerdict>) -> Verdict {
     let since = span(now.saturating_sub(h.updated_at));
     let deadline = h
         .due
@@ -186,6 +211,9 @@ fn waiting(h: &RunHeader, now: u64) -> Verdict {
         },
         Some(w) if w.kind == "child" => {
             let child = w.payload["thread_id"].as_str().unwrap_or("?");
+            if let Some(d) = child_diagnosis.filter(|d| !d.progressing) {
+                return stuck_child(child, &since, d);
+            }
             Verdict {
                 evidence: vec![format!("the child run: {child} (the call {})", w.payload["call"])],
                 ..Verdict::new(
