@@ -137,3 +137,65 @@ async fn the_fleet_and_its_workflows_as_the_api_shows_them() {
     assert_eq!(list.workflows[0].workers, 1);
     a.stop().await;
 }
+
+/// A workflow that asks a typed question.
+struct Ship;
+
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+enum Carrier {
+    Dhl,
+    Ups,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct ShipAnswer {
+    send: bool,
+    carrier: Carrier,
+}
+
+impl Workflow for Ship {
+    const NAME: &'static str = "inbox_ship";
+    type Input = Value;
+    type Output = Value;
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let a: ShipAnswer = ctx.interrupt("ship", json!({"question": "ship it?"})).await?;
+        Ok(json!({"send": a.send, "carrier": matches!(a.carrier, Carrier::Dhl)}))
+    }
+    fn schemas(&self) -> Schemas {
+        Schemas::new().interrupt::<ShipAnswer>("ship")
+    }
+}
+
+/// The console inbox suggests an answer of the shape the interrupt's schema asks for (never
+/// one the API would refuse), and the API takes that very answer.
+#[tokio::test]
+async fn the_inbox_suggests_an_answer_the_schema_accepts() {
+    let w = World::new("inboxex", |_| {}).await;
+    let mut reg = Registry::new();
+    reg.register(Ship);
+    let wk = InProc::start(&w.cfg, reg);
+    w.wait_registered(Ship::NAME).await;
+    let t = w.start(Ship::NAME, json!({})).await;
+    w.wait_status(&t, &["waiting"], Duration::from_secs(60)).await;
+    let html = w
+        .http
+        .get(format!("{}/ui/inbox", w.sched.base_url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let suggested = "{&#34;carrier&#34;:&#34;Dhl&#34;,&#34;send&#34;:false}";
+    assert!(html.contains(&format!("placeholder=\"{suggested}\"")), "{html}");
+    assert!(!html.contains("approved"), "{html}");
+    let (code, body) = w
+        .post(
+            &format!("/v1/runs/{t}/resume"),
+            json!({"value": {"carrier": "Dhl", "send": false}}),
+        )
+        .await;
+    assert!(code < 300, "{code} {body}");
+    w.wait_status(&t, &["completed"], Duration::from_secs(60)).await;
+    wk.stop().await;
+}

@@ -12,7 +12,7 @@
 pub(crate) mod auth;
 mod await_result;
 pub(crate) mod body;
-mod checks;
+pub(crate) mod checks;
 mod control;
 pub(crate) mod doctor;
 mod error;

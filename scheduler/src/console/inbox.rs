@@ -11,6 +11,7 @@ use super::format::{clock, json, Json};
 use super::lists::{listed, run_href, run_row, RunRow};
 use super::page::{render, Page};
 use super::router::ConsoleState;
+use crate::api::checks::{schema_for, Expects};
 use crate::api::doctor::span;
 
 /// A run waiting for an answer.
@@ -22,6 +23,11 @@ struct Question {
     payload: Json,
     waited: String,
     resume_path: String,
+    /// The workflow and version whose schema the answer follows.
+    at: (String, u32),
+    /// An answer of the shape the interrupt's published schema asks for (the form's
+    /// placeholder; empty when the workflow published none, or none could be built).
+    example: String,
 }
 
 #[derive(Template)]
@@ -40,7 +46,17 @@ pub(super) async fn inbox_page(State(st): State<ConsoleState>) -> Page {
     let svc = st.api.services()?;
     let (now, total) = tokio::try_join!(svc.store.server_time(), svc.store.status_index_size(RunStatus::Waiting))?;
     let waiting = listed(svc, RunStatus::Waiting).await?;
-    Ok(render(&inbox_view(&waiting, total, now)))
+    let mut page = inbox_view(&waiting, total, now);
+    for q in &mut page.questions {
+        let (wf, version) = q.at.clone();
+        let schema = schema_for(svc, &wf, version, Expects::Interrupt(&q.name)).await?;
+        q.example = schema
+            .as_ref()
+            .and_then(crate::schema::example)
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+    }
+    Ok(render(&page))
 }
 
 /// Builds the inbox from the waiting runs listed (of `total` waiting in all).
@@ -57,6 +73,8 @@ fn inbox_view(waiting: &[RunHeader], total: u64, now: u64) -> InboxPage {
                 payload: json(&w.payload),
                 waited: span(now.saturating_sub(h.updated_at)),
                 resume_path: format!("/v1/runs/{}/resume", savepoint_client::fmt::encode(h.thread.as_str())),
+                at: (h.workflow.clone(), h.workflow_version),
+                example: String::new(),
             }),
             _ => signals.push(run_row(h, now)),
         }
