@@ -227,6 +227,7 @@ try {
     const b2 = page.locator("tr.worker", { hasText: "b2-" });
     await b2.waitFor();
     assert.match(await b2.innerText(), /ok \(http:\/\/127\.0\.0\.1:\d+\)/, "b2 answers /healthz");
+    assert.match(await b2.locator("td.build").innerText(), /^\S+ \(engine \d+\.\d+\.\d+(, contract [0-9a-f]{12})?\)$/, "b2's build");
     assert.match(await page.locator("svg.chart").first().innerHTML(), /Steps per second/);
     await shot("07-fleet");
   });

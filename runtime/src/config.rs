@@ -83,6 +83,9 @@ pub struct WorkerSection {
     pub concurrency: usize,
     /// AMQP prefetch.
     pub prefetch: u16,
+    /// The build's id in its registration (`SAVEPOINT_BUILD_ID`; empty: the digest of what it
+    /// serves).
+    pub build_id: String,
     /// Live calls per slice before yielding.
     pub slice_max_steps: u32,
     /// Wall time per slice before yielding (ms).
@@ -142,6 +145,7 @@ impl Default for WorkerSection {
         Self {
             concurrency: 64,
             prefetch: 128,
+            build_id: String::new(),
             slice_max_steps: 64,
             slice_max_ms: 10_000,
             max_entries: 10_000,
@@ -357,6 +361,7 @@ impl Config {
         let w = &mut self.worker;
         env_parse(env, "SAVEPOINT_WORKER_CONCURRENCY", &mut w.concurrency)?;
         env_parse(env, "SAVEPOINT_WORKER_PREFETCH", &mut w.prefetch)?;
+        env_parse(env, "SAVEPOINT_BUILD_ID", &mut w.build_id)?;
         env_parse(env, "SAVEPOINT_SLICE_MAX_STEPS", &mut w.slice_max_steps)?;
         env_parse(env, "SAVEPOINT_SLICE_MAX_MS", &mut w.slice_max_ms)?;
         env_parse(env, "SAVEPOINT_MAX_ENTRIES", &mut w.max_entries)?;

@@ -21,6 +21,7 @@ pub mod tls;
 pub use savepoint_core::model;
 pub use savepoint_core::StoreError;
 
+pub use self::script::Build;
 pub use self::script::{
     child_signal, owns_partition, Acquired, Advance, Cancelled, Cascade, CatalogEntry, ChildResult, CreateOutcome,
     EffectDone, EffectRecord, EffectRelease, EffectUnused, Flow, ForgetOutcome, ForkOutcome, LineFacts, ListFilter,

@@ -303,7 +303,8 @@ async fn start(
     let served_queues = cfg.worker_queues();
     let incarnation = Incarnation::new(&cfg.worker.name);
     let catalog = opts.registry.catalog();
-    let info = worker_info(cfg, &incarnation, catalog.clone(), &served_queues, ops);
+    let mut info = worker_info(cfg, &incarnation, catalog.clone(), &served_queues, ops);
+    info.build = build_of(cfg, &opts.registry);
     register(&store, &opts.registry, &info, cfg, shutdown).await?;
     let fleet = store.live_workers().await.unwrap_or_default();
     tracing::info!(worker.id = %incarnation, workflows = ?opts.registry.names(), concurrency = cfg.worker.concurrency, "worker started");
@@ -362,6 +363,23 @@ pub(crate) fn known_features(registry: &Registry) -> Vec<String> {
         .collect()
 }
 
+/// This build, as its registration says it (`SAVEPOINT_BUILD_ID`, or the digest of what it
+/// serves and reads).
+fn build_of(cfg: &Config, registry: &Registry) -> savepoint_store::Build {
+    let values: Vec<String> = registry
+        .value_features()
+        .iter()
+        .map(|f| f.strip_prefix("value:").unwrap_or(f).to_owned())
+        .collect();
+    savepoint_store::Build::of(
+        env!("CARGO_PKG_VERSION"),
+        &registry.catalog(),
+        &values,
+        &known_features(registry),
+        &cfg.worker.build_id,
+    )
+}
+
 /// The worker's registration as it starts.
 fn worker_info(
     cfg: &Config,
@@ -386,6 +404,7 @@ fn worker_info(
         slices: 0,
         slices_per_sec: 0.0,
         capabilities: WorkerInfo::all_capabilities(),
+        build: Default::default(),
     }
 }
 

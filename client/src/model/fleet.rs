@@ -64,6 +64,30 @@ pub struct WorkerView {
     /// serves one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_address: Option<String>,
+    /// The build it runs (empty for a build from before builds were registered).
+    #[serde(default)]
+    pub build: BuildView,
+}
+
+/// A worker's build: what tells the builds of a rollout apart.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BuildView {
+    /// The engine's version.
+    #[serde(default)]
+    pub version: String,
+    /// The build's id: `SAVEPOINT_BUILD_ID` when the worker was given one (an image tag, a
+    /// commit), else `contract`.
+    #[serde(default)]
+    pub id: String,
+    /// 12 hex digits of the SHA-256 of what the build serves (engine version, workflows and
+    /// versions, value types and versions, run features): builds with one contract are
+    /// interchangeable to the engine.
+    #[serde(default)]
+    pub contract: String,
+    /// The versioned value types it reads, `NAME@VERSION`.
+    #[serde(default)]
+    pub values: Vec<String>,
 }
 
 /// `GET /v1/workers`.
@@ -72,6 +96,9 @@ pub struct WorkerView {
 pub struct WorkerList {
     /// Every live worker, by id.
     pub workers: Vec<WorkerView>,
+    /// How many live workers run each build, by build id: one entry once a rollout finished.
+    #[serde(default)]
+    pub builds: BTreeMap<String, u32>,
     /// The store's clock when it was read (server ms), for `last_heartbeat_at` and `expires_at`.
     pub server_time: u64,
 }

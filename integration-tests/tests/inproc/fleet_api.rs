@@ -60,6 +60,7 @@ async fn the_fleet_and_its_workflows_as_the_api_shows_them() {
     let a = InProc::start(&w.cfg, greet_only());
     let mut b_cfg = w.cfg.clone();
     b_cfg.worker.queues = format!("{},books", w.cfg.queue);
+    b_cfg.worker.build_id = "books-2026.12".into();
     let mut reg = greet_only();
     reg.register(Tally);
     let b = InProc::start(&b_cfg, reg);
@@ -93,6 +94,22 @@ async fn the_fleet_and_its_workflows_as_the_api_shows_them() {
         .find(|w| w.serves.iter().any(|s| s.workflow == Tally::NAME))
         .expect("the worker serving the tally");
     assert_eq!(b_view.queues, [w.cfg.queue.clone(), "books".to_owned()]);
+    // Two builds (B serves one workflow more): two contracts, each counted once; B's id is
+    // the label it was given.
+    let a_view = workers.workers.iter().find(|v| v.id != b_view.id).unwrap();
+    assert_eq!(b_view.build.id, "books-2026.12");
+    assert!(
+        a_view.build.id.len() == 12 && a_view.build.id == a_view.build.contract,
+        "{a_view:?}"
+    );
+    assert_ne!(a_view.build.contract, b_view.build.contract);
+    assert_eq!(a_view.build.version, env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        workers.builds,
+        [(a_view.build.id.clone(), 1), ("books-2026.12".to_owned(), 1)]
+            .into_iter()
+            .collect()
+    );
     for v in &workers.workers {
         assert!(v.last_heartbeat_at <= workers.server_time && v.expires_at > workers.server_time);
         assert!(v.silent_ms.is_none() && v.heartbeat_every_ms > 0);

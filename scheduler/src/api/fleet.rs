@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use savepoint_store::{PauseScope, WorkerInfo, WorkflowCounts};
 
-use super::model::{Served, WorkerList, WorkerView, WorkflowList, WorkflowVersion, WorkflowView};
+use super::model::{BuildView, Served, WorkerList, WorkerView, WorkflowList, WorkflowVersion, WorkflowView};
 use super::{ApiState, Reply};
 
 /// Newest runs counted by status for `GET /v1/workflows` (blocked and waiting runs come from
@@ -52,6 +52,12 @@ fn worker_view(w: &WorkerInfo, now: u64) -> WorkerView {
         expires_at: w.until,
         silent_ms: w.silent_for(now),
         health_address: w.ops.clone(),
+        build: BuildView {
+            version: w.build.version.clone(),
+            id: w.build.id.clone(),
+            contract: w.build.contract.clone(),
+            values: w.build.values.clone(),
+        },
     }
 }
 
@@ -67,10 +73,15 @@ pub(crate) async fn workers(State(st): State<ApiState>) -> Reply<WorkerList> {
     let svc = st.services()?;
     let (now, mut live) = tokio::try_join!(svc.store.server_time(), svc.store.live_workers())?;
     live.sort_by(|a, b| a.id.cmp(&b.id));
-    let workers = live.iter().map(|w| worker_view(w, now)).collect();
+    let workers: Vec<WorkerView> = live.iter().map(|w| worker_view(w, now)).collect();
+    let mut builds = BTreeMap::new();
+    for w in &workers {
+        *builds.entry(w.build.id.clone()).or_insert(0) += 1;
+    }
     Ok((
         StatusCode::OK,
         Json(WorkerList {
+            builds,
             workers,
             server_time: now,
         }),
@@ -197,6 +208,7 @@ mod tests {
             slices: 0,
             slices_per_sec: 0.0,
             capabilities: WorkerInfo::all_capabilities(),
+            build: Default::default(),
         }
     }
 

@@ -133,6 +133,8 @@ async fn sample(svc: &Services, samples: &Samples) -> Result<(), StoreError> {
 pub(crate) struct WorkerRow {
     id: String,
     host: String,
+    /// Its build: id, engine version (and the contract when the id is a label).
+    build: String,
     serves: String,
     queue: String,
     in_flight: String,
@@ -300,6 +302,11 @@ fn worker_row(w: &WorkerInfo, health: String, healthy: bool, now: u64) -> Worker
             format!("{} (pid {})", w.host, w.pid)
         } else {
             w.host.clone()
+        },
+        build: match &w.build {
+            b if b.id.is_empty() => "(older build)".to_owned(),
+            b if b.id == b.contract => format!("{} (engine {})", b.id, b.version),
+            b => format!("{} (engine {}, contract {})", b.id, b.version, b.contract),
         },
         serves: serves(w),
         queue: w.queue.clone(),

@@ -61,6 +61,61 @@ pub struct WorkerInfo {
     /// build from before the field.
     #[serde(default)]
     pub capabilities: Vec<String>,
+    /// The build it runs (empty for a build from before the field).
+    #[serde(default)]
+    pub build: Build,
+}
+
+/// A worker's build, as its registration says it: what tells two builds apart in a rollout.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Build {
+    /// The engine's version (`savepoint-worker`'s crate version).
+    #[serde(default)]
+    pub version: String,
+    /// The build's id: `SAVEPOINT_BUILD_ID` when set (an image tag, a commit), else the
+    /// contract's digest (12 hex digits of the SHA-256 of the engine version, the workflows and
+    /// versions served, the value types and versions it reads and the run features it knows):
+    /// two builds with one id are interchangeable to the engine.
+    #[serde(default)]
+    pub id: String,
+    /// The digest of its contract, whatever the id (see `id`).
+    #[serde(default)]
+    pub contract: String,
+    /// The versioned value types it reads, `NAME@VERSION`.
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+impl Build {
+    /// The build of a worker of engine `version` serving `workflows`, reading the value types
+    /// of `values` (`NAME@VERSION`), knowing the run `features`, labelled `label` (may be empty).
+    pub fn of(version: &str, workflows: &[CatalogEntry], values: &[String], features: &[String], label: &str) -> Self {
+        use sha2::{Digest, Sha256};
+        let mut served: Vec<String> = workflows
+            .iter()
+            .map(|e| format!("{}@{}..{}", e.name, e.min_version, e.version))
+            .collect();
+        served.sort();
+        let (mut values, mut features) = (values.to_vec(), features.to_vec());
+        values.sort();
+        features.sort();
+        let mut h = Sha256::new();
+        for part in [vec![version.to_owned()], served, values.clone(), features] {
+            h.update(part.join("\u{1f}"));
+            h.update("\u{1e}");
+        }
+        let contract = hex::encode(&h.finalize()[..6]);
+        Build {
+            version: version.to_owned(),
+            id: if label.is_empty() {
+                contract.clone()
+            } else {
+                label.to_owned()
+            },
+            contract,
+            values,
+        }
+    }
 }
 
 /// What a worker serves, in the form the claim script matches against a run

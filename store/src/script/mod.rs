@@ -31,7 +31,7 @@ pub use control::{
     Cancelled, ForgetOutcome, ForkOutcome, OutputVersionOutcome, RestartOutcome, RetryOutcome, SignalOutcome,
 };
 pub use create::SCHEMA_VERSION;
-pub use fleet::{owns_partition, ServedSpec, WorkerInfo};
+pub use fleet::{owns_partition, Build, ServedSpec, WorkerInfo};
 pub use flow::{Acquired, LineFacts, FLOW_PARK};
 pub use pause::{Pause, PauseRecord, PauseScope, RunPaused, RunResumed, Unparked};
 pub use query::{ListFilter, PageCursor, RunEvent, WorkflowCounts};
