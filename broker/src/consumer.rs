@@ -401,7 +401,7 @@ async fn republish(
     props = props.with_headers(kept);
     super::publisher::publish_once(channel, &"".into(), &short(queue)?, &d.data, &props).await?;
     match renewal {
-        Some(_) => super::renew::counted(),
+        Some(n) => super::renew::counted(n),
         None => savepoint_core::metrics::inc(
             &savepoint_core::metrics::metrics().published,
             &[("reason", "hand_back")],

@@ -35,7 +35,7 @@ pub use delivery::Delivery;
 pub use error::BrokerError;
 pub use mismatch::{QueueMismatch, QUEUE_EXPIRES_SETTING};
 pub use queues::{valid_queue, InvalidQueue, Queues};
-pub use renew::{MAX_RENEWALS, RENEWALS_HEADER};
+pub use renew::RENEWALS_HEADER;
 pub use topology::{Sticky, Topology, STICKY_AT_HEADER, STICKY_PREFETCH};
 
 use std::time::Duration;

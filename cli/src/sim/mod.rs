@@ -127,7 +127,7 @@
 //!     second build with `Question` moved to another module; and a run that recorded it on the
 //!     second build, waiting while every worker restarts on the moved one, completes and
 //!     replays there (neither blocked nor waiting for a build).
-//! 22. a crash loop (`busy.rs`): one worker dies 30 times in a row as it takes its first task,
+//! 22. a crash loop (`busy.rs`): one worker dies 70 times in a row as it takes its first task,
 //!     before the claim, each death returning that task and those pushed to it, counted, to
 //!     the queue (delivery limit 20); then every run completes and no task was dead-lettered.
 

@@ -53,6 +53,9 @@ pub(crate) struct Facts {
     pub health: std::collections::BTreeMap<String, Result<(), ProbeError>>,
     /// Ready tasks in the queue.
     pub queue_depth: Option<u32>,
+    /// Messages in the dead-letter queue (read for a pending run found overdue with no task
+    /// queued: its task may be there).
+    pub dlq_depth: Option<u32>,
     /// The last journal entry (what a sleeping run sleeps on).
     pub last: Option<Entry>,
     /// The record of the effect key the run is blocked on.
@@ -376,6 +379,28 @@ mod tests {
         );
         assert_eq!(d.case, Case::NoWorker);
         assert!(d.summary.contains("checkpoint schema v3"), "{}", d.summary);
+    }
+
+    #[test]
+    fn an_overdue_run_with_nothing_queued_points_at_the_dead_letter_queue_when_it_holds_any() {
+        let mut h = header(RunStatus::Pending);
+        h.due = Some(1_000);
+        let mut f = Facts {
+            now: 15_000,
+            workers: vec![worker("w1", 1)],
+            queue_depth: Some(0),
+            ..Facts::default()
+        };
+        let d = diagnose(&h, &f);
+        assert_eq!(d.case, Case::Overdue);
+        assert!(!d.summary.contains("dead-letter"), "{}", d.summary);
+        f.dlq_depth = Some(3);
+        let d = diagnose(&h, &f);
+        assert!(
+            d.summary.contains("The dead-letter queue holds 3 message(s)"),
+            "{}",
+            d.summary
+        );
     }
 
     #[test]

@@ -75,6 +75,15 @@ async fn queue_depth(svc: &Services, h: &RunHeader) -> Option<u32> {
     }
 }
 
+/// Messages in the dead-letter queue, or `None` when the broker does not answer within a
+/// second.
+async fn dlq_depth(svc: &Services) -> Option<u32> {
+    tokio::time::timeout(std::time::Duration::from_secs(1), svc.publisher.broker().dlq_depth())
+        .await
+        .ok()
+        .and_then(Result::ok)
+}
+
 /// Why the run is not running, from the facts read for the diagnosis (and its flow line and
 /// the pauses in force).
 async fn waiting(svc: &Services, h: &RunHeader, f: &Facts) -> Result<Option<crate::api::model::Waiting>, ApiError> {
@@ -127,6 +136,10 @@ pub(crate) async fn gather(
     let last = last_entry(svc, h, known).await?;
     let health = probe_health(h, &workers).await;
     let queue_depth = queue_depth(svc, h).await;
+    let dlq_depth = match (h.status, queue_depth, h.due) {
+        (RunStatus::Pending, Some(0), Some(due)) if due < now => dlq_depth(svc).await,
+        _ => None,
+    };
     let blocked_record = named_record(svc, h.blocked_effect.as_deref()).await?;
     let waited_record = named_record(svc, h.wait_effect.as_ref().map(|(k, _)| k.as_str())).await?;
     let begun = begun_effect(svc, h).await?;
@@ -136,6 +149,7 @@ pub(crate) async fn gather(
         workers,
         health,
         queue_depth,
+        dlq_depth,
         last,
         blocked_record,
         waited_record,

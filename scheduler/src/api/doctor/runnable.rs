@@ -203,11 +203,25 @@ pub(super) fn pending(h: &RunHeader, f: &Facts, servers: &[Server]) -> Verdict {
             true,
             format!(
                 "Overdue by {}: due, but no task for it is in the queue and no worker has claimed it; \
-                 the due scanner hands it out again (is a scheduler running?).",
-                span(late)
+                 the due scanner hands it out again (is a scheduler running?).{}",
+                span(late),
+                dead_letters(f.dlq_depth)
             ),
         ),
         _ => queued(late, backlog, servers),
+    }
+}
+
+/// What the dead-letter queue holds, when it holds anything: an overdue run's task may be
+/// there (with its reason in `x-savepoint-reason` / `x-death`).
+fn dead_letters(depth: Option<u32>) -> String {
+    match depth {
+        Some(n) if n > 0 => format!(
+            " The dead-letter queue holds {n} message(s): if this run's task is among them, its reason says \
+             why (`rabbitmqctl list_queues name messages` shows `<namespace>.dlq`); the scanner publishes a new \
+             task for the run when it is due again."
+        ),
+        _ => String::new(),
     }
 }
 
