@@ -515,13 +515,18 @@ pub struct ResolveArgs {
     /// Thread id of the blocked run.
     pub thread: String,
     /// The effect's idempotency key.
-    pub key: String,
+    #[arg(required_unless_present = "all")]
+    pub key: Option<String>,
     /// Whether the effect was applied (true) or is known not to have happened (false).
-    #[arg(long, action = ArgAction::Set, required = true)]
-    pub applied: bool,
+    #[arg(long, action = ArgAction::Set, required_unless_present = "all")]
+    pub applied: Option<bool>,
     /// The effect's result when applied, as JSON.
     #[arg(long)]
     pub result: Option<String>,
+    /// Every effect the run has in doubt, settled together, as JSON: each key its diagnosis
+    /// lists, `{"<key>": {"applied": true, "result": …}, "<key>": {"applied": false}}`.
+    #[arg(long, conflicts_with_all = ["key", "applied", "result"])]
+    pub all: Option<String>,
 }
 
 /// Parses a JSON argument, with a hint for the common mistake of an unquoted string.
@@ -801,8 +806,16 @@ async fn wait(client: &ApiClient, json: bool, thread: &str, timeout: Option<f64>
 
 /// `savepoint resolve`: settles an effect left in doubt.
 async fn resolve(client: &ApiClient, json: bool, a: ResolveArgs) -> anyhow::Result<()> {
+    if let Some(all) = a.all.as_deref() {
+        let effects = parse_json_arg("--all", all)?;
+        let v = client.resolve_all(&a.thread, effects).await?;
+        return print(json, &v, |v| render::ack("resolved", v));
+    }
+    let (Some(key), Some(applied)) = (a.key.as_deref(), a.applied) else {
+        anyhow::bail!("name the effect's key and --applied, or settle every effect in doubt with --all");
+    };
     let result = a.result.as_deref().map(|s| parse_json_arg("--result", s)).transpose()?;
-    let v = client.resolve(&a.thread, &a.key, a.applied, result).await?;
+    let v = client.resolve(&a.thread, key, applied, result).await?;
     print(json, &v, |v| render::ack("resolved", v))
 }
 
@@ -880,7 +893,10 @@ mod tests {
         assert!(cli.json);
         assert!(matches!(
             cli.command,
-            Command::Resolve(ResolveArgs { applied: false, .. })
+            Command::Resolve(ResolveArgs {
+                applied: Some(false),
+                ..
+            })
         ));
         assert!(Cli::try_parse_from(["savepoint", "resolve", "t-1", "fx:1"]).is_err());
         let cli = Cli::try_parse_from([

@@ -357,6 +357,14 @@ impl ApiClient {
         self.request(Method::POST, &path, Some(&body)).await
     }
 
+    /// `POST /v1/runs/{thread}/effects/resolve`: settles every effect the run has in doubt
+    /// together (`effects`: each key the run's diagnosis lists, `{"applied": bool, "result"?}`).
+    pub async fn resolve_all(&self, thread: &str, effects: Value) -> Result<Value, ClientError> {
+        let path = format!("/v1/runs/{}/effects/resolve", encode(thread));
+        self.request(Method::POST, &path, Some(&json!({ "effects": effects })))
+            .await
+    }
+
     /// `POST /v1/runs/{thread}/pause` with an optional [`crate::model::RunPauseBody`].
     pub async fn pause_run(&self, thread: &str, body: Option<&Value>) -> Result<Value, ClientError> {
         self.request(Method::POST, &format!("/v1/runs/{}/pause", encode(thread)), body)

@@ -726,6 +726,29 @@ pub struct ResolveBody {
     pub result: Option<Value>,
 }
 
+/// Body of the resolve of every effect a run has in doubt, together
+/// (`POST /v1/runs/{thread_id}/effects/resolve`).
+#[derive(Debug, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ResolveAllBody {
+    /// Each effect key the run has in doubt (its diagnosis lists them), with how it is settled:
+    /// every one of them, and no other.
+    pub effects: std::collections::BTreeMap<String, ResolveBody>,
+}
+
+/// Answer of the resolve of every effect in doubt.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ResolveAllReply {
+    /// The run's id.
+    pub thread_id: String,
+    /// `pending`: the run is runnable again.
+    pub status: Status,
+    /// How each effect was settled, by key.
+    pub effects: std::collections::BTreeMap<String, SettledEffect>,
+}
+
 /// How resolve settled the effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -1620,3 +1620,118 @@ async fn a_run_sharing_the_key_does_not_expire_the_proof_its_paused_owner_needs(
     b.stop().await;
     cleanup(&w.cfg).await;
 }
+
+/// What the provider of [`Trio`] saw: calls begun and calls applied, by key.
+#[derive(Default)]
+struct TrioProvider {
+    begun: Mutex<HashMap<String, u32>>,
+    applied: Mutex<HashMap<String, u32>>,
+}
+
+/// Three `block` effects side by side; a first call of each hangs (the provider is slow) until
+/// its worker is killed, a later one applies at once.
+struct Trio(Arc<TrioProvider>);
+
+impl Workflow for Trio {
+    const NAME: &'static str = "trio";
+    type Input = Value;
+    type Output = Value;
+
+    async fn run(&self, ctx: &Ctx, _input: Value) -> Result<Value, WorkflowError> {
+        let t = ctx.thread_id().to_string();
+        let call = |name: &'static str| {
+            let p = Arc::clone(&self.0);
+            let key = format!("{name}:{t}");
+            ctx.effect(name, key.clone(), move |_fx: EffectCtx| {
+                let (p, key) = (Arc::clone(&p), key.clone());
+                async move {
+                    let first = {
+                        let mut b = p.begun.lock().unwrap();
+                        let n = b.entry(key.clone()).or_insert(0);
+                        *n += 1;
+                        *n == 1
+                    };
+                    if first {
+                        tokio::time::sleep(Duration::from_secs(3600)).await;
+                    }
+                    *p.applied.lock().unwrap().entry(key).or_insert(0) += 1;
+                    Ok(json!(format!("{name} by the provider")))
+                }
+            })
+        };
+        let (a, b, c) = futures::join!(call("reserve.a"), call("reserve.b"), call("reserve.c"));
+        Ok(json!([a?, b?, c?]))
+    }
+}
+
+/// A worker killed with three effects of a run in flight side by side leaves all three in
+/// doubt: the diagnosis lists every one and offers one action that settles them together; a
+/// body that names another set is refused (422, nothing changed); the group resolve settles
+/// each as told (two applied with the operator's results, one released and performed once)
+/// and the run completes at once, with no further resolve (issue 50 §2).
+#[tokio::test]
+async fn every_effect_in_doubt_is_listed_and_settled_together() {
+    let w = World::new("trio", |_| {}).await;
+    let provider = Arc::new(TrioProvider::default());
+    let registry = || {
+        let mut r = Registry::new();
+        r.register(Trio(Arc::clone(&provider)));
+        r
+    };
+    let wk = InProc::start(&w.cfg, registry());
+    w.wait_registered(Trio::NAME).await;
+    let t = w.start(Trio::NAME, json!({})).await;
+    wait_until(LONG, "three effects begun", || async {
+        (provider.begun.lock().unwrap().len() == 3).then_some(())
+    })
+    .await;
+    wk.kill().await;
+    let wk = InProc::start(&w.cfg, registry());
+    w.wait_status(&t, &["blocked"], LONG).await;
+    let keys: Vec<String> = ["reserve.a", "reserve.b", "reserve.c"]
+        .iter()
+        .map(|n| format!("{n}:{t}"))
+        .collect();
+
+    let (code, d) = w.get(&format!("/v1/runs/{t}/diagnosis")).await;
+    assert_eq!((code, &d["case"]), (200, &json!("blocked_in_doubt")), "{d}");
+    let evidence = d["evidence"].to_string();
+    for k in &keys {
+        assert!(evidence.contains(k.as_str()), "{k} in {d}");
+    }
+    let group = &d["actions"][0];
+    assert_eq!(group["path"], format!("/v1/runs/{t}/effects/resolve"), "{d}");
+    assert!(group["command"].as_str().unwrap().contains("--all"), "{group}");
+
+    let path = format!("/v1/runs/{t}/effects/resolve");
+    let (code, body) = w.post(&path, json!({"effects": {&keys[0]: {"applied": false}}})).await;
+    assert_eq!(code, 422, "{body}");
+    assert!(body.to_string().contains("missing"), "{body}");
+    assert_eq!(w.run(&t).await["status"], "blocked", "nothing changed");
+
+    let effects = json!({
+        &keys[0]: {"applied": true, "result": "reserve.a by the operator"},
+        &keys[1]: {"applied": false},
+        &keys[2]: {"applied": true, "result": "reserve.c by the operator"},
+    });
+    let (code, body) = w.post(&path, json!({ "effects": effects })).await;
+    assert_eq!(code, 202, "{body}");
+    assert_eq!(body["effects"][&keys[1]]["state"], "released", "{body}");
+    let run = w.wait_status(&t, &["completed"], LONG).await;
+    assert_eq!(
+        run["output"],
+        json!([
+            "reserve.a by the operator",
+            "reserve.b by the provider",
+            "reserve.c by the operator"
+        ])
+    );
+    let applied = provider.applied.lock().unwrap().clone();
+    assert_eq!(
+        applied.get(&keys[1]),
+        Some(&1),
+        "the released one performed once: {applied:?}"
+    );
+    assert_eq!(applied.len(), 1, "the others never performed again: {applied:?}");
+    wk.stop().await;
+}

@@ -362,6 +362,7 @@ mod tests {
         assert_eq!(required_role(&post, "/v1/runs"), Some(Role::Operate));
         assert_eq!(required_role(&post, "/v1/runs/x/cancel"), Some(Role::Operate));
         assert_eq!(required_role(&post, "/v1/runs/x/resolve"), Some(Role::Admin));
+        assert_eq!(required_role(&post, "/v1/runs/x/effects/resolve"), Some(Role::Admin));
         assert_eq!(required_role(&post, "/v1/runs/x/fork"), Some(Role::Admin));
         assert_eq!(required_role(&post, "/v1/runs/x/restart"), Some(Role::Admin));
         assert_eq!(required_role(&Method::DELETE, "/v1/runs/x"), Some(Role::Operate));

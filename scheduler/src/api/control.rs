@@ -9,7 +9,7 @@ use savepoint_core::protocol::TaskReason;
 use savepoint_store::{
     EffectDone, EffectRelease, ForgetOutcome, OutputVersion, OutputVersionOutcome, Rerun, RetryOutcome, SignalOutcome,
 };
-use savepoint_store::{Holder, RunHeader, RunStatus, StoreError};
+use savepoint_store::{EffectRecord, Holder, RunHeader, RunStatus, StoreError};
 use serde_json::Value;
 use tracing::info;
 
@@ -17,8 +17,8 @@ use super::checks::{check_value, ring, schema_for, Expects};
 use super::extract::thread_id;
 use super::extract::{parse_object, read_body, ApiJson, ApiPath};
 use super::model::{
-    Accepted, CancelBody, CancelReply, ErrorBody, ForgetFeatureBody, InDoubtEffect, OutputVersionBody, ResolveBody,
-    ResolveReply, Settled, SettledEffect, Status, ValueBody,
+    Accepted, CancelBody, CancelReply, ErrorBody, ForgetFeatureBody, InDoubtEffect, OutputVersionBody, ResolveAllBody,
+    ResolveAllReply, ResolveBody, ResolveReply, Settled, SettledEffect, Status, ValueBody,
 };
 use super::{ApiError, ApiState, Reply, Services};
 
@@ -520,6 +520,156 @@ pub(crate) async fn resolve(
         Err((status, _)) => Err(ApiError::conflict(format!(
             "run is {status}, no longer blocked on effect {key}"
         ))),
+    }
+}
+
+/// An effect a blocked run has in doubt: its key and the record's holder (the attempt that
+/// began it).
+pub(crate) struct InDoubt {
+    /// The effect's key.
+    pub key: EffectKey,
+    /// The attempt whose intent it is.
+    pub holder: Option<Holder>,
+}
+
+/// How many journal indexes past a blocked run's journal the group resolve looks at for effects
+/// its crashed attempt began side by side.
+const SIDE_BY_SIDE: u32 = 64;
+
+/// Every effect a run blocked in doubt holds: the one it is blocked on, then each other one its
+/// crashed attempt began side by side (recorded past its journal) and left an intent of (one
+/// recorded as done is not in doubt: the run journals its result when it gets there).
+pub(crate) async fn in_doubt(svc: &Services, h: &RunHeader) -> Result<Vec<InDoubt>, ApiError> {
+    let Some(blocked) = h.blocked_effect.as_deref().filter(|_| h.status == RunStatus::Blocked) else {
+        return Ok(Vec::new());
+    };
+    let first = EffectKey::new(blocked.to_owned()).map_err(ApiError::bad_request)?;
+    let mut out = vec![InDoubt {
+        key: first,
+        holder: h.blocked_effect_owner.as_deref().and_then(Holder::parse),
+    }];
+    for (_, k) in svc.store.effects_begun(&h.thread, h.steps, SIDE_BY_SIDE).await? {
+        let Ok(key) = EffectKey::new(k) else { continue };
+        if out.iter().any(|d| d.key == key) {
+            continue;
+        }
+        let holder = match svc.store.effect_state(&key).await? {
+            Some(EffectRecord::Intent(holder) | EffectRecord::Orphaned(holder, _)) => holder,
+            _ => continue,
+        };
+        if holder.thread == h.thread.as_str() {
+            out.push(InDoubt {
+                key,
+                holder: Some(holder),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Resolve every effect a run has in doubt, together
+///
+/// A worker killed with several effects of a run in flight side by side leaves each of them in
+/// doubt; the run blocks on the first it meets. This settles every one of them at once (each
+/// applied with its result, or not applied), then makes the run runnable again: the body names
+/// each key the run's diagnosis lists as in doubt, and no other (422 naming the difference). Each
+/// record is settled only if it is still the one its attempt left (409 otherwise, naming it;
+/// those settled before it stay settled and the run stays blocked on the rest).
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{thread_id}/effects/resolve",
+    operation_id = "resolve_all_effects",
+    tag = "control",
+    params(super::ThreadParam),
+    request_body = ResolveAllBody,
+    responses(
+        (status = 202, description = "Every effect settled: the run is pending again", body = ResolveAllReply),
+        (status = 409, description = "The run is not blocked on an effect in doubt, or a record changed", body = ErrorBody),
+        (status = 422, description = "The keys given are not the run's effects in doubt, `applied: true` without a result, or a result that breaks its schema", body = ErrorBody),
+    )
+)]
+pub(crate) async fn resolve_all(
+    State(st): State<ApiState>,
+    ApiPath(raw): ApiPath<String>,
+    ApiJson(body): ApiJson<ResolveAllBody>,
+) -> Reply<ResolveAllReply> {
+    let thread = thread_id(raw)?;
+    let svc = st.services()?;
+    let header = svc
+        .store
+        .header(&thread)
+        .await?
+        .ok_or_else(|| ApiError::run_not_found(&thread))?;
+    let doubt = in_doubt(svc, &header).await?;
+    if doubt.is_empty() {
+        return Err(ApiError::conflict(format!(
+            "run is {}, not blocked on an effect in doubt",
+            header.status
+        )));
+    }
+    same_keys(&doubt, &body)?;
+    let mut effects = std::collections::BTreeMap::new();
+    // The one the run is blocked on last: until it is settled the run stays blocked.
+    for d in doubt.iter().skip(1).chain(doubt.first()) {
+        let how = &body.effects[d.key.as_str()];
+        let settled = settle_one(svc, &thread, &header, d, how.applied, how.result.clone()).await?;
+        effects.insert(d.key.as_str().to_owned(), settled);
+    }
+    let blocked = &doubt[0].key;
+    let detail = format!("{} effect(s) in doubt resolved together by an operator", doubt.len());
+    match svc.store.unblock(&thread, blocked.as_str(), &detail).await? {
+        Ok(r) => {
+            info!(thread.id = %thread, effects = doubt.len(), "effects in doubt resolved together");
+            rerun(svc, &thread, TaskReason::Operator, &r).await;
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(ResolveAllReply {
+                    thread_id: thread.as_str().to_owned(),
+                    status: Status::PENDING,
+                    effects,
+                }),
+            ))
+        }
+        Err((status, _)) => Err(ApiError::conflict(format!(
+            "run is {status}, no longer blocked on effect {blocked}"
+        ))),
+    }
+}
+
+/// 422 unless the body names exactly the run's effects in doubt.
+fn same_keys(doubt: &[InDoubt], body: &ResolveAllBody) -> Result<(), ApiError> {
+    let want: std::collections::BTreeSet<&str> = doubt.iter().map(|d| d.key.as_str()).collect();
+    let given: std::collections::BTreeSet<&str> = body.effects.keys().map(String::as_str).collect();
+    if want == given {
+        return Ok(());
+    }
+    let missing: Vec<&str> = want.difference(&given).copied().collect();
+    let extra: Vec<&str> = given.difference(&want).copied().collect();
+    Err(ApiError::unprocessable(format!(
+        "the run has {} effect(s) in doubt: {want:?}; settle each of them and no other (missing: {missing:?}, \
+         not in doubt here: {extra:?}); nothing was changed",
+        want.len()
+    )))
+}
+
+/// Settles one effect in doubt as its attempt left it: applied with its result (checked against
+/// the effect's schema), or released.
+async fn settle_one(
+    svc: &Services,
+    thread: &ThreadId,
+    header: &RunHeader,
+    d: &InDoubt,
+    applied: bool,
+    result: Option<Value>,
+) -> Result<SettledEffect, ApiError> {
+    let key = &d.key;
+    if applied {
+        let result = applied_result(svc, thread, key, header, d.holder.as_ref(), result).await?;
+        let done = svc.store.settle_done(key, thread, &result, d.holder.as_ref()).await?;
+        done_effect(done, key, result)
+    } else {
+        let released = svc.store.settle_released(key, thread, d.holder.as_ref()).await?;
+        released_effect(released, key)
     }
 }
 

@@ -74,6 +74,9 @@ pub(crate) struct Facts {
     pub waiting: Option<super::model::Waiting>,
     /// The workflow, version and queue pauses in force (read for a run that has not ended).
     pub pauses: Vec<savepoint_store::Pause>,
+    /// For a run blocked on an effect in doubt: every effect key it has in doubt (the one it is
+    /// blocked on first, then those its crashed attempt began side by side).
+    pub in_doubt: Vec<String>,
     /// For a run waiting for its child: the child's own diagnosis (followed down the chain
     /// of waiting parents, at most [`CHILD_DEPTH`] deep).
     pub child: Option<ChildVerdict>,

@@ -41,6 +41,7 @@ pub(super) fn api_routes() -> utoipa_axum::router::OpenApiRouter<ApiState> {
         .routes(routes!(control::forget_feature))
         .routes(routes!(control::set_output_version))
         .routes(routes!(control::resolve))
+        .routes(routes!(control::resolve_all))
         .routes(routes!(lineage::fork))
         .routes(routes!(lineage::restart))
         .routes(routes!(schedules::create, schedules::list))

@@ -54,6 +54,19 @@ impl ScriptStore {
             .await
     }
 
+    /// The keys of the effects the run began at journal indexes `from..from + n` and has not
+    /// journaled (see [`Self::effect_begun`]), by index: a crashed attempt's calls side by side.
+    pub async fn effects_begun(&self, thread: &ThreadId, from: u32, n: u32) -> Result<Vec<(u32, String)>, StoreError> {
+        let k = self.keys.run(thread);
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(&k.run);
+        for i in from..from.saturating_add(n) {
+            cmd.arg(format!("x:{i}"));
+        }
+        let keys: Vec<Option<String>> = self.engine.query(&cmd).await?;
+        Ok((from..).zip(keys).filter_map(|(i, k)| k.map(|k| (i, k))).collect())
+    }
+
     /// The name of the effect whose key the run recorded at `index` (see [`Self::effect_begin`]).
     pub async fn effect_name(&self, thread: &ThreadId, index: u32) -> Result<Option<String>, StoreError> {
         let k = self.keys.run(thread);

@@ -146,6 +146,36 @@ pub(super) fn signal_action(thread: &str, name: &str) -> Action {
 
 /// The two ways to resolve the in-doubt effect `key`: it happened (applied, with its result),
 /// or it did not (released, performed once). Both dangerous.
+/// Settling every effect a run has in doubt together (`keys`), each applied with its result
+/// or not applied (dangerous: only the provider knows).
+pub(super) fn resolve_all_action(thread: &str, keys: &[String]) -> Action {
+    let shape: Vec<String> = keys
+        .iter()
+        .map(|k| {
+            format!(
+                "{}: {{\"applied\": true, \"result\": <json>}} | {{\"applied\": false}}",
+                json!(k)
+            )
+        })
+        .collect();
+    Action {
+        dangerous: true,
+        ..api_action(
+            format!(
+                "Check each of the {} effects in doubt ({}) at its provider and settle them together: applied \
+                 (with its result: the run goes on without performing it) or not applied (the run performs it, \
+                 once); the run then goes on",
+                keys.len(),
+                keys.join(", ")
+            ),
+            format!("savepoint resolve {} --all '{{{}}}'", sh(thread), shape.join(", ")),
+            "POST",
+            format!("/v1/runs/{}/effects/resolve", savepoint_client::fmt::encode(thread)),
+            Some(json!({"effects": "<json>"})),
+        )
+    }
+}
+
 pub(super) fn resolve_actions(thread: &str, key: &str) -> [Action; 2] {
     let path = format!(
         "/v1/runs/{}/effects/{}/resolve",

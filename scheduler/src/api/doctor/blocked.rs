@@ -2,7 +2,7 @@
 
 use savepoint_store::{BlockKind, RunHeader};
 
-use super::actions::{cancel_action, deploy_action, resolve_actions, retry_action};
+use super::actions::{cancel_action, deploy_action, resolve_actions, resolve_all_action, retry_action};
 use super::verdict::Verdict;
 use super::{Action, Case};
 
@@ -96,20 +96,34 @@ fn block_meaning(case: Case) -> &'static str {
     }
 }
 
-/// A blocked run: why, and what settles it (always including a cancel).
-pub(super) fn blocked(h: &RunHeader, max_crashes: u32) -> Verdict {
+/// A blocked run: why, and what settles it (always including a cancel). `in_doubt`: every
+/// effect key it has in doubt, when it is blocked on one; with more than one, the command that
+/// settles them together comes first.
+pub(super) fn blocked(h: &RunHeader, max_crashes: u32, in_doubt: &[String]) -> Verdict {
     let case = block_case(h, max_crashes);
     let reason = h.reason.as_deref().unwrap_or("(no reason recorded)");
     let mut actions = block_actions(h, case, reason);
+    let mut evidence = vec![format!("blocked reason: {reason}")];
+    let mut together = String::new();
+    if case == Case::BlockedInDoubt && in_doubt.len() > 1 {
+        actions.insert(0, resolve_all_action(h.thread.as_str(), in_doubt));
+        evidence.push(format!("effects in doubt: {}", in_doubt.join(", ")));
+        together = format!(
+            " It has {} effects in doubt, begun side by side by the attempt that died ({}): settle them \
+             together with the first action.",
+            in_doubt.len(),
+            in_doubt.join(", ")
+        );
+    }
     actions.push(cancel_action(h.thread.as_str()));
     Verdict {
-        evidence: vec![format!("blocked reason: {reason}")],
+        evidence,
         actions,
         ..Verdict::new(
             case,
             false,
             format!(
-                "Blocked until an operator acts: {}. Reason: {reason}.",
+                "Blocked until an operator acts: {}. Reason: {reason}.{together}",
                 block_meaning(case)
             ),
         )

@@ -162,6 +162,15 @@ pub(crate) async fn gather(
             svc.store.pauses().await?
         },
         child: None,
+        in_doubt: if h.status == RunStatus::Blocked && h.blocked_effect.is_some() {
+            crate::api::control::in_doubt(svc, h)
+                .await?
+                .into_iter()
+                .map(|d| d.key.as_str().to_owned())
+                .collect()
+        } else {
+            Vec::new()
+        },
     };
     facts.waiting = waiting(svc, h, &facts).await?;
     Ok(facts)

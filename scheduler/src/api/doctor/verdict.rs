@@ -43,7 +43,7 @@ pub(super) fn verdict(h: &RunHeader, f: &Facts, fleet: &Fleet<'_>, lease: Option
         RunStatus::Failed => failed(h),
         RunStatus::Cancelled => cancelled(h),
         RunStatus::Waiting => waiting(h, now, f.child.as_ref()),
-        RunStatus::Blocked => blocked::blocked(h, f.max_crashes),
+        RunStatus::Blocked => blocked::blocked(h, f.max_crashes, &f.in_doubt),
         RunStatus::Paused => paused(h, now, &f.pauses),
         // (A running run's holder is judged first: dead, it is taken over by whoever serves it.)
         _ if runnable::unserved(h, now, &fleet.servers) && h.status != RunStatus::Running => {
