@@ -15,7 +15,7 @@ use savepoint_core::failpoints::Failpoints;
 use savepoint_core::ids::ThreadId;
 use savepoint_core::protocol::{Task, TaskReason};
 use savepoint_runtime::config::Config;
-use savepoint_store::{CreateOutcome, RunStatus, ScriptStore, SignalOutcome};
+use savepoint_store::{CreateOutcome, RunHeader, RunStatus, ScriptStore, SignalOutcome};
 use savepoint_worker::{Setup, WorkerError, WorkerOptions};
 
 use crate::{forget_instance, Settled, TestError, SETTLE_LIMIT};
@@ -358,8 +358,23 @@ impl TestEnv {
                 .get(thread)
                 .await?
                 .ok_or_else(|| TestError::Missing(thread.to_string()))?;
-            if header.status.is_final() || matches!(header.status, RunStatus::Blocked | RunStatus::Waiting) {
-                return Ok(Settled { header, journal });
+            if let Some(child) = waited_child(&header) {
+                // A child needs no outside answer: drive it to its end (the parent, told, goes
+                // on) unless it stops for someone.
+                let c = Box::pin(self.settle(&child)).await?;
+                if !c.header.status.is_final() {
+                    return Ok(Settled {
+                        header,
+                        journal,
+                        child: Some(Box::new(c)),
+                    });
+                }
+            } else if header.status.is_final() || matches!(header.status, RunStatus::Blocked | RunStatus::Waiting) {
+                return Ok(Settled {
+                    header,
+                    journal,
+                    child: None,
+                });
             }
             if started.elapsed() > SETTLE_LIMIT {
                 return Err(TestError::Stuck {
@@ -420,4 +435,13 @@ impl TestEnv {
         self.stop_worker().await;
         forget_instance(&self.cfg.redis_url);
     }
+}
+
+/// The child run a waiting run waits for, if it waits for one.
+fn waited_child(h: &RunHeader) -> Option<ThreadId> {
+    let w = h
+        .wait
+        .as_ref()
+        .filter(|w| w.kind == "child" && h.status == RunStatus::Waiting)?;
+    ThreadId::new(w.payload["thread_id"].as_str()?.to_owned()).ok()
 }

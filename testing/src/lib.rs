@@ -132,6 +132,10 @@ pub struct Settled {
     pub header: RunHeader,
     /// Its journal.
     pub journal: Vec<Entry>,
+    /// When it waits for a child run that stopped short of an end (blocked, or waiting for an
+    /// answer or signal of its own): that child, settled. The kit drives a child as it drives
+    /// the run (its timers, takeovers after a crash); only what needs someone stops it.
+    pub child: Option<Box<Settled>>,
 }
 
 impl Settled {
