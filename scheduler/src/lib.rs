@@ -15,6 +15,7 @@ mod api;
 pub mod assembly;
 mod console;
 mod http;
+mod janitor;
 mod marker;
 pub mod process;
 mod publish;

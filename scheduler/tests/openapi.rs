@@ -160,6 +160,7 @@ fn every_operation_is_described_with_its_errors() {
             "pause_run",
             "pause_schedule",
             "readyz",
+            "resolve_all_effects",
             "resolve_effect",
             "restart_run",
             "resume_pause",

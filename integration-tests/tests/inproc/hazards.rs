@@ -1735,3 +1735,48 @@ async fn every_effect_in_doubt_is_listed_and_settled_together() {
     assert_eq!(applied.len(), 1, "the others never performed again: {applied:?}");
     wk.stop().await;
 }
+
+/// The janitor of done records (`sweep_done_records`, issue 49 hole 2's other half: a record
+/// kept for a run must not outlive it). A done record without expiry whose run is gone or has
+/// ended gets the effect TTL; one whose run is still live keeps none (it may still replay the
+/// call); an intent keeps none whoever holds it (in doubt: only a resolve settles it).
+#[tokio::test]
+async fn the_janitor_expires_done_records_that_ended_runs_left_and_keeps_the_rest() {
+    let w = World::new("janitor", |_| {}).await;
+    let wk = InProc::start(&w.cfg, {
+        let mut r = Registry::new();
+        r.register(Trio(Arc::new(TrioProvider::default())));
+        r
+    });
+    w.wait_registered(Trio::NAME).await;
+    // A live run (its three effects hang at the provider).
+    let live = w.start(Trio::NAME, json!({})).await;
+    w.wait_status(&live, &["running", "pending"], LONG).await;
+    let gone = ThreadId::new(format!("janitor-gone-{}", std::process::id())).unwrap();
+    let mark = |name: &str| format!("janitor:{name}:{}", std::process::id());
+    let (left, kept, doubt) = (mark("left"), mark("kept"), mark("doubt"));
+    for (key, owner, done) in [(&left, &gone, true), (&kept, &live, true), (&doubt, &gone, false)] {
+        let k = EffectKey::new(key.clone()).unwrap();
+        w.store.effect_intent(&k, owner, 90, 1, false).await.unwrap();
+        if done {
+            w.store.effect_done(&k, owner, 90, 1, &json!("r")).await.unwrap();
+        }
+        assert_eq!(record_ttl(&w, key).await, -1, "{key} starts without expiry");
+    }
+    let (read, expired) = w.store.sweep_done_records().await.unwrap();
+    assert!(read >= 3 && expired >= 1, "read {read}, expired {expired}");
+    assert!(record_ttl(&w, &left).await > 0, "the gone run's done record expires");
+    assert_eq!(record_ttl(&w, &kept).await, -1, "the live run's record is kept");
+    assert_eq!(record_ttl(&w, &doubt).await, -1, "an intent is never expired");
+    // Idempotent: a second sweep (another replica) changes nothing more.
+    let (_, again) = w.store.sweep_done_records().await.unwrap();
+    assert!(record_ttl(&w, &kept).await == -1 && again <= expired);
+    // Once the live run ends (cancelled: its cancel settles only the calls it began at its own
+    // indexes, not this record), the next sweep expires its record too.
+    let (code, body) = w.post(&format!("/v1/runs/{live}/cancel"), json!({})).await;
+    assert!(code < 300, "{code} {body}");
+    w.wait_status(&live, &["cancelled"], LONG).await;
+    w.store.sweep_done_records().await.unwrap();
+    assert!(record_ttl(&w, &kept).await > 0, "the ended run's done record expires");
+    wk.kill().await;
+}

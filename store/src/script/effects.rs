@@ -291,6 +291,77 @@ impl ScriptStore {
         Ok(self.invoke(&inv).await?.tag() == "ok")
     }
 
+    /// The janitor of done records (`effect_sweep.lua`): reads every effect record of the
+    /// namespace (a `SCAN` of each node, a page of 500 at a time) and gives the effect TTL to each
+    /// done record without expiry whose owning run has ended or is gone. Returns (records read,
+    /// records given the TTL). Safe to run on every scheduler replica at once: each expiry is
+    /// conditional on the record being unchanged, and idempotent.
+    pub async fn sweep_done_records(&self) -> Result<(u64, u64), StoreError> {
+        let pattern = format!("{}:{{fx*}}:fx:*", self.keys.namespace());
+        let (mut read, mut expired) = (0u64, 0u64);
+        for node in self.scan_nodes().await? {
+            let mut cursor = 0u64;
+            loop {
+                let (next, keys) = self.scan_page(node.as_ref(), cursor, &pattern, 500).await?;
+                read += keys.len() as u64;
+                expired += self.sweep_page(&keys).await?;
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok((read, expired))
+    }
+
+    /// [`Self::sweep_done_records`] for one page of effect record keys: the records, then the
+    /// owners' statuses, then the conditional expiries.
+    async fn sweep_page(&self, keys: &[String]) -> Result<u64, StoreError> {
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let mut pipe = redis::pipe();
+        for k in keys {
+            pipe.cmd("GET").arg(k).cmd("PTTL").arg(k);
+        }
+        let got: Vec<redis::Value> = self.engine.pipeline(&pipe).await?;
+        let mut owned = Vec::new();
+        for (k, pair) in keys.iter().zip(got.chunks(2)) {
+            let (Some(redis::Value::BulkString(raw)), Some(redis::Value::Int(-1))) = (pair.first(), pair.get(1)) else {
+                continue;
+            };
+            let Ok(v) = serde_json::from_slice::<Value>(raw) else {
+                continue;
+            };
+            let owner = v["thread"].as_str().and_then(|t| ThreadId::new(t.to_owned()).ok());
+            if let (Some("done"), Some(owner)) = (v["state"].as_str(), owner) {
+                owned.push((k, owner));
+            }
+        }
+        if owned.is_empty() {
+            return Ok(0);
+        }
+        let mut pipe = redis::pipe();
+        for (_, owner) in &owned {
+            pipe.cmd("HGET").arg(self.keys.run(owner).run).arg("status");
+        }
+        let statuses: Vec<Option<String>> = self.engine.pipeline(&pipe).await?;
+        let mut expired = 0;
+        for ((k, owner), status) in owned.iter().zip(statuses) {
+            let ended = status.is_none_or(|s| matches!(s.as_str(), "completed" | "failed" | "cancelled"));
+            if !ended {
+                continue;
+            }
+            let mut inv = self.scripts.effect_sweep.prepare_invoke();
+            inv.key(k.as_str());
+            inv.arg(owner.as_str()).arg(ms(self.cfg.effect_ttl));
+            if self.invoke(&inv).await?.tag() == "ok" {
+                expired += 1;
+            }
+        }
+        Ok(expired)
+    }
+
     /// The raw dedup record of an effect key (JSON), for the API and tests.
     pub async fn effect_record(&self, key: &EffectKey) -> Result<Option<Value>, StoreError> {
         let raw: Option<String> = self.engine.query(redis::cmd("GET").arg(self.keys.effect(key))).await?;
