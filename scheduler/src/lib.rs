@@ -15,7 +15,6 @@ mod api;
 pub mod assembly;
 mod console;
 mod http;
-mod janitor;
 mod marker;
 pub mod process;
 mod publish;

@@ -106,7 +106,6 @@ pub async fn serve(cfg: Config, listener: TcpListener, shutdown: CancellationTok
         period: cfg.store().redeliver,
         split: true,
     };
-    let janitor = tokio::spawn(crate::janitor::run(store.clone(), stop.clone()));
     let scanner = tokio::spawn(scanner::run(store, publisher, settings, stop.clone()));
     let schedules = tokio::spawn(api::schedules::run(slot.clone(), settings_tick(&cfg), stop.clone()));
 
@@ -115,7 +114,6 @@ pub async fn serve(cfg: Config, listener: TcpListener, shutdown: CancellationTok
     stop.cancel();
     let _ = scanner.await;
     let _ = schedules.await;
-    let _ = janitor.await;
     info!("scheduler stopped");
     match served {
         Ok(Ok(())) => Ok(()),

@@ -130,9 +130,6 @@
 //! 22. a crash loop (`busy.rs`): one worker dies 70 times in a row as it takes its first task,
 //!     before the claim, each death returning that task and those pushed to it, counted, to
 //!     the queue (delivery limit 20); then every run completes and no task was dead-lettered.
-//! 23. no record outlives its run (`stop.rs`): a done record without expiry whose run is gone
-//!     (as a worker dying between an entry's commit and the record's expiry leaves one) is
-//!     gone after the janitor's sweep and its TTL (`ScriptStore::sweep_done_records`).
 
 mod busy;
 mod checks;

@@ -183,24 +183,8 @@ pub(super) async fn type_move(w: &mut World, bad: &mut Vec<String>) {
 /// creation trims the listing index), no key of an ended run is left, and no index lists a
 /// run that is gone.
 pub(super) async fn retention(w: &World, bad: &mut Vec<String>) {
-    let left = plant_left_record(w, bad).await;
     let d = Duration::from_secs(w.cfg.retention_secs.max(w.cfg.effect_ttl_secs)) + DAY;
     w.jump(d).await;
-    // The janitor's sweep (every scheduler replica runs one every 10 min), then its TTL passes.
-    match w.store.sweep_done_records().await {
-        Ok((_, expired)) => w
-            .trace
-            .line(w.now(), format!("retention: the janitor expired {expired} record(s)")),
-        Err(e) => bad.push(format!("retention: the janitor's sweep failed: {e}")),
-    }
-    w.jump(Duration::from_secs(w.cfg.effect_ttl_secs) + DAY).await;
-    if let Some(key) = left {
-        if w.store.effect_record(&key).await.ok().flatten().is_some() {
-            bad.push(format!(
-                "retention (23): the done record {key} its ended run left without expiry is still there"
-            ));
-        }
-    }
     let fresh: Vec<ThreadId> = (0..8)
         .filter_map(|i| ThreadId::new(format!("after-{i}")).ok())
         .collect();
@@ -250,25 +234,6 @@ pub(super) async fn retention(w: &World, bad: &mut Vec<String>) {
         }
     }
     w.trace.line(w.now(), format!("retention: {} key(s) left", seen.len()));
-}
-
-/// A done record without expiry that an ended run left behind (as a worker that died between
-/// the entry's commit and the record's expiry leaves one): owned by a run that is gone. `None`
-/// (a violation noted) when it could not be written.
-async fn plant_left_record(w: &World, bad: &mut Vec<String>) -> Option<savepoint_core::ids::EffectKey> {
-    let owner = ThreadId::new("left-behind".to_owned()).ok()?;
-    let key = savepoint_core::ids::EffectKey::new("left:left-behind".to_owned()).ok()?;
-    let planted = async {
-        w.store.effect_intent(&key, &owner, 3, 1, false).await?;
-        w.store.effect_done(&key, &owner, 3, 1, &json!("applied")).await
-    };
-    match planted.await {
-        Ok(_) => Some(key),
-        Err(e) => {
-            bad.push(format!("retention: planting a record left behind failed: {e}"));
-            None
-        }
-    }
 }
 
 /// A partition's index of runs (`{pNN}:runs`, `:blocked`, `:waiting`, `:unserved`, `:paused`).

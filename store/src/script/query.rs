@@ -626,11 +626,22 @@ impl ScriptStore {
     /// records and the catalog alike.
     pub async fn purge_namespace(&self) -> Result<u64, StoreError> {
         let pattern = format!("{}:*", self.keys.namespace());
+        let nodes: Vec<Option<(String, u16)>> = if self.is_cluster() {
+            let text: String = self.engine.query(redis::cmd("CLUSTER").arg("NODES")).await?;
+            crate::cluster::masters(&text).into_iter().map(Some).collect()
+        } else {
+            vec![None]
+        };
         let mut deleted = 0u64;
-        for node in self.scan_nodes().await? {
+        for node in nodes {
             let mut cursor = 0u64;
             loop {
-                let (next, keys) = self.scan_page(node.as_ref(), cursor, &pattern, 1000).await?;
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000);
+                let (next, keys): (u64, Vec<String>) = match &node {
+                    Some((host, port)) => self.engine.query_node(&scan, host, *port).await?,
+                    None => self.engine.query(&scan).await?,
+                };
                 if !keys.is_empty() {
                     // One key a command: keys of several slots may not share one.
                     let mut pipe = redis::pipe();
@@ -647,33 +658,6 @@ impl ScriptStore {
             }
         }
         Ok(deleted)
-    }
-
-    /// The nodes a keyspace scan visits: every master of a cluster, or the one server (`None`).
-    pub(crate) async fn scan_nodes(&self) -> Result<Vec<Option<(String, u16)>>, StoreError> {
-        Ok(if self.is_cluster() {
-            let text: String = self.engine.query(redis::cmd("CLUSTER").arg("NODES")).await?;
-            crate::cluster::masters(&text).into_iter().map(Some).collect()
-        } else {
-            vec![None]
-        })
-    }
-
-    /// One page of `SCAN cursor MATCH pattern COUNT count` on `node`: the next cursor (0 at the
-    /// end) and the keys.
-    pub(crate) async fn scan_page(
-        &self,
-        node: Option<&(String, u16)>,
-        cursor: u64,
-        pattern: &str,
-        count: u32,
-    ) -> Result<(u64, Vec<String>), StoreError> {
-        let mut scan = redis::cmd("SCAN");
-        scan.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(count);
-        match node {
-            Some((host, port)) => self.engine.query_node(&scan, host, *port).await,
-            None => self.engine.query(&scan).await,
-        }
     }
 
     /// Redis server time (ms).

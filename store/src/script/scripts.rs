@@ -91,7 +91,6 @@ scripts!(
     effect_reopen,
     effect_forget,
     effect_expire,
-    effect_sweep,
     register_worker,
     live_workers,
     wake_unserved,
