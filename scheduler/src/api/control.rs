@@ -493,15 +493,12 @@ pub(crate) async fn resolve(
         .await?
         .ok_or_else(|| ApiError::run_not_found(&thread))?;
     blocked_on(&header, &key)?;
-    let holder = header.blocked_effect_owner.as_deref().and_then(Holder::parse);
-    let effect = if body.applied {
-        let result = applied_result(svc, &thread, &key, &header, holder.as_ref(), body.result).await?;
-        let done = svc.store.settle_done(&key, &thread, &result, holder.as_ref()).await?;
-        done_effect(done, &key, result)?
-    } else {
-        let released = svc.store.settle_released(&key, &thread, holder.as_ref()).await?;
-        released_effect(released, &key)?
+    let doubt = InDoubt {
+        key,
+        holder: header.blocked_effect_owner.as_deref().and_then(Holder::parse),
     };
+    let effect = settle_one(svc, &thread, &header, &doubt, body.applied, body.result).await?;
+    let InDoubt { key, holder } = doubt;
     let who = holder.map(|h| h.to_string()).unwrap_or_else(|| "its holder".into());
     let detail = format!("{key}: operator resolved applied={} (intent of {who})", body.applied);
     match svc.store.unblock(&thread, key.as_str(), &detail).await? {
